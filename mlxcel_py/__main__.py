@@ -1,0 +1,3 @@
+from mlxcel_py.cli.app import main
+
+main()

@@ -1,0 +1,51 @@
+"""Snapshots of engine state for /slots, /metrics and logs (plain data, copied per tick)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Optional
+
+from .types import Finished, Timings, Usage
+
+SlotState = Literal["idle", "prefill", "decode"]
+
+
+@dataclass(frozen=True, slots=True)
+class SlotInfo:
+    slot_id: int
+    state: SlotState
+    request_id: Optional[str] = None
+    prompt_tokens: int = 0
+    processed: int = 0  # prompt tokens in the KV cache, adopted ones included
+    generated: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    slots: tuple[SlotInfo, ...] = ()
+    num_waiting: int = 0
+    num_requests_finished: int = 0
+    num_prompt_tokens: int = 0  # prompt tokens forwarded through the model
+    num_cached_prompt_tokens: int = 0  # prompt tokens adopted from the prompt cache
+    num_generated_tokens: int = 0
+    num_decode_steps: int = 0
+    prefill_pieces_by_chunk: tuple[tuple[int, int], ...] = ()  # (chunk, count), sorted
+    num_kv_tokens: int = 0
+    prompt_cache_entries: int = 0
+    prompt_cache_bytes: int = 0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def num_busy_slots(self) -> int:
+        return sum(1 for s in self.slots if s.state != "idle")
+
+
+def empty_finish(request_id: str, reason: str, message: Optional[str] = None) -> Finished:
+    """A `Finished` for a request that never produced anything (aborted, failed)."""
+    return Finished(
+        request_id=request_id,
+        finish_reason=reason,  # type: ignore[arg-type]
+        usage=Usage(0, 0, 0),
+        timings=Timings(0.0, 0.0, 0.0, 0.0, 0.0, 0.0),
+        error=message,
+    )

@@ -1,0 +1,190 @@
+"""The one thread that owns MLX, and the bridge the rest of the program talks through.
+
+Requests and aborts go in through a queue; events come back on a per-request handle that
+can be read from a plain thread (`get`, iteration) or from asyncio (`async for`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from typing import AsyncIterator, Iterator, Optional, Protocol
+
+from .stats import EngineStats
+from .types import EngineStoppedError, Event, Finished, Request
+
+log = logging.getLogger("mlxcel_py.engine")
+
+
+class StepEngine(Protocol):
+    """What the worker drives: `Engine` in production, fakes in tests."""
+
+    def add_request(self, request: Request) -> None: ...
+    def abort(self, request_id: str) -> None: ...
+    def has_work(self) -> bool: ...
+    def step(self) -> list[Event]: ...
+    def stats(self) -> EngineStats: ...
+    def check_request(self, request: Request) -> None: ...
+
+
+class RequestHandle:
+    """Events of one request, ending with a `Finished` event."""
+
+    def __init__(self, request_id: str, worker: "EngineWorker", loop: Optional[asyncio.AbstractEventLoop]):
+        self.request_id = request_id
+        self._worker = worker
+        self._loop = loop
+        self._sync: "queue.SimpleQueue[Event]" = queue.SimpleQueue()
+        self._async: Optional[asyncio.Queue[Event]] = asyncio.Queue() if loop is not None else None
+
+    def _put(self, event: Event) -> None:
+        if self._loop is None:
+            self._sync.put(event)
+            return
+        try:
+            self._loop.call_soon_threadsafe(self._async.put_nowait, event)
+        except RuntimeError:  # the client's loop is gone; nobody is listening
+            pass
+
+    def get(self, timeout: Optional[float] = None) -> Event:
+        """Next event (blocking); raises `queue.Empty` after `timeout` seconds."""
+        return self._sync.get(timeout=timeout)
+
+    def __iter__(self) -> Iterator[Event]:
+        while True:
+            event = self.get()
+            yield event
+            if isinstance(event, Finished):
+                return
+
+    async def __aiter__(self) -> AsyncIterator[Event]:
+        if self._async is None:
+            raise RuntimeError("submit(..., loop=...) is needed for async iteration")
+        while True:
+            event = await self._async.get()
+            yield event
+            if isinstance(event, Finished):
+                return
+
+    def abort(self) -> None:
+        self._worker.abort(self.request_id)
+
+
+class EngineWorker:
+    """Runs `engine.step()` on its own thread; `submit`/`abort` are safe from any thread."""
+
+    def __init__(self, engine: StepEngine, name: str = "mlxcel-engine"):
+        self._engine = engine
+        self._inbox: "queue.SimpleQueue[tuple[str, object]]" = queue.SimpleQueue()
+        self._handles: dict[str, RequestHandle] = {}
+        self._lock = threading.Lock()
+        self._stats = engine.stats()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+
+    # -- public API (any thread) -------------------------------------------------------
+    def start(self) -> "EngineWorker":
+        self._thread.start()
+        return self
+
+    def submit(self, request: Request, loop: Optional[asyncio.AbstractEventLoop] = None) -> RequestHandle:
+        """Queue a request. Raises `EngineError` subclasses for requests that can never run."""
+        if self._stopping.is_set():
+            raise EngineStoppedError("the server is shutting down")
+        self._engine.check_request(request)  # pure checks: prompt length, queue depth
+        handle = RequestHandle(request.request_id, self, loop)
+        with self._lock:
+            if request.request_id in self._handles:
+                raise ValueError(f"duplicate request id {request.request_id!r}")
+            self._handles[request.request_id] = handle
+        self._inbox.put(("submit", request))
+        return handle
+
+    def abort(self, request_id: str) -> None:
+        self._inbox.put(("abort", request_id))
+
+    def stats(self) -> EngineStats:
+        """The snapshot taken after the latest tick."""
+        return self._stats
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Abort everything in flight and join the thread."""
+        self._stopping.set()
+        self._inbox.put(("stop", None))
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    # -- engine thread ---------------------------------------------------------------------
+    def _loop(self) -> None:
+        try:
+            while True:
+                if not self._drain(block=not self._engine.has_work()):
+                    break
+                if self._engine.has_work():
+                    self._dispatch(self._engine.step())
+                self._stats = self._engine.stats()
+        except Exception:  # a bug in the engine: fail every request instead of hanging them
+            log.exception("engine thread crashed")
+            self._fail_all("internal engine error (see server log)")
+        finally:
+            self._stopping.set()
+        self._abort_all()
+
+    def _drain(self, block: bool) -> bool:
+        """Apply queued messages; returns False on stop."""
+        try:
+            kind, payload = self._inbox.get(timeout=0.5) if block else self._inbox.get_nowait()
+        except queue.Empty:
+            return True
+        while True:
+            if kind == "stop":
+                return False
+            if kind == "submit":
+                self._engine.add_request(payload)  # type: ignore[arg-type]
+            else:
+                self._engine.abort(payload)  # type: ignore[arg-type]
+            try:
+                kind, payload = self._inbox.get_nowait()
+            except queue.Empty:
+                return True
+
+    def _dispatch(self, events: list[Event]) -> None:
+        for event in events:
+            with self._lock:
+                handle = self._handles.get(event.request_id)
+                if isinstance(event, Finished):
+                    self._handles.pop(event.request_id, None)
+            if handle is not None:
+                handle._put(event)
+
+    def _abort_all(self) -> None:
+        while True:  # requests still queued in the inbox were never seen by the engine
+            try:
+                kind, payload = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if kind == "submit":
+                self._engine.add_request(payload)  # type: ignore[arg-type]
+        with self._lock:
+            ids = list(self._handles)
+        for request_id in ids:
+            self._engine.abort(request_id)
+        try:
+            self._dispatch(self._engine.step() if self._engine.has_work() else [])
+        except Exception:
+            log.exception("engine failed while aborting")
+        self._fail_all("the server is shutting down", reason="abort")
+
+    def _fail_all(self, message: str, reason: str = "error") -> None:
+        from .stats import empty_finish
+
+        with self._lock:
+            handles, self._handles = dict(self._handles), {}
+        for request_id, handle in handles.items():
+            handle._put(empty_finish(request_id, reason, message))
