@@ -24,6 +24,8 @@ class SlotInfo:
 class EngineStats:
     slots: tuple[SlotInfo, ...] = ()
     num_waiting: int = 0
+    slot_context: int = 0  # tokens of KV per slot (prompt + generated)
+    max_queue: int = 0
     num_requests_finished: int = 0
     num_prompt_tokens: int = 0  # prompt tokens forwarded through the model
     num_cached_prompt_tokens: int = 0  # prompt tokens adopted from the prompt cache

@@ -1,0 +1,29 @@
+"""The Typer app: each command module declares its options and calls one shared function."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="mlxcel-py",
+    help="Local LLM serving on MLX: an OpenAI-compatible server, a chat REPL and one-shot generation.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _register() -> None:
+    # Command modules import nothing heavy at import time (MLX loads after the BLAS preload).
+    from . import generate, run, serve
+
+    app.command("generate")(generate.generate)
+    app.command("run")(run.run)
+    app.command("serve")(serve.serve)
+
+
+_register()
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,87 @@
+"""Shared Typer options, named like llama.cpp / mlx_lm.
+
+Every option defaults to None so "not given" reaches `config.resolve`, which owns the
+defaults (they differ per command) and the environment fallbacks.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+ModelOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--model",
+        "-m",
+        help="Path to an mlx-lm model directory or a .gguf file. Default: the embedded SmolLM2-135M-Instruct.",
+    ),
+]
+PrefillChunkOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--prefill-chunk-size",
+        help="Prefill chunk in tokens. Default: 2048 when no other sequence is decoding, 512 when one is; "
+        "MLXCEL_PREFILL_CHUNK overrides. 0 disables chunking.",
+    ),
+]
+BatchSizeOpt = Annotated[
+    Optional[int],
+    typer.Option("--batch-size", "-b", help="Alias of --prefill-chunk-size (llama-server); env LLAMA_ARG_BATCH"),
+]
+TempOpt = Annotated[Optional[float], typer.Option("--temp", help="Sampling temperature; 0 is greedy.")]
+TopPOpt = Annotated[Optional[float], typer.Option("--top-p", help="Nucleus sampling: keep the top-p probability mass.")]
+TopKOpt = Annotated[Optional[int], typer.Option("--top-k", help="Keep the k most likely tokens; 0 keeps all.")]
+MinPOpt = Annotated[
+    Optional[float], typer.Option("--min-p", help="Drop tokens below min-p times the top token's probability.")
+]
+RepeatPenaltyOpt = Annotated[
+    Optional[float], typer.Option("--repeat-penalty", help="Penalty for recently generated tokens; 1.0 is off.")
+]
+SeedOpt = Annotated[Optional[int], typer.Option("--seed", help="Random seed for sampling.")]
+MaxTokensOpt = Annotated[
+    Optional[int], typer.Option("--max-tokens", "-n", help="Most tokens to generate per request.")
+]
+CtxSizeOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--ctx-size",
+        "-c",
+        help="KV cache tokens over all slots. Default: the model's context for each slot; env LLAMA_ARG_CTX_SIZE.",
+    ),
+]
+ParallelOpt = Annotated[
+    Optional[int],
+    typer.Option("--parallel", "-np", help="Sequences decoded together (slots). Default 4; env LLAMA_ARG_N_PARALLEL."),
+]
+
+# Server and prompt-cache options; their names match the ones config.resolve's errors use.
+HostOpt = Annotated[
+    Optional[str], typer.Option("--host", help="Address to bind. Default 127.0.0.1; env LLAMA_ARG_HOST.")
+]
+PortOpt = Annotated[
+    Optional[int], typer.Option("--port", help="Port to bind (0 picks one). Default 8080; env LLAMA_ARG_PORT.")
+]
+ApiKeyOpt = Annotated[
+    Optional[str], typer.Option("--api-key", help="Require this bearer token. Default: none; env MLXCEL_API_KEY.")
+]
+LogLevelOpt = Annotated[
+    Optional[str], typer.Option("--log-level", help="debug, info, warning, error or critical. Default info.")
+]
+AliasOpt = Annotated[Optional[str], typer.Option("--alias", help="Model name reported by /v1/models.")]
+MaxQueueOpt = Annotated[
+    Optional[int], typer.Option("--max-queue", help="Requests that may wait for a slot. Default 64.")
+]
+PromptCacheOpt = Annotated[
+    bool, typer.Option("--prompt-cache/--no-prompt-cache", help="Reuse the KV of shared prompt prefixes.")
+]
+CacheMaxBytesOpt = Annotated[
+    Optional[int], typer.Option("--cache-max-bytes", help="Prompt cache size limit in bytes. Default 1 GiB.")
+]
+CacheMaxEntriesOpt = Annotated[
+    Optional[int], typer.Option("--cache-max-entries", help="Prompt cache entry limit. Default 16.")
+]
+CacheMinPrefixOpt = Annotated[
+    Optional[int], typer.Option("--cache-min-prefix", help="Shortest prefix (tokens) worth caching. Default 32.")
+]

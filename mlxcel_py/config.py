@@ -1,0 +1,305 @@
+"""The one resolver: command-line flags and the environment -> frozen config records.
+
+Nothing below the CLI reads `os.environ` or sees a Typer object; it gets an `AppConfig`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Literal, Mapping, Optional
+
+from .engine.plan import DEFAULT_PREFILL_CHUNK, PrefillChunkPolicy
+from .engine.types import MAX_TOKENS_LIMIT, SamplingParams
+
+log = logging.getLogger("mlxcel_py.config")
+
+Command = Literal["serve", "run", "generate", "bench"]
+MAX_PREFILL_CHUNK = 1_048_576
+MAX_PARALLEL = 64
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+_SERVER_COMMANDS = ("serve", "bench")
+_SAMPLING_FLAGS = {
+    "temperature": "--temp",
+    "top_p": "--top-p",
+    "top_k": "--top-k",
+    "min_p": "--min-p",
+    "repetition_penalty": "--repeat-penalty",
+    "seed": "--seed",
+    "max_tokens": "--max-tokens",
+}
+# llama-server's sampling defaults for serve/bench; run and generate are greedy.
+_SERVER_SAMPLING = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "repetition_penalty": 1.0}
+_GREEDY_SAMPLING = {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "repetition_penalty": 1.0}
+_DEFAULT_MAX_TOKENS = {"serve": MAX_TOKENS_LIMIT, "bench": MAX_TOKENS_LIMIT, "run": 4096, "generate": 256}
+
+
+class ConfigError(ValueError):
+    """A flag or environment value that cannot be used; the message names it."""
+
+
+def _parse_count(raw: str) -> Optional[int]:
+    """A non-negative decimal integer, surrounding whitespace allowed; None when it is not one."""
+    text = raw.strip()
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+def _chunk_from_env(raw: Optional[str]) -> Optional[int]:
+    # Empty counts as unset (`MLXCEL_PREFILL_CHUNK= cmd` clears it), like the LLAMA_ARG_* variables.
+    if raw is None or not raw.strip():
+        return None
+    value = _parse_count(raw)
+    if value is None:
+        log.warning("ignoring MLXCEL_PREFILL_CHUNK=%r: expected a non-negative integer", raw)
+    return value
+
+
+_UNREAD = object()
+_override: object = _UNREAD
+
+
+def prefill_chunk_override() -> Optional[int]:
+    """MLXCEL_PREFILL_CHUNK, read once per process; an unparseable value warns once and counts as unset."""
+    global _override
+    if _override is _UNREAD:
+        _override = _chunk_from_env(os.environ.get("MLXCEL_PREFILL_CHUNK"))
+    return _override  # type: ignore[return-value]
+
+
+def reset_prefill_chunk_override() -> None:
+    """Forget the cached MLXCEL_PREFILL_CHUNK (tests)."""
+    global _override
+    _override = _UNREAD
+
+
+def prefill_chunk_len() -> int:
+    """The alone chunk for callers without a scheduler state: the override, else 2048."""
+    override = prefill_chunk_override()
+    return DEFAULT_PREFILL_CHUNK if override is None else override
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedChunk:
+    """The explicit prefill chunk (None = the alone/contended policy) and where it came from."""
+
+    explicit: Optional[int]
+    conflict: bool = False
+    source: str = "default"
+
+
+def _env_count(env: Mapping[str, str], name: str) -> Optional[int]:
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return None
+    value = _parse_count(raw)
+    if value is None:
+        raise ConfigError(f"{name} must be a non-negative integer (got {raw!r})")
+    return value
+
+
+def _flag_or_env(value: Optional[int], flag: str, env: Mapping[str, str], name: str) -> tuple[Optional[int], str]:
+    """The flag's value, else the env var's; with the label that an error message should name."""
+    if value is not None:
+        return value, flag
+    return _env_count(env, name), name
+
+
+def _check_range(flag: str, value: Optional[float], low: float, high: Optional[float] = None) -> None:
+    if value is None:
+        return
+    if high is None and value < low:
+        raise ConfigError(f"{flag} must be at least {low} (got {value})")
+    if high is not None and not low <= value <= high:
+        raise ConfigError(f"{flag} must be between {low} and {high} (got {value})")
+
+
+def resolve_prefill_chunk_size(
+    flag: Optional[int], batch_size: Optional[int], env: Mapping[str, str]
+) -> ResolvedChunk:
+    """--prefill-chunk-size, else --batch-size (or LLAMA_ARG_BATCH), else MLXCEL_PREFILL_CHUNK, else None."""
+    for name, value in (("--prefill-chunk-size", flag), ("--batch-size", batch_size)):
+        if value is not None and value < 0:
+            raise ConfigError(f"{name} must be a non-negative integer (got {value})")
+    batch_size, batch_source = _flag_or_env(batch_size, "--batch-size", env, "LLAMA_ARG_BATCH")
+    conflict = flag is not None and batch_size is not None and flag != batch_size
+    if conflict:
+        log.warning("--prefill-chunk-size %d and %s %d differ; using %d", flag, batch_source, batch_size, flag)
+    if flag is not None:
+        return ResolvedChunk(flag, conflict, "--prefill-chunk-size")
+    if batch_size is not None:
+        return ResolvedChunk(batch_size, False, batch_source)
+    # A mapping other than the process environment (tests, embedding) is parsed as given.
+    override = prefill_chunk_override() if env is os.environ else _chunk_from_env(env.get("MLXCEL_PREFILL_CHUNK"))
+    return ResolvedChunk(override, False, "MLXCEL_PREFILL_CHUNK" if override is not None else "default")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    path: Optional[str] = None  # None = the embedded default model
+
+
+@dataclass(frozen=True, slots=True)
+class PromptCacheConfig:
+    enabled: bool = True
+    max_bytes: int = 1 << 30
+    max_entries: int = 16
+    min_prefix: int = 32
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    policy: PrefillChunkPolicy
+    num_slots: int
+    ctx_size: Optional[int]  # total KV tokens over all slots; None = each slot gets the model's max context
+    max_queue: int = 64
+    prompt_cache: PromptCacheConfig = field(default_factory=PromptCacheConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    api_key: Optional[str] = None
+    log_level: str = "info"
+    model_alias: Optional[str] = None
+    shutdown_grace_s: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class AppConfig:
+    command: str
+    model: ModelSpec
+    engine: EngineConfig
+    sampling: SamplingParams  # defaults for requests that omit a field
+    chunk: ResolvedChunk
+    blas: str = "auto"  # "auto" | "off" | a library path (MLXCEL_BLAS)
+    server: Optional[ServerConfig] = None
+
+
+def _sampling(command: str, given: dict[str, object]) -> SamplingParams:
+    if given["max_tokens"] is not None and given["max_tokens"] < 1:  # type: ignore[operator]
+        raise ConfigError(f"--max-tokens must be at least 1 (got {given['max_tokens']})")
+    values = dict(_SERVER_SAMPLING if command in _SERVER_COMMANDS else _GREEDY_SAMPLING)
+    values["max_tokens"] = _DEFAULT_MAX_TOKENS[command]
+    values.update({k: v for k, v in given.items() if v is not None})
+    try:
+        return SamplingParams(**values)  # type: ignore[arg-type]
+    except ValueError as exc:
+        message = str(exc)
+        for name, flag in _SAMPLING_FLAGS.items():
+            if message.startswith(name + " "):
+                message = flag + message[len(name) :]
+        raise ConfigError(message) from exc
+
+
+def _server(env: Mapping[str, str], host: Optional[str], port: Optional[int], api_key: Optional[str],
+            log_level: str, model_alias: Optional[str]) -> ServerConfig:
+    host = host if host is not None else (env.get("LLAMA_ARG_HOST") or "").strip() or "127.0.0.1"
+    if not host.strip():
+        raise ConfigError("--host must not be empty")
+    port, label = _flag_or_env(port, "--port", env, "LLAMA_ARG_PORT")
+    _check_range(label, port, 0, 65535)
+    if api_key == "":
+        raise ConfigError("--api-key must not be empty (omit it to disable authentication)")
+    api_key = api_key if api_key is not None else env.get("MLXCEL_API_KEY") or None
+    return ServerConfig(host, 8080 if port is None else port, api_key, log_level, model_alias)
+
+
+def _engine(command: str, env: Mapping[str, str], chunk: ResolvedChunk, parallel: Optional[int],
+            ctx_size: Optional[int], max_queue: Optional[int], cache: PromptCacheConfig) -> EngineConfig:
+    serving = command in _SERVER_COMMANDS
+    if not serving and parallel is not None and parallel > 1:
+        raise ConfigError(f"--parallel applies to serve and bench; {command} uses one slot (got {parallel})")
+    parallel_label, ctx_label = "--parallel", "--ctx-size"
+    if serving:  # llama-server's environment variables
+        parallel, parallel_label = _flag_or_env(parallel, "--parallel", env, "LLAMA_ARG_N_PARALLEL")
+        ctx_size, ctx_label = _flag_or_env(ctx_size, "--ctx-size", env, "LLAMA_ARG_CTX_SIZE")
+    _check_range(parallel_label, parallel, 1, MAX_PARALLEL)
+    _check_range(ctx_label, ctx_size, 64)
+    _check_range("--max-queue", max_queue, 1)
+    chunk_label = "--prefill-chunk-size" if chunk.source == "default" else chunk.source
+    _check_range(chunk_label, chunk.explicit, 0, MAX_PREFILL_CHUNK)
+    slots = (4 if parallel is None else parallel) if serving else 1
+    queue = 64 if max_queue is None else max_queue
+    return EngineConfig(PrefillChunkPolicy.resolve(chunk.explicit), slots, ctx_size, queue, cache)
+
+
+def _prompt_cache(enabled: bool, max_bytes, max_entries, min_prefix) -> PromptCacheConfig:
+    given = {"max_bytes": max_bytes, "max_entries": max_entries, "min_prefix": min_prefix}
+    for name, value in given.items():
+        _check_range("--cache-" + name.replace("_", "-"), value, 0)
+    return PromptCacheConfig(enabled, **{k: v for k, v in given.items() if v is not None})
+
+
+def resolve(
+    command: Command,
+    *,
+    model: Optional[str] = None,
+    prefill_chunk_size: Optional[int] = None,
+    batch_size: Optional[int] = None,
+    parallel: Optional[int] = None,
+    ctx_size: Optional[int] = None,
+    max_queue: Optional[int] = None,
+    prompt_cache: bool = True,
+    cache_max_bytes: Optional[int] = None,
+    cache_max_entries: Optional[int] = None,
+    cache_min_prefix: Optional[int] = None,
+    temp: Optional[float] = None,
+    top_p: Optional[float] = None,
+    top_k: Optional[int] = None,
+    min_p: Optional[float] = None,
+    repeat_penalty: Optional[float] = None,
+    seed: Optional[int] = None,
+    max_tokens: Optional[int] = None,
+    host: Optional[str] = None,
+    port: Optional[int] = None,
+    api_key: Optional[str] = None,
+    log_level: Optional[str] = None,
+    model_alias: Optional[str] = None,
+    env: Optional[Mapping[str, str]] = None,
+) -> AppConfig:
+    """Merge flags (None = not given) with the environment into one frozen AppConfig; raises ConfigError."""
+    if command not in _DEFAULT_MAX_TOKENS:
+        raise ConfigError(f"unknown command {command!r}; expected one of {', '.join(_DEFAULT_MAX_TOKENS)}")
+    env = os.environ if env is None else env
+    if model is not None and not model.strip():
+        raise ConfigError("--model must not be empty (omit it to use the embedded default model)")
+    level = (log_level or "info").lower()
+    if level not in LOG_LEVELS:
+        raise ConfigError(f"--log-level must be one of {', '.join(LOG_LEVELS)} (got {log_level!r})")
+    chunk = resolve_prefill_chunk_size(prefill_chunk_size, batch_size, env)
+    cache = _prompt_cache(prompt_cache, cache_max_bytes, cache_max_entries, cache_min_prefix)
+    engine = _engine(command, env, chunk, parallel, ctx_size, max_queue, cache)
+    given = {"temperature": temp, "top_p": top_p, "top_k": top_k, "min_p": min_p}
+    given |= {"repetition_penalty": repeat_penalty, "seed": seed, "max_tokens": max_tokens}
+    sampling = _sampling(command, given)
+    server = None
+    if command in _SERVER_COMMANDS:
+        server = _server(env, host, port, api_key, level, model_alias)
+    elif host is not None or port is not None or api_key is not None:
+        raise ConfigError(f"--host, --port and --api-key apply to serve and bench, not {command}")
+    blas = (env.get("MLXCEL_BLAS") or "").strip() or "auto"
+    return AppConfig(command, ModelSpec(model), engine, sampling, chunk, blas, server)
+
+
+def startup_summary(cfg: AppConfig) -> list[str]:
+    """The startup log lines describing the resolved configuration."""
+    eng, s = cfg.engine, cfg.sampling
+    source = f" via {cfg.chunk.source}" if cfg.chunk.explicit is not None else ""
+    ctx = "model max per slot" if eng.ctx_size is None else f"{eng.ctx_size} total"
+    cache = eng.prompt_cache
+    lines = [
+        f"model {cfg.model.path or 'embedded SmolLM2-135M-Instruct'}",
+        f"slots {eng.num_slots} ctx_size {ctx} max_queue {eng.max_queue}",
+        f"prefill_chunk_size {eng.policy.describe()}{source}",
+        f"prompt_cache {'on' if cache.enabled else 'off'} max_bytes={cache.max_bytes} "
+        f"max_entries={cache.max_entries} min_prefix={cache.min_prefix}",
+        f"sampling temp={s.temperature} top_p={s.top_p} top_k={s.top_k} min_p={s.min_p} "
+        f"repeat_penalty={s.repetition_penalty} seed={s.seed} max_tokens={s.max_tokens}",
+        f"blas {cfg.blas}",
+    ]
+    if cfg.server is not None:
+        auth = "api key required" if cfg.server.api_key else "no api key"
+        lines.append(f"server http://{cfg.server.host}:{cfg.server.port} ({auth})")
+    return lines

@@ -1,0 +1,106 @@
+"""A request's life in the engine, and the work records passed between scheduler and runner."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from .kv import CacheHit
+from .plan import Piece
+from .text import TextStream
+from .types import Request, SamplingParams, Timings, Usage
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillWork:
+    """Run one piece of a sequence's prompt. `adopt` is set on the first piece of a cache hit."""
+
+    seq_id: int
+    prompt_ids: tuple[int, ...]
+    piece: Piece
+    chunk: int  # the chunk this piece was cut with (0 when the prefill is not chunked)
+    adopt: Optional[CacheHit]
+    sampling: SamplingParams
+    snapshot: bool  # return a KV snapshot after this piece (it ends at the history boundary)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    tokens: tuple[int, ...]
+    kv: Any
+    nbytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillOutput:
+    first_token: Optional[int] = None  # sampled after the terminal piece
+    snapshot: Optional[Snapshot] = None
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeWork:
+    """One decode step for the whole active batch, in this order."""
+
+    seq_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RetireWork:
+    """Free a sequence's KV; snapshot `tokens` of it into the prompt cache first when set."""
+
+    seq_id: int
+    snapshot_tokens: Optional[tuple[int, ...]] = None
+
+
+@dataclass(slots=True)
+class Sequence:
+    """Mutable engine-side state of one request."""
+
+    request: Request
+    seq_id: int
+    arrival: float
+    slot: Optional[int] = None
+    adopted: int = 0
+    hit: Optional[CacheHit] = None
+    prefill_offset: int = 0  # the cursor: prompt tokens in the KV cache
+    max_tokens: int = 0
+    stream: Optional[TextStream] = None
+    output_ids: list[int] = field(default_factory=list)
+    finish_reason: Optional[str] = None
+    admitted: Optional[float] = None
+    prefill_started: Optional[float] = None
+    first_token_at: Optional[float] = None
+    finished_at: Optional[float] = None
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.request.prompt_ids)
+
+    @property
+    def boundary(self) -> Optional[int]:
+        return self.request.history_boundary
+
+    def adopt(self, hit: Optional[CacheHit]) -> None:
+        self.hit = hit
+        self.adopted = hit.length if hit is not None else 0
+        self.prefill_offset = self.adopted
+
+    def usage(self) -> Usage:
+        return Usage(self.prompt_len, len(self.output_ids), self.adopted)
+
+    def timings(self) -> Timings:
+        end = self.finished_at or self.arrival
+        admitted = self.admitted or end
+        first = self.first_token_at
+        prefill_s = (first - (self.prefill_started or admitted)) if first else 0.0
+        decode_s = (end - first) if first else 0.0
+        forwarded = self.prompt_len - self.adopted
+        n_decoded = max(len(self.output_ids) - 1, 0)
+        return Timings(
+            queue_ms=(admitted - self.arrival) * 1000.0,
+            ttft_ms=((first - self.arrival) * 1000.0) if first else 0.0,
+            prefill_ms=prefill_s * 1000.0,
+            decode_ms=decode_s * 1000.0,
+            prompt_tps=forwarded / prefill_s if prefill_s > 0 else 0.0,
+            decode_tps=n_decoded / decode_s if decode_s > 0 else 0.0,
+        )
