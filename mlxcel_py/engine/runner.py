@@ -53,6 +53,7 @@ class Runner:
         self._last: dict[int, int] = {}
         self._rows: list[int] = []
         self._batch: Optional[list] = None
+        self.last_prefill_logits: Optional[mx.array] = None  # kept for equivalence tests
 
     # -- prefill ----------------------------------------------------------------------------
     def prefill(self, work: PrefillWork) -> PrefillOutput:
@@ -70,6 +71,7 @@ class Runner:
             snapshot = Snapshot(work.prompt_ids[: piece.end], (kv := _copy_kv(cache, piece.end)), _nbytes(kv))
         if not piece.terminal:
             return PrefillOutput(None, snapshot)
+        self.last_prefill_logits = logits
         sampler = self._samplers[work.seq_id]
         token = int(sample_rows(logits, [sampler]).item())
         self._join(work.seq_id, self._prefill.pop(work.seq_id), token)

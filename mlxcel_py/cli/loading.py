@@ -1,0 +1,31 @@
+"""Model loading for the commands: BLAS preload first, a rich status while loading, one-line errors."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+
+from ..config import AppConfig
+from .common import fail
+
+if TYPE_CHECKING:
+    from ..models import LoadedModel
+
+
+def load_or_exit(cfg: AppConfig, console: Console | None = None) -> "LoadedModel":
+    """Preload the BLAS, then load the model under a status spinner; exit 1 on a load error."""
+    from ..models.blas import preload_blas
+
+    try:
+        preload_blas(cfg.blas)
+    except ValueError as exc:
+        fail(str(exc))
+    from ..models import load_model  # imports mlx.core: only after the preload
+
+    console = console or Console(stderr=True)
+    try:
+        with console.status("Loading model...") as status:
+            return load_model(cfg.model.path, on_progress=lambda msg: status.update(msg))
+    except ValueError as exc:  # ModelLoadError and friends
+        fail(str(exc))
