@@ -1,0 +1,75 @@
+"""The worker bridge over a fake-runner engine: sync and async delivery, abort, stop, crash."""
+
+import asyncio
+
+import pytest
+
+from mlxcel_py.engine.types import EngineStoppedError, Finished, PromptTooLongError, TokenDelta
+from mlxcel_py.engine.worker import EngineWorker
+
+from fakes import make_engine, request
+
+TIMEOUT = 10
+
+
+def collect(handle):
+    events = []
+    while True:
+        event = handle.get(timeout=TIMEOUT)
+        events.append(event)
+        if isinstance(event, Finished):
+            return events
+
+
+@pytest.fixture
+def worker():
+    engine, runner = make_engine(num_slots=2, slot_context=100_000)
+    w = EngineWorker(engine).start()
+    w.runner = runner
+    yield w
+    w.stop()
+
+
+def test_events_arrive_in_order_and_end_with_finished(worker):
+    events = collect(worker.submit(request("a", 5, max_tokens=3)))
+    assert [type(e).__name__ for e in events] == ["PromptProgress", "TokenDelta", "TokenDelta", "TokenDelta", "Finished"]
+    assert events[-1].finish_reason == "length"
+
+
+def test_async_iteration_delivers_on_the_callers_loop(worker):
+    async def main():
+        handle = worker.submit(request("a", 5, max_tokens=2), loop=asyncio.get_running_loop())
+        return [e async for e in handle]
+
+    events = asyncio.run(asyncio.wait_for(main(), TIMEOUT))
+    assert isinstance(events[-1], Finished) and sum(isinstance(e, TokenDelta) for e in events) == 2
+
+
+def test_submit_rejects_what_can_never_run(worker):
+    with pytest.raises(PromptTooLongError):
+        worker.submit(request("big", 100_000))
+    worker.submit(request("dup", 5, max_tokens=100000))
+    with pytest.raises(ValueError, match="duplicate request id"):
+        worker.submit(request("dup", 5))
+
+
+def test_abort_ends_a_stream_and_stop_aborts_the_rest(worker):
+    long = worker.submit(request("long", 5, max_tokens=100000))
+    other = worker.submit(request("other", 5, max_tokens=100000))
+    assert long.get(timeout=TIMEOUT) is not None
+    long.abort()
+    assert collect(long)[-1].finish_reason == "abort"
+    worker.stop()
+    assert collect(other)[-1].finish_reason == "abort"
+    with pytest.raises(EngineStoppedError):
+        worker.submit(request("late", 5))
+
+
+def test_an_engine_crash_fails_every_request_instead_of_hanging(worker):
+    def boom(work):
+        raise RuntimeError("kaboom")
+
+    worker.runner.decode = boom
+    events = collect(worker.submit(request("a", 5, max_tokens=10)))
+    assert events[-1].finish_reason == "error" and "internal engine error" in events[-1].error
+    assert not worker.alive or worker.stats() is not None
