@@ -175,3 +175,36 @@ def test_stats_report_slots_and_pieces():
     assert [s.state for s in stats.slots] == ["decode", "prefill"]
     assert stats.slots[1].processed == 512 and stats.slots[1].prompt_tokens == 1000
     assert dict(stats.prefill_pieces_by_chunk) == {512: 1, 10: 1}
+
+
+def chat_request(rid, n, boundary, **kw):
+    from dataclasses import replace
+
+    return replace(request(rid, n, **kw), history_boundary=boundary)
+
+
+def test_short_history_segment_is_one_piece_and_snapshotted():
+    engine, runner = make_engine(cache=True)
+    engine.add_request(chat_request("A", 310, 300, max_tokens=1))
+    run_until(engine, lambda ev: finished(ev, "A"))
+    assert runner.prefill_lengths(1) == [300, 10]
+    # the boundary snapshot was replaced by the longer prompt + reply snapshot at the finish
+    assert engine.scheduler.prompt_cache.lookup(tuple(range(1, 400))).length == 310
+
+
+def test_long_chat_prompt_is_still_chunked_next_to_a_decoding_stream():
+    engine, runner = make_engine()
+    start_decoding(engine)
+    engine.add_request(chat_request("B", 1510, 1500))
+    run_until(engine, lambda ev: any(isinstance(e, TokenDelta) and e.request_id == "B" for e in ev))
+    assert runner.prefill_lengths(2) == [512, 512, 486]
+
+
+def test_next_turn_adopts_the_cached_prefix_and_prefills_only_the_new_message():
+    engine, runner = make_engine(cache=True)
+    engine.add_request(chat_request("t1", 1000, 995, max_tokens=1))
+    run_until(engine, lambda ev: finished(ev, "t1"))
+    engine.add_request(chat_request("t2", 1200, 1190, max_tokens=1))  # shares the first 1000 tokens
+    events = run_until(engine, lambda ev: finished(ev, "t2"))
+    assert runner.prefill_lengths(2) == [190, 10]
+    assert finished(events, "t2")[0].usage.cached_tokens == 1000

@@ -34,6 +34,7 @@ class Engine:
             self._retire()
         if (piece := self.scheduler.schedule_prefill()) is not None:
             events += self.scheduler.update_prefill(piece, self.runner.prefill(piece))
+            self._retire()  # a request done at its first token: snapshot it before the next admission
         return events
 
     def _retire(self) -> None:

@@ -88,7 +88,7 @@ class Scheduler:
             hit = None
             if self.prompt_cache is not None and seq.request.cache_prompt:
                 hit = self.prompt_cache.lookup(seq.request.prompt_ids)
-            seq.adopt(hit)
+            seq.adopt(hit, min(self.policy.alone, self.policy.contended))
             self.prefilling = seq
         return events
 

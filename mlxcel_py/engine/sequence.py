@@ -62,6 +62,7 @@ class Sequence:
     slot: Optional[int] = None
     adopted: int = 0
     hit: Optional[CacheHit] = None
+    boundary: Optional[int] = None  # the history boundary the plan honours (set at admission)
     prefill_offset: int = 0  # the cursor: prompt tokens in the KV cache
     max_tokens: int = 0
     stream: Optional[TextStream] = None
@@ -76,14 +77,19 @@ class Sequence:
     def prompt_len(self) -> int:
         return len(self.request.prompt_ids)
 
-    @property
-    def boundary(self) -> Optional[int]:
-        return self.request.history_boundary
+    def adopt(self, hit: Optional[CacheHit], max_segment: int) -> None:
+        """Start from a cache hit; honour the history boundary only when its segment fits one piece.
 
-    def adopt(self, hit: Optional[CacheHit]) -> None:
+        The plan runs the boundary segment as one unchunked forward (so it can be
+        snapshotted); a long chat prompt is chunked like any other instead, and the
+        prompt + reply snapshot taken at the finish serves the next turn.
+        """
         self.hit = hit
         self.adopted = hit.length if hit is not None else 0
         self.prefill_offset = self.adopted
+        b = self.request.history_boundary
+        fits = b is not None and (max_segment == 0 or b - self.adopted <= max_segment)
+        self.boundary = b if fits else None
 
     def usage(self) -> Usage:
         return Usage(self.prompt_len, len(self.output_ids), self.adopted)
