@@ -1,0 +1,69 @@
+"""`mlxcel-py run`: an interactive chat with a model through the one-slot engine."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from .common import resolve_or_exit, setup_logging
+from .options import (
+    BatchSizeOpt, CtxSizeOpt, LogLevelOpt, MaxTokensOpt, MinPOpt, ModelOpt, PrefillChunkOpt,
+    PromptCacheOpt, RepeatPenaltyOpt, SeedOpt, TempOpt, TopKOpt, TopPOpt,
+)
+
+SystemOpt = Annotated[Optional[str], typer.Option("--system", "-s", help="System prompt (also /system in the chat).")]
+MarkdownOpt = Annotated[
+    bool, typer.Option("--markdown/--no-markdown", help="Redraw finished answers as Markdown on a terminal.")
+]
+
+
+def run(
+    model: ModelOpt = None,
+    system: SystemOpt = None,
+    max_tokens: MaxTokensOpt = None,
+    temp: TempOpt = None,
+    top_p: TopPOpt = None,
+    top_k: TopKOpt = None,
+    min_p: MinPOpt = None,
+    repeat_penalty: RepeatPenaltyOpt = None,
+    seed: SeedOpt = None,
+    ctx_size: CtxSizeOpt = None,
+    prefill_chunk_size: PrefillChunkOpt = None,
+    batch_size: BatchSizeOpt = None,
+    prompt_cache: PromptCacheOpt = True,
+    markdown: MarkdownOpt = True,
+    log_level: LogLevelOpt = None,
+) -> None:
+    """Chat with a model. Type /help for the commands; piped stdin is read one message per line."""
+    cfg = resolve_or_exit(
+        "run", model=model, max_tokens=max_tokens, temp=temp, top_p=top_p, top_k=top_k, min_p=min_p,
+        repeat_penalty=repeat_penalty, seed=seed, ctx_size=ctx_size, prefill_chunk_size=prefill_chunk_size,
+        batch_size=batch_size, prompt_cache=prompt_cache, log_level=log_level,
+    )
+    setup_logging(log_level or "warning")  # a chat shows answers, not engine logs, unless asked
+    interactive = sys.stdin.isatty() and sys.stdout.isatty()
+    err = Console(stderr=True, highlight=False)
+    from .loading import load_or_exit  # preloads the BLAS before anything imports MLX
+
+    try:
+        loaded = load_or_exit(cfg, err)
+    except KeyboardInterrupt:  # Ctrl-C while loading: leave quietly, like Ctrl-C at the prompt
+        raise typer.Exit(130) from None
+    from ..engine.engine import build_engine
+    from ..engine.worker import EngineWorker
+    from .chat_render import ChatRenderer
+    from .repl import ChatSession, Repl, stream_reader, terminal_reader
+
+    worker = EngineWorker(build_engine(cfg.engine, loaded)).start()
+    try:
+        session = ChatSession(worker, loaded.tokenizer, cfg.sampling, system=system)
+        renderer = ChatRenderer(Console(highlight=False), err, interactive=interactive, markdown=markdown)
+        renderer.banner(loaded.name)
+        reader = terminal_reader() if interactive else stream_reader(sys.stdin)
+        code = Repl(session, renderer, reader).run()
+    finally:
+        worker.stop()
+    raise typer.Exit(code)
