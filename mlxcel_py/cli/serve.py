@@ -1,0 +1,52 @@
+"""`mlxcel-py serve`: the OpenAI-compatible HTTP server (see docs/SERVER.md)."""
+
+from __future__ import annotations
+
+from .common import fail, resolve_or_exit
+from .options import (
+    AliasOpt, ApiKeyOpt, BatchSizeOpt, CacheMaxBytesOpt, CacheMaxEntriesOpt, CacheMinPrefixOpt, CtxSizeOpt,
+    HostOpt, LogLevelOpt, MaxQueueOpt, MaxTokensOpt, MinPOpt, ModelOpt, ParallelOpt, PortOpt, PrefillChunkOpt,
+    PromptCacheOpt, RepeatPenaltyOpt, SeedOpt, TempOpt, TopKOpt, TopPOpt,
+)
+
+
+def serve(
+    model: ModelOpt = None,
+    host: HostOpt = None,
+    port: PortOpt = None,
+    parallel: ParallelOpt = None,
+    ctx_size: CtxSizeOpt = None,
+    prefill_chunk_size: PrefillChunkOpt = None,
+    batch_size: BatchSizeOpt = None,
+    max_queue: MaxQueueOpt = None,
+    prompt_cache: PromptCacheOpt = True,
+    cache_max_bytes: CacheMaxBytesOpt = None,
+    cache_max_entries: CacheMaxEntriesOpt = None,
+    cache_min_prefix: CacheMinPrefixOpt = None,
+    temp: TempOpt = None,
+    top_p: TopPOpt = None,
+    top_k: TopKOpt = None,
+    min_p: MinPOpt = None,
+    repeat_penalty: RepeatPenaltyOpt = None,
+    seed: SeedOpt = None,
+    max_tokens: MaxTokensOpt = None,
+    api_key: ApiKeyOpt = None,
+    log_level: LogLevelOpt = None,
+    alias: AliasOpt = None,
+) -> None:
+    """Serve the model over an OpenAI-compatible HTTP API (chat, completions, metrics, slots)."""
+    cfg = resolve_or_exit(
+        "serve", model=model, host=host, port=port, parallel=parallel, ctx_size=ctx_size,
+        prefill_chunk_size=prefill_chunk_size, batch_size=batch_size, max_queue=max_queue,
+        prompt_cache=prompt_cache, cache_max_bytes=cache_max_bytes, cache_max_entries=cache_max_entries,
+        cache_min_prefix=cache_min_prefix, temp=temp, top_p=top_p, top_k=top_k, min_p=min_p,
+        repeat_penalty=repeat_penalty, seed=seed, max_tokens=max_tokens, api_key=api_key,
+        log_level=log_level, model_alias=alias,
+    )
+    # Imported here: the server pulls in MLX, which must load after the BLAS preload.
+    from ..server.run import serve_forever
+
+    try:
+        serve_forever(cfg)
+    except (ValueError, OSError) as exc:  # ModelLoadError, ServeError (port in use), unreadable files
+        fail(str(exc))

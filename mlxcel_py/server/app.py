@@ -1,0 +1,98 @@
+"""The FastAPI app factory. All state lives on `app.state.runtime`; no module globals."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Optional
+
+from fastapi import FastAPI, Request
+
+from .auth import Gate
+from .errors import APIError, install_error_handlers, unavailable
+from .metrics import ServerMetrics
+
+if TYPE_CHECKING:
+    from ..config import AppConfig
+    from ..engine.worker import EngineWorker
+    from ..models import LoadedModel
+
+
+class Runtime:
+    """What routes need: the worker and model once loaded, metrics, and the serving state."""
+
+    def __init__(self, config: "AppConfig"):
+        self.config = config
+        self.worker: Optional["EngineWorker"] = None
+        self.loaded: Optional["LoadedModel"] = None
+        self.metrics = ServerMetrics()
+        self.vocab_size = 0
+        self.draining = False
+        self.started = int(time.time())
+
+    @property
+    def ready(self) -> bool:
+        return self.worker is not None and self.loaded is not None
+
+    @property
+    def model_id(self) -> str:
+        alias = self.config.server.model_alias if self.config.server else None
+        return alias or (self.loaded.name if self.loaded else "loading")
+
+    def attach(self, worker: "EngineWorker", loaded: "LoadedModel") -> None:
+        """Switch from loading to ready."""
+        self.vocab_size = vocab_size(loaded)
+        self.worker, self.loaded = worker, loaded
+
+    def gate_error(self) -> Optional[APIError]:
+        if self.draining:
+            return unavailable("the server is shutting down", "server_shutting_down")
+        if not self.ready:
+            return unavailable("the model is loading; retry shortly", "model_loading")
+        return None
+
+    def check_model(self, name: Optional[str]) -> None:
+        """Lenient like llama-server about a missing model, but a wrong name is a 404."""
+        if not name:
+            return
+        served = {self.model_id, self.loaded.name if self.loaded else None, self.config.model.path}
+        if name not in served:
+            raise APIError(404, f"model '{name}' is not served here; this server serves '{self.model_id}'",
+                           param="model", code="model_not_found")
+
+
+def vocab_size(loaded: "LoadedModel") -> int:
+    """Ids below this are safe both for the tokenizer and the model's embedding."""
+    tok = loaded.tokenizer
+    inner = getattr(tok, "_tokenizer", tok)
+    try:
+        size = len(inner)
+    except TypeError:
+        size = int(tok.vocab_size)
+    args = getattr(loaded.model, "args", None)
+    model_vocab = getattr(args, "vocab_size", None)
+    return min(size, model_vocab) if isinstance(model_vocab, int) and model_vocab > 0 else size
+
+
+def runtime(request: Request) -> Runtime:
+    return request.app.state.runtime
+
+
+def create_app(
+    worker: Optional["EngineWorker"], loaded: Optional["LoadedModel"], config: "AppConfig"
+) -> FastAPI:
+    """The OpenAI-compatible app. With worker/loaded None it starts in the loading state
+    (/health answers 503, everything else 503) until `app.state.runtime.attach(...)`."""
+    from .admin import router as admin_router
+    from .completions import router as completions_router
+
+    app = FastAPI(title="mlxcel-py", docs_url=None, redoc_url=None, openapi_url=None)
+    state = Runtime(config)
+    if worker is not None and loaded is not None:
+        state.attach(worker, loaded)
+    app.state.runtime = state
+    install_error_handlers(app)
+    app.include_router(completions_router)
+    app.include_router(admin_router)
+    api_key = config.server.api_key if config.server else None
+    app.add_middleware(Gate, api_key=api_key, state=lambda: app.state.runtime)
+    return app

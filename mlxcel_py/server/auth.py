@@ -1,0 +1,53 @@
+"""The gate in front of every route: the optional API key, then loading/shutting-down.
+
+A plain ASGI middleware (not BaseHTTPMiddleware) so streaming responses and client
+disconnects pass through untouched.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Callable, Optional
+
+from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .errors import APIError
+
+OPEN_PATHS = frozenset({"/health", "/v1/health"})
+
+
+def bearer_token(headers: list[tuple[bytes, bytes]]) -> Optional[str]:
+    for name, value in headers:
+        if name.lower() == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return token.strip() if scheme.lower() == "bearer" else None
+    return None
+
+
+class Gate:
+    """401 without the right bearer key; 503 while loading or draining (except /health)."""
+
+    def __init__(self, app: ASGIApp, api_key: Optional[str], state: Callable[[], object]):
+        self.app = app
+        self.api_key = api_key.encode() if api_key else None
+        self.state = state  # returns the app's Runtime (read per request: it changes at startup)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        error = self._check(scope)
+        if error is not None:
+            await JSONResponse(error.body(), error.status, headers=error.headers)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    def _check(self, scope: Scope) -> Optional[APIError]:
+        if self.api_key is not None:
+            token = bearer_token(scope.get("headers", []))
+            # compare_digest: the time taken does not reveal how much of the key matched.
+            if token is None or not hmac.compare_digest(token.encode("utf-8", "replace"), self.api_key):
+                return APIError(401, "invalid or missing API key; send 'Authorization: Bearer <key>'",
+                                code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+        return self.state().gate_error()  # type: ignore[attr-defined]

@@ -1,0 +1,155 @@
+"""`serve_forever`: bind, answer /health with 503 while the model loads, serve, drain on a signal.
+
+Order matters: the BLAS preload runs before anything imports mlx.core, and the socket is
+bound before loading so a busy port fails fast and /health works during the load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import signal
+import socket
+import threading
+from typing import Any, Callable, Iterator, Optional
+
+import uvicorn
+
+from ..config import AppConfig, startup_summary
+
+log = logging.getLogger("mlxcel_py.server")
+
+
+class ServeError(ValueError):
+    """The server cannot start (e.g. the port is taken); the message is for the user."""
+
+
+class GracefulServer(uvicorn.Server):
+    """uvicorn.Server that marks the app as draining on shutdown and exits 0 on SIGINT/SIGTERM."""
+
+    def __init__(self, config: uvicorn.Config, runtime: Any):
+        super().__init__(config)
+        self.runtime = runtime
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # uvicorn re-raises the captured signal after shutdown (exit 130/143); we exit cleanly.
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        signals = (signal.SIGINT, signal.SIGTERM)
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in signals}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)
+
+    async def shutdown(self, sockets: Optional[list[socket.socket]] = None) -> None:
+        self.runtime.draining = True  # requests on kept-alive connections get 503 from here on
+        await super().shutdown(sockets=sockets)
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A bound TCP socket (port 0 picks a free one); ServeError when the address is unusable."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+    except (OSError, IndexError) as exc:
+        raise ServeError(f"cannot resolve --host {host!r}: {exc}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        reason = exc.strerror or str(exc)
+        raise ServeError(f"cannot listen on {host}:{port}: {reason}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def make_server(app: Any, config: AppConfig) -> GracefulServer:
+    """The uvicorn server for `app`, with the configured log level and shutdown grace."""
+    server_cfg = config.server
+    uv_config = uvicorn.Config(
+        app, log_level=server_cfg.log_level, lifespan="off",
+        timeout_graceful_shutdown=server_cfg.shutdown_grace_s,  # type: ignore[arg-type]
+    )
+    return GracefulServer(uv_config, app.state.runtime)
+
+
+def _in_daemon_thread(loop: asyncio.AbstractEventLoop, fn: Callable[[], Any]) -> asyncio.Future:
+    # A daemon thread (not to_thread): a signal during a long load must not wait for it.
+    future: asyncio.Future = loop.create_future()
+
+    def settle(setter: Callable[[Any], None], value: Any) -> None:
+        if not future.done():
+            setter(value)
+
+    def target() -> None:
+        try:
+            outcome: tuple = (future.set_result, fn())
+        except BaseException as exc:  # handed to the event loop, which re-raises it
+            outcome = (future.set_exception, exc)
+        try:
+            loop.call_soon_threadsafe(settle, *outcome)
+        except RuntimeError:  # the loop is closed: the server stopped during the load
+            pass
+
+    threading.Thread(target=target, name="mlxcel-load", daemon=True).start()
+    return future
+
+
+async def _serve(server: GracefulServer, sock: socket.socket, config: AppConfig, url: str) -> None:
+    from ..engine.engine import build_engine
+    from ..engine.worker import EngineWorker
+    from ..models import load_model
+
+    serving = asyncio.ensure_future(server.serve(sockets=[sock]))
+    loading = _in_daemon_thread(asyncio.get_running_loop(), lambda: load_model(config.model.path, on_progress=log.info))
+    await asyncio.wait({serving, loading}, return_when=asyncio.FIRST_COMPLETED)
+    if not loading.done():  # stopped by a signal while loading
+        loading.cancel()
+        await serving
+        return
+    worker = None
+    try:
+        loaded = loading.result()
+        worker = EngineWorker(build_engine(config.engine, loaded)).start()
+        server.runtime.attach(worker, loaded)
+        # The loader and build_engine have logged the weights path and the context per slot.
+        log.info("ready: serving %s on %s", server.runtime.model_id, url)
+    except BaseException:  # load or engine failure: close the socket, then report it
+        server.should_exit = True
+        await serving
+        if worker is not None:
+            worker.stop()
+        raise
+    try:
+        await serving
+    finally:
+        worker.stop()
+
+
+def serve_forever(config: AppConfig) -> None:
+    """Run `mlxcel-py serve` until SIGINT/SIGTERM; raises ServeError or ModelLoadError to the CLI."""
+    from ..cli.common import setup_logging
+    from ..models.blas import preload_blas
+
+    if config.server is None:
+        raise ServeError("serve_forever needs a serve config")
+    setup_logging(config.server.log_level)
+    preload_blas(config.blas)
+    sock = bind_socket(config.server.host, config.server.port)
+    bound = dataclasses.replace(config.server, port=sock.getsockname()[1])
+    for line in startup_summary(dataclasses.replace(config, server=bound)):
+        log.info("%s", line)
+    from .app import create_app
+
+    app = create_app(None, None, config)
+    log.info("loading the model; /health answers 503 until it is ready")
+    url = f"http://{bound.host}:{bound.port}"
+    asyncio.run(_serve(make_server(app, config), sock, config, url))
+    log.info("stopped")
