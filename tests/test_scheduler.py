@@ -174,7 +174,7 @@ def test_stats_report_slots_and_pieces():
     stats = engine.stats()
     assert [s.state for s in stats.slots] == ["decode", "prefill"]
     assert stats.slots[1].processed == 512 and stats.slots[1].prompt_tokens == 1000
-    assert dict(stats.prefill_pieces_by_chunk) == {512: 1, 10: 1}
+    assert dict(stats.prefill_pieces_by_chunk) == {512: 1, 2048: 1}
 
 
 def chat_request(rid, n, boundary, **kw):

@@ -73,3 +73,19 @@ def test_an_engine_crash_fails_every_request_instead_of_hanging(worker):
     events = collect(worker.submit(request("a", 5, max_tokens=10)))
     assert events[-1].finish_reason == "error" and "internal engine error" in events[-1].error
     assert not worker.alive or worker.stats() is not None
+
+
+def test_queue_depth_counts_requests_not_yet_seen_by_the_engine():
+    from mlxcel_py.engine.types import QueueFullError
+
+    engine, _ = make_engine(num_slots=1, slot_context=100_000, max_queue=2)
+    w = EngineWorker(engine).start()
+    try:
+        first = w.submit(request("a", 5, max_tokens=100000))
+        first.get(timeout=TIMEOUT)  # admitted: it holds the only slot from now on
+        w.submit(request("b", 5))
+        w.submit(request("c", 5))
+        with pytest.raises(QueueFullError, match="busy"):
+            w.submit(request("d", 5))
+    finally:
+        w.stop()

@@ -50,8 +50,8 @@ class Engine:
     def has_work(self) -> bool:
         return self.scheduler.has_work()
 
-    def check_request(self, request: Request) -> None:
-        self.scheduler.check_request(request)
+    def check_request(self, request: Request, num_unqueued: int = 0) -> None:
+        self.scheduler.check_request(request, num_unqueued)
 
     def stats(self) -> EngineStats:
         return self.scheduler.stats()

@@ -53,16 +53,20 @@ class Scheduler:
         self.pieces_by_chunk: dict[int, int] = {}
 
     # -- requests in ----------------------------------------------------------------------
-    def check_request(self, request: Request) -> None:
-        """Reject, before queueing, what can never run or cannot wait."""
+    def check_request(self, request: Request, num_unqueued: int = 0) -> None:
+        """Reject, before queueing, what can never run or cannot wait.
+
+        `num_unqueued` counts requests submitted but not yet handed to the scheduler.
+        """
         n = len(request.prompt_ids)
         if n >= self.slot_context:
             raise PromptTooLongError(
                 f"the prompt has {n} tokens, but a slot's context holds {self.slot_context} "
                 f"(prompt plus at least one generated token); shorten it or raise --ctx-size"
             )
-        if len(self.waiting) >= self.max_queue:
-            raise QueueFullError(f"the server is busy ({len(self.waiting)} requests waiting); retry later")
+        num_waiting = len(self.waiting) + num_unqueued
+        if num_waiting >= self.max_queue:
+            raise QueueFullError(f"the server is busy ({num_waiting} requests waiting); retry later")
 
     def add(self, request: Request) -> None:
         self._next_id += 1
@@ -122,14 +126,14 @@ class Scheduler:
         adopt = seq.hit if seq.prefill_offset == seq.adopted else None
         if seq.prefill_started is None:
             seq.prefill_started = self.clock()
-        return PrefillWork(seq.seq_id, seq.request.prompt_ids, piece, plan.chunk() or 0, adopt, seq.request.sampling, snapshot)
+        return PrefillWork(seq.seq_id, seq.request.prompt_ids, piece, chunk, adopt, seq.request.sampling, snapshot)
 
     def update_prefill(self, work: PrefillWork, out: PrefillOutput) -> list[Event]:
         seq = self.prefilling
         piece = work.piece
         self.budget.give_back(seq.seq_id, piece.num_pad)
         self.counters["prompt"] += piece.length
-        self.pieces_by_chunk[work.chunk or piece.length] = self.pieces_by_chunk.get(work.chunk or piece.length, 0) + 1
+        self.pieces_by_chunk[work.chunk] = self.pieces_by_chunk.get(work.chunk, 0) + 1
         seq.prefill_offset = piece.end
         if out.snapshot is not None:
             self._store(out.snapshot)
@@ -137,7 +141,7 @@ class Scheduler:
         events: list[Event] = [
             PromptProgress(
                 seq.request.request_id, seq.prompt_len, seq.adopted, piece.end,
-                (now - seq.prefill_started) * 1000.0, work.chunk or piece.length,
+                (now - seq.prefill_started) * 1000.0, work.chunk,
             )
         ]
         if piece.terminal:

@@ -18,7 +18,7 @@ class PrefillWork:
     seq_id: int
     prompt_ids: tuple[int, ...]
     piece: Piece
-    chunk: int  # the chunk this piece was cut with (0 when the prefill is not chunked)
+    chunk: int  # the policy's chunk for this tick (the piece may be shorter: the prompt's tail)
     adopt: Optional[CacheHit]
     sampling: SamplingParams
     snapshot: bool  # return a KV snapshot after this piece (it ends at the history boundary)

@@ -123,7 +123,7 @@ class PromptProgress:
     cache: int
     processed: int
     time_ms: float
-    chunk: int
+    chunk: int  # the prefill chunk in force when this piece was planned
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ class StepEngine(Protocol):
     def has_work(self) -> bool: ...
     def step(self) -> list[Event]: ...
     def stats(self) -> EngineStats: ...
-    def check_request(self, request: Request) -> None: ...
+    def check_request(self, request: Request, num_unqueued: int = 0) -> None: ...
 
 
 class RequestHandle:
@@ -80,6 +80,7 @@ class EngineWorker:
         self._inbox: "queue.SimpleQueue[tuple[str, object]]" = queue.SimpleQueue()
         self._handles: dict[str, RequestHandle] = {}
         self._lock = threading.Lock()
+        self._num_unqueued = 0  # submitted, not yet added to the engine
         self._stats = engine.stats()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
@@ -93,13 +94,14 @@ class EngineWorker:
         """Queue a request. Raises `EngineError` subclasses for requests that can never run."""
         if self._stopping.is_set():
             raise EngineStoppedError("the server is shutting down")
-        self._engine.check_request(request)  # pure checks: prompt length, queue depth
         handle = RequestHandle(request.request_id, self, loop)
-        with self._lock:
+        with self._lock:  # one submitter at a time, so the queue-depth check is exact
+            self._engine.check_request(request, self._num_unqueued)  # prompt length, queue depth
             if request.request_id in self._handles:
                 raise ValueError(f"duplicate request id {request.request_id!r}")
             self._handles[request.request_id] = handle
-        self._inbox.put(("submit", request))
+            self._num_unqueued += 1
+            self._inbox.put(("submit", request))
         return handle
 
     def abort(self, request_id: str) -> None:
@@ -146,7 +148,9 @@ class EngineWorker:
             if kind == "stop":
                 return False
             if kind == "submit":
-                self._engine.add_request(payload)  # type: ignore[arg-type]
+                with self._lock:
+                    self._engine.add_request(payload)  # type: ignore[arg-type]
+                    self._num_unqueued -= 1
             else:
                 self._engine.abort(payload)  # type: ignore[arg-type]
             try:
