@@ -1,0 +1,12 @@
+"""Model loading: GGUF files and mlx-lm directories, tokenizers, chat prompts.
+
+Importing this package does not import mlx.core (the BLAS preload must come first)."""
+
+from .chat import ChatPrompt, encode_chat, encode_text
+from .loader import default_model_path, load_model
+from .types import LoadedModel, ModelLoadError
+
+__all__ = [
+    "ChatPrompt", "LoadedModel", "ModelLoadError", "default_model_path",
+    "encode_chat", "encode_text", "load_model",
+]

