@@ -1,0 +1,105 @@
+"""The commands: every one hands the same resolved policy to the engine; bad input is one line."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+import mlxcel_py.engine.engine as engine_module
+from mlxcel_py.cli.app import app
+from mlxcel_py.config import reset_prefill_chunk_override
+from mlxcel_py.engine.plan import PrefillChunkPolicy
+
+from tiny import tiny_model
+
+runner = CliRunner()
+
+
+class Captured(Exception):
+    pass
+
+
+@pytest.fixture
+def capture(monkeypatch):
+    """Stop each command where it hands its engine config over; return the policies seen."""
+    seen = {}
+
+    def fake_build(config, loaded):
+        seen["engine"] = config
+        raise Captured
+
+    def fake_serve(cfg):
+        seen["engine"] = cfg.engine
+
+    lm = tiny_model()  # before patching: tiny_model itself loads through load_model
+    monkeypatch.setattr(engine_module, "build_engine", fake_build)
+    monkeypatch.setattr("mlxcel_py.models.load_model", lambda *a, **k: lm)
+    monkeypatch.setattr("mlxcel_py.server.run.serve_forever", fake_serve)
+    reset_prefill_chunk_override()
+    yield seen
+    reset_prefill_chunk_override()
+
+
+def engine_config(seen, args, env=None):
+    seen.clear()
+    runner.invoke(app, args, env=env)
+    return seen["engine"]
+
+
+@pytest.mark.parametrize(
+    "flags, env, expected",
+    [
+        ([], {}, PrefillChunkPolicy(2048, 512)),
+        (["-b", "1024"], {}, PrefillChunkPolicy(1024, 1024)),
+        (["--prefill-chunk-size", "2048", "--batch-size", "1024"], {}, PrefillChunkPolicy(2048, 2048)),
+        ([], {"MLXCEL_PREFILL_CHUNK": "256"}, PrefillChunkPolicy(256, 256)),
+        ([], {"LLAMA_ARG_BATCH": "768"}, PrefillChunkPolicy(768, 768)),
+    ],
+)
+def test_every_command_hands_the_engine_the_same_policy(capture, monkeypatch, flags, env, expected):
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    policies = {}
+    for command in (["generate", "hi"], ["run"], ["serve"]):
+        reset_prefill_chunk_override()
+        policies[command[0]] = engine_config(capture, command + flags).policy
+    assert policies == {"generate": expected, "run": expected, "serve": expected}
+
+
+def test_one_slot_front_ends_and_serve_slots(capture):
+    assert engine_config(capture, ["generate", "hi"]).num_slots == 1
+    assert engine_config(capture, ["run"]).num_slots == 1
+    assert engine_config(capture, ["serve", "--parallel", "3"]).num_slots == 3
+
+
+@pytest.mark.parametrize(
+    "args, code, message",
+    [
+        (["generate", "   "], 2, "error: the prompt is empty"),
+        (["generate", "hi", "--max-tokens", "0"], 2, "error: --max-tokens must be at least 1 (got 0)"),
+        (["generate", "hi", "--temp", "-1"], 2, "error: --temp must be between 0 and 100 (got -1.0)"),
+        (["generate", "hi", "--top-p", "1.5"], 2, "error: --top-p must be in (0, 1] (got 1.5)"),
+        (["generate", "hi", "--model", "/nonexistent/model.gguf"], 1, "error: model path not found"),
+        (["run", "--prefill-chunk-size", "-5"], 2, "error: --prefill-chunk-size must be a non-negative integer"),
+        (["serve", "--port", "70000"], 2, "error: --port must be between 0 and 65535"),
+    ],
+)
+def test_bad_input_is_one_line_and_a_nonzero_exit(args, code, message):
+    result = runner.invoke(app, args)
+    assert result.exit_code == code, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(message), result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.slow
+def test_generate_answers_with_the_default_model_deterministically():
+    cmd = [sys.executable, "-m", "mlxcel_py", "generate", "What is the capital of France?", "--max-tokens", "24"]
+    env = {k: v for k, v in os.environ.items() if k not in ("MLXCEL_PREFILL_CHUNK", "LLAMA_ARG_BATCH")}
+    runs = [subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env) for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs), runs[0].stderr
+    assert "Paris" in runs[0].stdout
+    assert runs[0].stdout == runs[1].stdout
+    assert "Prompt:" in runs[0].stderr and "Generation:" in runs[0].stderr and "tokens-per-sec" in runs[0].stderr
