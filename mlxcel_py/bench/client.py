@@ -1,0 +1,159 @@
+"""A streaming OpenAI-compatible client that timestamps every token frame on arrival.
+
+It reads our frames (including `prompt_progress` ones), llama-server's (OpenAI-style and its
+native `/completion` `content`/`stop` frames) and mlx_lm.server's. A frame counts as a token
+when it carries text; servers that hold back a partial character or a lone space send that
+token with the next frame, so two tokens then share one arrival.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Optional
+
+import httpx
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One parsed SSE `data:` line."""
+
+    text: str = ""
+    progress: Optional[dict] = None
+    finish_reason: Optional[str] = None
+    error: Optional[str] = None
+    done: bool = False
+
+
+def frame_from_json(obj: Any) -> Frame:
+    """Classify one decoded SSE payload (ours, OpenAI's, llama-server's or mlx_lm.server's)."""
+    if not isinstance(obj, dict):
+        return Frame(error=f"unexpected SSE payload: {str(obj)[:80]}")
+    error = obj.get("error")
+    if error is not None:
+        message = error.get("message", str(error)) if isinstance(error, dict) else str(error)
+        return Frame(error=message)
+    progress = obj.get("prompt_progress")
+    progress = progress if isinstance(progress, dict) else None
+    choices = obj.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        choice = choices[0]
+        delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+        text = choice.get("text") or delta.get("content") or ""
+        return Frame(text=text, progress=progress, finish_reason=choice.get("finish_reason"))
+    if "content" in obj:  # llama-server's native /completion stream
+        finish = (obj.get("stop_type") or "stop") if obj.get("stop") else None
+        return Frame(text=obj.get("content") or "", progress=progress, finish_reason=finish)
+    return Frame(progress=progress)  # role-only, usage-only or progress-only frames
+
+
+def parse_sse_line(line: str) -> Optional[Frame]:
+    """The frame of one SSE line; None for blank, comment and non-data lines."""
+    line = line.strip()
+    if not line.startswith("data:"):
+        return None
+    payload = line[5:].strip()
+    if payload == "[DONE]":
+        return Frame(done=True)
+    try:
+        return frame_from_json(json.loads(payload))
+    except json.JSONDecodeError:
+        return Frame(error=f"malformed SSE payload: {payload[:80]}")
+
+
+def parse_sse(lines: Iterable[str]) -> list[Frame]:
+    """All frames of an SSE body given as lines."""
+    return [f for f in (parse_sse_line(line) for line in lines) if f is not None]
+
+
+@dataclass(slots=True)
+class StreamLog:
+    """What one streamed request saw; times come from the scenario's clock (seconds)."""
+
+    sent: Optional[float] = None
+    token_times: list[float] = field(default_factory=list)
+    progress: list[tuple[float, dict]] = field(default_factory=list)
+    finish_reason: Optional[str] = None
+    error: Optional[str] = None
+    status: Optional[int] = None
+
+    @property
+    def first_token(self) -> Optional[float]:
+        return self.token_times[0] if self.token_times else None
+
+    @property
+    def ended(self) -> bool:
+        return self.finish_reason is not None or self.error is not None
+
+    def record(self, frame: Frame, now: float) -> None:
+        if frame.progress is not None:
+            self.progress.append((now, frame.progress))
+        if frame.text:
+            self.token_times.append(now)
+        if frame.finish_reason is not None:
+            self.finish_reason = frame.finish_reason
+        if frame.error is not None:
+            self.error = frame.error
+
+
+def completion_body(prompt: str, max_tokens: int, *, progress: bool = False,
+                    eos_ids: Iterable[int] = ()) -> dict:
+    """A greedy streaming /v1/completions body that never stops early and never hits a cache.
+
+    `ignore_eos` is llama-server's and ours; the EOS `logit_bias` does the same on servers that
+    lack it (mlx_lm.server). Unknown fields are ignored by all three."""
+    body: dict = {
+        "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
+        "ignore_eos": True, "cache_prompt": False,
+    }
+    if progress:
+        body["return_progress"] = True
+    bias = {str(i): -100.0 for i in sorted(eos_ids)}
+    if bias:
+        body["logit_bias"] = bias
+    return body
+
+
+async def stream_request(client: httpx.AsyncClient, url: str, body: dict, log: StreamLog,
+                         changed: Optional[asyncio.Condition] = None, clock: Clock = time.perf_counter) -> None:
+    """POST `body` to `url` and record each frame's arrival in `log` until the stream ends.
+
+    Cancel the task to stop early: that closes the connection, and the server aborts the request."""
+    log.sent = clock()
+    try:
+        async with client.stream("POST", url, json=body) as resp:
+            log.status = resp.status_code
+            if resp.status_code != 200:
+                log.error = f"HTTP {resp.status_code}: {(await resp.aread())[:200].decode(errors='replace')}"
+                return
+            async for line in resp.aiter_lines():
+                now = clock()
+                frame = parse_sse_line(line)
+                if frame is None:
+                    continue
+                log.record(frame, now)
+                await _notify(changed)
+                if frame.done:
+                    break
+    except httpx.HTTPError as exc:
+        log.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        if log.finish_reason is None and log.error is None:
+            log.finish_reason = "closed"
+        await _notify(changed)
+
+
+async def _notify(changed: Optional[asyncio.Condition]) -> None:
+    if changed is not None:
+        async with changed:
+            changed.notify_all()
+
+
+def new_client() -> httpx.AsyncClient:
+    """An HTTP client with no read timeout (a long prefill is silent) and room for many streams."""
+    return httpx.AsyncClient(timeout=httpx.Timeout(10.0, read=None), limits=httpx.Limits(max_connections=64))
