@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -59,6 +60,11 @@ def load_model(
         loaded = _load_mlx_dir(path, use_dense, on_progress)
     else:
         raise ModelLoadError(f"not a model: {path} (expected a .gguf file or an mlx-lm model directory)")
+    if use_dense and cpu_is_default():
+        from .cpu_kernels import install
+
+        if install(loaded.model):
+            loaded = replace(loaded, description=loaded.description + ", prefill attention+SwiGLU in numpy")
     log.info("loaded %s: %s", loaded.name, loaded.description)
     return loaded
 
@@ -66,7 +72,8 @@ def load_model(
 def _describe(base: str, weights: str) -> str:
     blas = loaded_blas()
     path = {"dense-float32": "dense float32", "quantized": "quantized (MLX kernels)"}.get(weights, weights)
-    return f"{base} -> {path}, BLAS {blas.name}"
+    kernels = f" ({blas.note.removeprefix('kernels ')})" if blas.note.startswith("kernels ") else ""
+    return f"{base} -> {path}, BLAS {blas.name}{kernels}"
 
 
 def _load_gguf(path: Path, dense: bool, on_progress: Progress) -> LoadedModel:

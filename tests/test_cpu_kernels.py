@@ -1,0 +1,58 @@
+"""The numpy prefill kernels equal MLX's own, and the BLAS kernel choice follows the CPU flags."""
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+import pytest
+
+from mlxcel_py.models.blas import coretype_for
+from mlxcel_py.models.cpu_kernels import causal_attention, make_sdpa, make_swiglu
+
+
+@pytest.mark.parametrize("heads, kv, num_q, num_k", [(9, 3, 512, 2048), (4, 4, 300, 300), (8, 2, 37, 1000), (6, 3, 600, 600)])
+def test_numpy_causal_attention_matches_mlx(heads, kv, num_q, num_k):
+    mx.random.seed(0)
+    q = mx.random.normal((1, heads, num_q, 64))
+    k, v = mx.random.normal((1, kv, num_k, 64)), mx.random.normal((1, kv, num_k, 64))
+    ref = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.125, mask="causal")
+    out = causal_attention(np.asarray(q[0]), np.asarray(k[0]), np.asarray(v[0]), 0.125)
+    np.testing.assert_allclose(out, np.asarray(ref[0]), atol=2e-5)
+
+
+def test_wrapped_sdpa_falls_back_to_mlx_for_decode_and_masks():
+    calls = []
+
+    def original(q, k, v, cache, scale, mask, sinks=None):
+        calls.append(mask if mask is None or isinstance(mask, str) else "array")
+        return q
+
+    sdpa = make_sdpa(original)
+    q, k = mx.zeros((1, 2, 1, 8)), mx.zeros((1, 2, 4, 8))
+    sdpa(q, k, k, cache=None, scale=1.0, mask=None)  # one query: decode
+    sdpa(mx.zeros((2, 2, 16, 8)), mx.zeros((2, 2, 16, 8)), mx.zeros((2, 2, 16, 8)), cache=None, scale=1.0,
+         mask=mx.ones((2, 1, 16, 16), dtype=mx.bool_))  # batched with an array mask
+    assert calls == [None, "array"]
+    big = mx.random.normal((1, 2, 16, 8))
+    out = sdpa(big, big, big, cache=None, scale=0.5, mask="causal")
+    assert calls == [None, "array"]  # handled in numpy
+    ref = mx.fast.scaled_dot_product_attention(big, big, big, scale=0.5, mask="causal")
+    np.testing.assert_allclose(np.asarray(out), np.asarray(ref), atol=1e-5)
+
+
+def test_numpy_swiglu_matches_mlx():
+    gate, x = mx.random.normal((64, 96)) * 6, mx.random.normal((64, 96))
+    swiglu = make_swiglu(lambda g, y: nn.silu(g) * y)
+    np.testing.assert_allclose(np.asarray(swiglu(gate, x)), np.asarray(nn.silu(gate) * x), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "flags, machine, expected",
+    [
+        ({"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd", "avx2", "fma"}, "x86_64", "SkylakeX"),
+        ({"avx2", "fma", "avx512f"}, "x86_64", "Haswell"),
+        ({"sse4_2"}, "x86_64", None),
+        ({"avx2", "fma"}, "aarch64", None),
+    ],
+)
+def test_openblas_kernel_family_follows_the_cpu_flags(flags, machine, expected):
+    assert coretype_for(flags, machine) == expected
