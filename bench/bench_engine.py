@@ -49,16 +49,17 @@ def run_ours(lm, ps, tokens: int) -> tuple[float, float]:
     engine.runner.decode = timed
     for i, p in enumerate(ps):
         engine.add_request(Request(f"r{i}", p, SamplingParams(max_tokens=tokens, ignore_eos=True), cache_prompt=False))
-    while len(engine.scheduler.running) < len(ps):  # admit and prefill everyone first
+    while engine.scheduler.waiting or engine.scheduler.prefilling:  # admit and prefill everyone first
         engine.step()
     model_time[0], steps, done = 0.0, 0, 0
+    generated_before = engine.stats().num_generated_tokens
     start = time.perf_counter()
     while engine.has_work():
         events = engine.step()
         steps += 1
         done += sum(isinstance(e, Finished) for e in events)
     elapsed = time.perf_counter() - start
-    generated = len(ps) * (tokens - 1)
+    generated = engine.stats().num_generated_tokens - generated_before
     return generated / elapsed, (elapsed - model_time[0]) / steps * 1000.0
 
 

@@ -73,6 +73,15 @@ def mlx_lm_spec(name: str, model_dir: Path, step: Optional[int], port: Optional[
     if step is not None:
         argv += ["--prefill-step-size", str(step)]
     env = {"LD_PRELOAD": OPENBLAS} if os.path.exists(OPENBLAS) else {}
+    if env and "OPENBLAS_CORETYPE" not in os.environ:
+        # The same OpenBLAS kernels our server picks (models/blas.py), so the comparison is fair.
+        import platform
+
+        from mlxcel_py.models.blas import _cpu_flags, coretype_for
+
+        coretype = coretype_for(_cpu_flags(), platform.machine())
+        if coretype:
+            env["OPENBLAS_CORETYPE"] = coretype
     return ServerSpec(name, tuple(argv), port, env)
 
 
