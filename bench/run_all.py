@@ -47,9 +47,9 @@ class Plan:
 
 def make_plan(args: argparse.Namespace) -> Plan:
     if args.quick:
-        plan = Plan(AdmitConfig(rounds=1, prompt_tokens=256, stream_prompt_tokens=16, quiet_s=1.0, pause_s=0.5),
+        plan = Plan(AdmitConfig(rounds=1, warmup_rounds=0, prompt_tokens=256, stream_prompt_tokens=16, quiet_s=1.0, pause_s=0.5),
                     TtftConfig(prompt_tokens=256, rounds=2),
-                    AdmitConfig(rounds=1, prompt_tokens=1024, stream_prompt_tokens=16, quiet_s=1.0, pause_s=0.5))
+                    AdmitConfig(rounds=1, warmup_rounds=0, prompt_tokens=1024, stream_prompt_tokens=16, quiet_s=1.0, pause_s=0.5))
     else:
         plan = Plan(AdmitConfig(), TtftConfig(rounds=5), AdmitConfig(prompt_tokens=8192))
     if args.rounds:

@@ -28,6 +28,7 @@ class AdmitConfig:
     quiet_s: float = 3.0  # decode-only window before the admission
     tail_tokens: int = 2  # tokens each stream must get after the admitted first token
     rounds: int = 3
+    warmup_rounds: int = 1  # full rounds run first and discarded (first-round effects on every server)
     seed: int = 0
     start_timeout_s: float = 300.0
     admit_timeout_s: float = 1800.0
@@ -46,9 +47,9 @@ class RoundPrompts:
 
 
 def build_round_prompts(encode: Encode, cfg: AdmitConfig) -> list[RoundPrompts]:
-    """Every round's prompts: unique per round and stream, identical for every arm."""
+    """Every round's prompts (warm-up rounds first): unique per round and stream, identical for every arm."""
     out = []
-    for r in range(cfg.rounds):
+    for r in range(-cfg.warmup_rounds, cfg.rounds):
         streams = tuple(build_prompt(encode, cfg.stream_prompt_tokens, round_seed(cfg.seed, r, "stream", i))
                         for i in range(cfg.num_streams))
         out.append(RoundPrompts(streams, build_prompt(encode, cfg.prompt_tokens, round_seed(cfg.seed, r, "admit"))))
@@ -159,13 +160,15 @@ async def admit_rounds(base_url: str, cfg: AdmitConfig, prompts: Sequence[RoundP
     """Warm up, then run every round against one server."""
     await warm_up(base_url, encode, eos_ids, cfg.seed)
     rounds = []
-    for i, round_prompts in enumerate(prompts):
-        if i:
+    for n, round_prompts in enumerate(prompts):
+        i = n - cfg.warmup_rounds  # negative: a warm-up round, run and discarded
+        if n:
             await asyncio.sleep(cfg.pause_s)
         result = await admit_round(base_url, cfg, round_prompts, eos_ids, i)
-        rounds.append(result)
         if say:
-            say(round_line(i, result))
+            say(("warm-up (discarded) " if i < 0 else "") + round_line(i, result))
+        if i >= 0:
+            rounds.append(result)
     return rounds
 
 

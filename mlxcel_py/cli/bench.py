@@ -68,6 +68,9 @@ def admit(
     stream_prompt_tokens: Annotated[int, typer.Option("--stream-prompt-tokens", min=1)] = 32,
     quiet_s: Annotated[float, typer.Option("--quiet-s", min=0.0, help="Decode-only window before admission.")] = 3.0,
     rounds: Annotated[int, typer.Option("--rounds", min=1)] = 3,
+    warmup_rounds: Annotated[
+        int, typer.Option("--warmup-rounds", min=0, help="Full rounds run first and discarded.")
+    ] = 1,
     tail_tokens: Annotated[int, typer.Option("--tail-tokens", min=1, help="Stream tokens after the admitted first token.")] = 2,
     seed: SeedOpt = 0,
     out: OutOpt = None,
@@ -79,7 +82,8 @@ def admit(
 
     arms = _arms(arm, url)
     cfg = AdmitConfig(num_streams=streams, prompt_tokens=prompt_tokens, stream_prompt_tokens=stream_prompt_tokens,
-                      quiet_s=quiet_s, rounds=rounds, tail_tokens=tail_tokens, seed=seed)
+                      quiet_s=quiet_s, rounds=rounds, warmup_rounds=warmup_rounds, tail_tokens=tail_tokens,
+                      seed=seed)
     say = lambda m: _err().print(m, markup=False)  # noqa: E731
     result = _run(lambda: run_admit(arms, cfg, model, say), out)
     _print_table(ADMIT_HEADERS, admit_rows(result))
