@@ -85,3 +85,15 @@ def test_tiny_vocab_is_byte_level_bpe_with_merges():
     assert len(tok.encode("12345", add_special_tokens=False)) == 5
     assert tok.encode("<|im_start|>", add_special_tokens=False) == [1]
     assert tok.convert_ids_to_tokens([0, 1, 2]) == ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def test_a_lone_space_token_is_released_at_once(real):
+    ids = real.wrapper.encode("in 2024", add_special_tokens=False)
+    detok = real.wrapper.detokenizer
+    released = []
+    for token in ids:
+        detok.add_token(token)
+        released.append(detok.last_segment)
+    # smollm splits digits one per token, so " 2024" is " ", "2", "0", "2", "4": the space
+    # must not wait for the next token.
+    assert released == ["in", " ", "2", "0", "2", "4"]

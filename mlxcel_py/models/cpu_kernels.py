@@ -20,9 +20,12 @@ QUERY_BLOCK = 256  # bounds the score matrix: heads x 256 x keys floats
 MIN_QUERIES = 8  # below this MLX's own kernel is as fast and skips the round trip
 
 
+_HIDDEN = np.triu(np.full((QUERY_BLOCK, QUERY_BLOCK), -np.inf, dtype=np.float32), k=1)
+
+
 def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float) -> np.ndarray:
     """Causal attention for queries at the last L of S positions. q (H, L, D), k/v (KV, S, D)."""
-    num_heads, num_q, dim = q.shape
+    num_heads, num_q, _ = q.shape
     num_kv, num_k = k.shape[0], k.shape[1]
     group = num_heads // num_kv
     offset = num_k - num_q
@@ -30,16 +33,18 @@ def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float) 
     for b0 in range(0, num_q, QUERY_BLOCK):
         b1 = min(num_q, b0 + QUERY_BLOCK)
         kend = offset + b1
-        # Query i (at position offset+b0+i) sees keys up to and including its own position.
-        hidden = np.triu(np.ones((b1 - b0, b1 - b0), dtype=bool), k=1)
         for h in range(num_kv):
-            qh = q[h * group : (h + 1) * group, b0:b1] * np.float32(scale)
-            scores = qh @ k[h, :kend].T
-            scores[:, :, offset + b0 :][:, hidden] = -np.inf
+            heads = slice(h * group, (h + 1) * group)
+            scores = (q[heads, b0:b1] * np.float32(scale)) @ k[h, :kend].T
+            # Query i (at position offset+b0+i) sees keys up to its own position: only the
+            # last square block of the scores holds hidden entries.
+            scores[:, :, offset + b0 : kend] += _HIDDEN[: b1 - b0, : b1 - b0]
             scores -= scores.max(axis=-1, keepdims=True)
             np.exp(scores, out=scores)
-            scores /= scores.sum(axis=-1, keepdims=True)
-            out[h * group : (h + 1) * group, b0:b1] = scores @ v[h, :kend]
+            total = scores.sum(axis=-1, keepdims=True)
+            res = scores @ v[h, :kend]
+            res /= total  # normalize the (heads, queries, dim) output, not the larger scores
+            out[heads, b0:b1] = res
     return out
 
 

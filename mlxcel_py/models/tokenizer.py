@@ -35,6 +35,16 @@ class ByteLevelDetokenizer(BPEStreamingDetokenizer):
     def _maybe_trim_space(self, current_text):
         return current_text
 
+    def add_token(self, token):
+        # The parent holds a lone-space token back to maybe trim it; with no trim here that
+        # only delays text (digits are split one per token, so " 2" is " " then "2").
+        self.tokens.append(token)
+        self._unflushed += self.tokenmap[token] if token < len(self.tokenmap) else "!"
+        text = self._decode_bytes(self._unflushed)
+        if not text.endswith("\ufffd"):  # wait only for an incomplete UTF-8 character
+            self.text += text
+            self._unflushed = ""
+
     def _decode_bytes(self, seq):
         # The parent drops byte 0 (it tests `if res:`); map every byte-level char exactly.
         out = bytearray()
