@@ -64,6 +64,7 @@ def make_sdpa(original: Callable) -> Callable:
         return mx.array(out)[None]
 
     sdpa.mlxcel_numpy = True  # type: ignore[attr-defined]
+    sdpa.__wrapped__ = original  # type: ignore[attr-defined]
     return sdpa
 
 
@@ -84,6 +85,7 @@ def make_swiglu(original: Callable) -> Callable:
         return mx.array(out)
 
     swiglu.mlxcel_numpy = True  # type: ignore[attr-defined]
+    swiglu.__wrapped__ = original  # type: ignore[attr-defined]
     return swiglu
 
 
