@@ -56,6 +56,12 @@ class Engine:
     def stats(self) -> EngineStats:
         return self.scheduler.stats()
 
+    def close(self) -> None:
+        """Called by the worker on the stopping thread once the engine thread has ended."""
+        close = getattr(self.runner, "close", None)
+        if close is not None:
+            close()
+
 
 def slot_context(ctx_size: int | None, num_slots: int, model_context: int) -> int:
     """Per-slot context: the total split over slots, never more than the model's maximum."""

@@ -166,6 +166,16 @@ class Runner:
     def num_rows(self) -> int:
         return len(self._rows)
 
+    def close(self) -> None:
+        """Drop every KV array and sync MLX from the stopping thread.
+
+        Without an MLX call on that thread after the engine thread's last one, the
+        process aborted at exit ("terminate called without an active exception").
+        """
+        self._prefill.clear()
+        self._batch, self._rows = None, []
+        mx.synchronize()
+
 
 def _adopt(cache: list, hit: CacheHit) -> None:
     """Start a sequence's cache from the first `hit.length` positions of a snapshot (shared, not copied)."""

@@ -117,6 +117,9 @@ class EngineWorker:
         self._inbox.put(("stop", None))
         if self._thread.is_alive():
             self._thread.join(timeout)
+        close = getattr(self._engine, "close", None)
+        if close is not None and not self._thread.is_alive():
+            close()
 
     @property
     def alive(self) -> bool:
