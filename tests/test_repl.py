@@ -8,7 +8,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from mlxcel_py.cli.chat_render import HELP, ChatRenderer, format_stats, terminal_rows
-from mlxcel_py.cli.repl import ChatSession, Repl, stream_reader
+from mlxcel_py.cli.repl import ChatSession, Repl
 from mlxcel_py.config import resolve
 from mlxcel_py.engine.engine import build_engine
 from mlxcel_py.engine.types import Finished, PromptProgress, TokenDelta, Timings, Usage

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 import uuid
 from typing import Optional
 
