@@ -12,7 +12,7 @@ import queue
 import threading
 from typing import AsyncIterator, Iterator, Optional, Protocol
 
-from .stats import EngineStats
+from .stats import EngineStats, empty_finish
 from .types import EngineStoppedError, Event, Finished, Request
 
 log = logging.getLogger("mlxcel_py.engine")
@@ -189,8 +189,6 @@ class EngineWorker:
         self._fail_all("the server is shutting down", reason="abort")
 
     def _fail_all(self, message: str, reason: str = "error") -> None:
-        from .stats import empty_finish
-
         with self._lock:
             handles, self._handles = dict(self._handles), {}
         for request_id, handle in handles.items():
