@@ -103,3 +103,4 @@ def test_generate_answers_with_the_default_model_deterministically():
     assert "Paris" in runs[0].stdout
     assert runs[0].stdout == runs[1].stdout
     assert "Prompt:" in runs[0].stderr and "Generation:" in runs[0].stderr and "tokens-per-sec" in runs[0].stderr
+

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
+
 import typer
 
 app = typer.Typer(
@@ -27,4 +31,22 @@ _register()
 
 
 def main() -> None:
-    app()
+    """The console script: run the app, then leave without MLX's static destructors.
+
+    MLX used from a thread other than the main one (our engine thread) can abort the
+    process at exit ("terminate called without an active exception", ml-explore/mlx#3126);
+    once the command is done there is nothing left to tear down, so flush and _exit.
+    """
+    try:
+        app()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+    if "mlx.core" not in sys.modules:
+        sys.exit(code)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -169,8 +169,8 @@ class Runner:
     def close(self) -> None:
         """Drop every KV array and sync MLX from the stopping thread.
 
-        Without an MLX call on that thread after the engine thread's last one, the
-        process aborted at exit ("terminate called without an active exception").
+        This made an abort at process exit after engine-thread work rarer, not impossible
+        (ml-explore/mlx#3126); the console script (`cli/app.main`) exits with os._exit.
         """
         self._prefill.clear()
         self._batch, self._rows = None, []
