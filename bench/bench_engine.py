@@ -22,8 +22,8 @@ import mlx.core as mx  # noqa: E402
 from mlx_lm.generate import BatchGenerator  # noqa: E402
 
 from mlxcel_py.config import resolve  # noqa: E402
-from mlxcel_py.engine.engine import build_engine  # noqa: E402
-from mlxcel_py.engine.types import Finished, Request, SamplingParams  # noqa: E402
+from mlxcel_py.engine import build_engine  # noqa: E402
+from mlxcel_py.engine import Finished, Request, SamplingParams  # noqa: E402
 from mlxcel_py.models import encode_chat, load_model  # noqa: E402
 
 TOPICS = ["the sea", "a dragon", "Paris", "bread", "rain", "chess", "the moon", "a robot", "music", "winter"]

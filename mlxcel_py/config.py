@@ -10,8 +10,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Literal, Mapping, Optional
 
-from .engine.plan import DEFAULT_PREFILL_CHUNK, PrefillChunkPolicy
-from .engine.types import MAX_TOKENS_LIMIT, SamplingParams
+from .engine.plan import PrefillChunkPolicy
+from .engine.request import MAX_TOKENS_LIMIT, SamplingParams
+from .errors import ConfigError, RequestError
 
 log = logging.getLogger("mlxcel_py.config")
 
@@ -33,10 +34,6 @@ _SAMPLING_FLAGS = {
 _SERVER_SAMPLING = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "repetition_penalty": 1.0}
 _GREEDY_SAMPLING = {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "repetition_penalty": 1.0}
 _DEFAULT_MAX_TOKENS = {"serve": MAX_TOKENS_LIMIT, "bench": MAX_TOKENS_LIMIT, "run": 4096, "generate": 256}
-
-
-class ConfigError(ValueError):
-    """A flag or environment value that cannot be used; the message names it."""
 
 
 def _parse_count(raw: str) -> Optional[int]:
@@ -73,12 +70,6 @@ def reset_prefill_chunk_override() -> None:
     _override = _UNREAD
 
 
-def prefill_chunk_len() -> int:
-    """The alone chunk for callers without a scheduler state: the override, else 2048."""
-    override = prefill_chunk_override()
-    return DEFAULT_PREFILL_CHUNK if override is None else override
-
-
 @dataclass(frozen=True, slots=True)
 class ResolvedChunk:
     """The explicit prefill chunk (None = the alone/contended policy) and where it came from."""
@@ -94,7 +85,7 @@ def _env_count(env: Mapping[str, str], name: str) -> Optional[int]:
         return None
     value = _parse_count(raw)
     if value is None:
-        raise ConfigError(f"{name} must be a non-negative integer (got {raw!r})")
+        raise ConfigError(f"{name} must be a non-negative integer (got {raw!r})", flag=name)
     return value
 
 
@@ -109,9 +100,9 @@ def _check_range(flag: str, value: Optional[float], low: float, high: Optional[f
     if value is None:
         return
     if high is None and value < low:
-        raise ConfigError(f"{flag} must be at least {low} (got {value})")
+        raise ConfigError(f"{flag} must be at least {low} (got {value})", flag=flag)
     if high is not None and not low <= value <= high:
-        raise ConfigError(f"{flag} must be between {low} and {high} (got {value})")
+        raise ConfigError(f"{flag} must be between {low} and {high} (got {value})", flag=flag)
 
 
 def resolve_prefill_chunk_size(
@@ -120,7 +111,7 @@ def resolve_prefill_chunk_size(
     """--prefill-chunk-size, else --batch-size (or LLAMA_ARG_BATCH), else MLXCEL_PREFILL_CHUNK, else None."""
     for name, value in (("--prefill-chunk-size", flag), ("--batch-size", batch_size)):
         if value is not None and value < 0:
-            raise ConfigError(f"{name} must be a non-negative integer (got {value})")
+            raise ConfigError(f"{name} must be a non-negative integer (got {value})", flag=name)
     batch_size, batch_source = _flag_or_env(batch_size, "--batch-size", env, "LLAMA_ARG_BATCH")
     conflict = flag is not None and batch_size is not None and flag != batch_size
     if conflict:
@@ -179,29 +170,29 @@ class AppConfig:
 
 def _sampling(command: str, given: dict[str, object]) -> SamplingParams:
     if given["max_tokens"] is not None and given["max_tokens"] < 1:  # type: ignore[operator]
-        raise ConfigError(f"--max-tokens must be at least 1 (got {given['max_tokens']})")
+        raise ConfigError(f"--max-tokens must be at least 1 (got {given['max_tokens']})", flag="--max-tokens")
     values = dict(_SERVER_SAMPLING if command in _SERVER_COMMANDS else _GREEDY_SAMPLING)
     values["max_tokens"] = _DEFAULT_MAX_TOKENS[command]
     values.update({k: v for k, v in given.items() if v is not None})
     try:
         return SamplingParams(**values)  # type: ignore[arg-type]
-    except ValueError as exc:
+    except RequestError as exc:  # the message starts with the field's name: say the flag instead
+        flag = _SAMPLING_FLAGS.get(exc.param or "", exc.param)
         message = str(exc)
-        for name, flag in _SAMPLING_FLAGS.items():
-            if message.startswith(name + " "):
-                message = flag + message[len(name) :]
-        raise ConfigError(message) from exc
+        if exc.param and flag and message.startswith(exc.param + " "):
+            message = flag + message[len(exc.param) :]
+        raise ConfigError(message, flag=flag) from None
 
 
 def _server(env: Mapping[str, str], host: Optional[str], port: Optional[int], api_key: Optional[str],
             log_level: str, model_alias: Optional[str]) -> ServerConfig:
     host = host if host is not None else (env.get("LLAMA_ARG_HOST") or "").strip() or "127.0.0.1"
     if not host.strip():
-        raise ConfigError("--host must not be empty")
+        raise ConfigError("--host must not be empty", flag="--host")
     port, label = _flag_or_env(port, "--port", env, "LLAMA_ARG_PORT")
     _check_range(label, port, 0, 65535)
     if api_key == "":
-        raise ConfigError("--api-key must not be empty (omit it to disable authentication)")
+        raise ConfigError("--api-key must not be empty (omit it to disable authentication)", flag="--api-key")
     api_key = api_key if api_key is not None else env.get("MLXCEL_API_KEY") or None
     return ServerConfig(host, 8080 if port is None else port, api_key, log_level, model_alias)
 
@@ -210,7 +201,8 @@ def _engine(command: str, env: Mapping[str, str], chunk: ResolvedChunk, parallel
             ctx_size: Optional[int], max_queue: Optional[int], cache: PromptCacheConfig) -> EngineConfig:
     serving = command in _SERVER_COMMANDS
     if not serving and parallel is not None and parallel > 1:
-        raise ConfigError(f"--parallel applies to serve and bench; {command} uses one slot (got {parallel})")
+        raise ConfigError(f"--parallel applies to serve and bench; {command} uses one slot (got {parallel})",
+                          flag="--parallel")
     parallel_label, ctx_label = "--parallel", "--ctx-size"
     if serving:  # llama-server's environment variables
         parallel, parallel_label = _flag_or_env(parallel, "--parallel", env, "LLAMA_ARG_N_PARALLEL")
@@ -264,10 +256,10 @@ def resolve(
         raise ConfigError(f"unknown command {command!r}; expected one of {', '.join(_DEFAULT_MAX_TOKENS)}")
     env = os.environ if env is None else env
     if model is not None and not model.strip():
-        raise ConfigError("--model must not be empty (omit it to use the embedded default model)")
+        raise ConfigError("--model must not be empty (omit it to use the embedded default model)", flag="--model")
     level = (log_level or "info").lower()
     if level not in LOG_LEVELS:
-        raise ConfigError(f"--log-level must be one of {', '.join(LOG_LEVELS)} (got {log_level!r})")
+        raise ConfigError(f"--log-level must be one of {', '.join(LOG_LEVELS)} (got {log_level!r})", flag="--log-level")
     chunk = resolve_prefill_chunk_size(prefill_chunk_size, batch_size, env)
     cache = _prompt_cache(prompt_cache, cache_max_bytes, cache_max_entries, cache_min_prefix)
     engine = _engine(command, env, chunk, parallel, ctx_size, max_queue, cache)
@@ -278,7 +270,7 @@ def resolve(
     if command in _SERVER_COMMANDS:
         server = _server(env, host, port, api_key, level, model_alias)
     elif host is not None or port is not None or api_key is not None:
-        raise ConfigError(f"--host, --port and --api-key apply to serve and bench, not {command}")
+        raise ConfigError(f"--host, --port and --api-key apply to serve and bench, not {command}", flag="--host")
     blas = (env.get("MLXCEL_BLAS") or "").strip() or "auto"
     return AppConfig(command, ModelSpec(model), engine, sampling, chunk, blas, server)
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from mlxcel_py.engine.engine import Engine
+from mlxcel_py.engine import Engine
 from mlxcel_py.engine.kv import PromptCache
 from mlxcel_py.engine.plan import PlanCaps, PrefillChunkPolicy
 from mlxcel_py.engine.scheduler import Scheduler
 from mlxcel_py.engine.sequence import PrefillOutput, Snapshot
 from mlxcel_py.engine.text import TextStream
-from mlxcel_py.engine.types import Request, SamplingParams
+from mlxcel_py.engine import Request, SamplingParams
 
 EOS = 0
 

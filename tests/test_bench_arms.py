@@ -8,6 +8,7 @@ import pytest
 
 from mlxcel_py.bench.servers import Arm, mlxcel_spec, null_arm, parse_arm, parse_arms, parse_url_arm
 from mlxcel_py.bench.ttft import arm_order, null_verdicts
+from mlxcel_py.errors import ConfigError
 
 
 def test_parse_arm_splits_flags_like_a_shell():
@@ -18,23 +19,23 @@ def test_parse_arm_splits_flags_like_a_shell():
 
 @pytest.mark.parametrize("bad", ["noequals", "=flags", "bad name=x", "q=--a 'unclosed"])
 def test_parse_arm_rejects(bad):
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError):
         parse_arm(bad)
 
 
 def test_parse_url_arm():
     assert parse_url_arm("llama=http://127.0.0.1:8080/") == Arm("llama", url="http://127.0.0.1:8080")
     assert parse_url_arm("p=http://127.0.0.1:8080/v1").url == "http://127.0.0.1:8080"
-    with pytest.raises(ValueError, match="expected http"):
+    with pytest.raises(ConfigError, match="expected http"):
         parse_url_arm("p=127.0.0.1:8080")
 
 
 def test_parse_arms_order_and_unique_names():
     arms = parse_arms(["a=", "b=--x 1"], ["c=http://127.0.0.1:1"])
     assert [a.name for a in arms] == ["a", "b", "c"] and arms[2].external
-    with pytest.raises(ValueError, match="twice"):
+    with pytest.raises(ConfigError, match="twice"):
         parse_arms(["a=", "a=--x"], [])
-    with pytest.raises(ValueError, match="at least one"):
+    with pytest.raises(ConfigError, match="at least one"):
         parse_arms([], [])
 
 
@@ -43,7 +44,7 @@ def test_null_arm_auto_and_explicit():
     assert null_arm(arms).name == "c2048b"
     assert null_arm(arms, "policy").name == "policy"
     assert null_arm(arms[:2]) is None
-    with pytest.raises(ValueError, match="not one of the arms"):
+    with pytest.raises(ConfigError, match="not one of the arms"):
         null_arm(arms, "nope")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from mlxcel_py.bench.prompts import build_prompt, random_words, round_seed
+from mlxcel_py.errors import ConfigError
 
 
 def words(text: str) -> list[str]:
@@ -27,9 +28,9 @@ def test_exact_count_with_bos(n):
 
 
 def test_bos_only_is_too_short():
-    with pytest.raises(ValueError, match="too short"):
+    with pytest.raises(ConfigError, match="too short"):
         build_prompt(lambda t: [1, 1] + list(t), 1, seed=0)
-    with pytest.raises(ValueError, match="at least 1"):
+    with pytest.raises(ConfigError, match="at least 1"):
         build_prompt(words, 0, seed=0)
 
 

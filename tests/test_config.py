@@ -7,19 +7,20 @@ import logging
 import pytest
 import typer
 
-from mlxcel_py.cli.common import fail, resolve_or_exit, setup_logging
+from mlxcel_py.cli.common import fail, resolve_or_exit
 from mlxcel_py.config import (
     ConfigError,
     ResolvedChunk,
-    prefill_chunk_len,
     prefill_chunk_override,
     reset_prefill_chunk_override,
     resolve,
     resolve_prefill_chunk_size,
     startup_summary,
 )
+from mlxcel_py.engine import MAX_TOKENS_LIMIT
 from mlxcel_py.engine.plan import PrefillChunkPolicy
-from mlxcel_py.engine.types import MAX_TOKENS_LIMIT
+from mlxcel_py.errors import ConfigError
+from mlxcel_py.logs import setup_logging
 
 
 @pytest.fixture(autouse=True)
@@ -76,7 +77,7 @@ def test_llama_arg_batch_conflicts_with_the_flag(caplog):
 
 
 def test_garbage_llama_arg_batch_is_an_error():
-    with pytest.raises(ValueError, match=r"LLAMA_ARG_BATCH must be a non-negative integer \(got 'x'\)"):
+    with pytest.raises(ConfigError, match=r"LLAMA_ARG_BATCH must be a non-negative integer \(got 'x'\)"):
         resolve_prefill_chunk_size(None, None, {"LLAMA_ARG_BATCH": "x"})
 
 
@@ -86,7 +87,6 @@ def test_mlxcel_prefill_chunk_overrides_both_states(monkeypatch):
     cfg = resolve("serve")
     assert cfg.chunk == ResolvedChunk(1024, False, "MLXCEL_PREFILL_CHUNK")
     assert policy_of(cfg) == (1024, 1024)
-    assert prefill_chunk_len() == 1024
 
 
 def test_flag_beats_the_env_override(monkeypatch):
@@ -104,7 +104,6 @@ def test_override_tolerates_whitespace(monkeypatch):
 def test_zero_pins_both_states_to_no_chunking(monkeypatch):
     monkeypatch.setenv("MLXCEL_PREFILL_CHUNK", "0")
     assert policy_of(resolve("serve")) == (0, 0)
-    assert prefill_chunk_len() == 0
     assert policy_of(resolve("serve", prefill_chunk_size=0, env={})) == (0, 0)
 
 
@@ -113,7 +112,6 @@ def test_garbage_override_warns_once_and_counts_as_unset(monkeypatch, caplog, ra
     monkeypatch.setenv("MLXCEL_PREFILL_CHUNK", raw)
     with caplog.at_level(logging.WARNING, logger="mlxcel_py.config"):
         assert prefill_chunk_override() is None
-        assert prefill_chunk_len() == 2048
         assert policy_of(resolve("serve")) == (2048, 512)
     assert len(caplog.records) == 1
     assert repr(raw) in caplog.records[0].getMessage()
@@ -129,7 +127,7 @@ def test_override_is_read_once_per_process(monkeypatch):
 
 
 def test_unset_or_empty_override_is_the_default(monkeypatch, caplog):
-    assert prefill_chunk_override() is None and prefill_chunk_len() == 2048
+    assert prefill_chunk_override() is None and policy_of(resolve("serve")) == (2048, 512)
     monkeypatch.setenv("MLXCEL_PREFILL_CHUNK", "  ")
     reset_prefill_chunk_override()
     assert prefill_chunk_override() is None and not caplog.records
@@ -274,7 +272,7 @@ def test_setup_logging_installs_one_rich_handler():
         setup_logging("warning")
         ours = [h for h in logger.handlers if isinstance(h, RichHandler)]
         assert len(ours) == 1 and logger.level == logging.WARNING
-        with pytest.raises(ValueError, match="unknown log level 'loud'"):
+        with pytest.raises(ConfigError, match="unknown log level 'loud'"):
             setup_logging("loud")
     finally:
         logger.handlers[:] = before

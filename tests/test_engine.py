@@ -6,9 +6,9 @@ import mlx.core as mx
 import pytest
 
 from mlxcel_py.config import resolve
-from mlxcel_py.engine.engine import build_engine
+from mlxcel_py.engine import build_engine
 from mlxcel_py.engine.sequence import PrefillWork
-from mlxcel_py.engine.types import Finished, PromptProgress, Request, SamplingParams, TokenDelta
+from mlxcel_py.engine import Finished, PromptProgress, Request, SamplingParams, TokenDelta
 from mlxcel_py.engine.worker import EngineWorker
 
 from tiny import greedy_tokens, tiny_model

@@ -4,6 +4,7 @@ import mlx.core as mx
 import pytest
 
 from mlxcel_py.models import ChatPrompt, encode_chat, encode_text, load_model
+from mlxcel_py.errors import RequestError
 from tiny import tiny_model, write_tiny_gguf
 
 TURN1 = [{"role": "user", "content": "What is the capital of France?"}]
@@ -57,7 +58,7 @@ def test_text_parts_are_joined():
     ],
 )
 def test_invalid_messages(messages, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(RequestError, match=message):
         encode_chat(tiny_model().tokenizer, messages)
 
 
@@ -82,7 +83,7 @@ def test_encode_text():
     tok = tiny_model().tokenizer
     ids = encode_text(tok, "Hello world")
     assert isinstance(ids, tuple) and tok.decode(list(ids)) == "Hello world"  # add_bos is False
-    with pytest.raises(ValueError, match="prompt must be a string"):
+    with pytest.raises(RequestError, match="prompt must be a string"):
         encode_text(tok, None)
 
 

@@ -10,6 +10,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.utils import save_model
 
 from mlxcel_py.models import encode_chat, load_model
+from mlxcel_py.errors import ModelLoadError
 from tiny import CONTEXT, FFN, HEADS, HIDDEN, KV_HEADS, LAYERS, reference_model, tiny_model
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
@@ -67,5 +68,5 @@ def test_float16_dir_is_cast_to_float32(tmp_path):
 
 def test_dir_without_weights_fails_clearly(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    with pytest.raises(ValueError, match=r"cannot load mlx-lm model .*: No safetensors found"):
+    with pytest.raises(ModelLoadError, match=r"cannot load mlx-lm model .*: No safetensors found"):
         load_model(str(tmp_path))

@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 from mlxcel_py.cli.chat_render import HELP, ChatRenderer, format_stats, terminal_rows
 from mlxcel_py.cli.repl import ChatSession, Repl
 from mlxcel_py.config import resolve
-from mlxcel_py.engine.engine import build_engine
-from mlxcel_py.engine.types import Finished, PromptProgress, TokenDelta, Timings, Usage
+from mlxcel_py.engine import build_engine
+from mlxcel_py.engine import Finished, PromptProgress, TokenDelta, Timings, Usage
 from mlxcel_py.engine.worker import EngineWorker
 from mlxcel_py.models import encode_chat
 from tiny import tiny_model

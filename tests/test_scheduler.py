@@ -2,7 +2,8 @@
 
 import pytest
 
-from mlxcel_py.engine.types import Finished, PromptProgress, PromptTooLongError, QueueFullError, TokenDelta
+from mlxcel_py.engine import Finished, PromptProgress, PromptTooLongError, TokenDelta
+from mlxcel_py.engine.scheduler import check_fits
 
 from fakes import make_engine, request
 
@@ -134,18 +135,10 @@ def test_max_tokens_is_capped_by_the_slot_context():
 
 
 def test_prompt_longer_than_a_slot_is_rejected():
-    engine, _ = make_engine(slot_context=100)
-    with pytest.raises(PromptTooLongError, match="100 tokens, but a slot's context holds 100"):
-        engine.check_request(request("A", 100))
-    engine.check_request(request("A", 99))
-
-
-def test_full_queue_is_rejected_as_busy():
-    engine, _ = make_engine(max_queue=2)
-    engine.add_request(request("A", 10))
-    engine.add_request(request("B", 10))
-    with pytest.raises(QueueFullError, match="busy"):
-        engine.check_request(request("C", 10))
+    with pytest.raises(PromptTooLongError, match="100 tokens, but a slot's context holds 100") as info:
+        check_fits(request("A", 100), 100)
+    assert (info.value.n_prompt_tokens, info.value.n_ctx, info.value.code) == (100, 100, "context_length_exceeded")
+    check_fits(request("A", 99), 100)
 
 
 @pytest.mark.parametrize("phase", ["waiting", "prefill", "decode"])

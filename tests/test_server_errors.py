@@ -5,7 +5,7 @@ import threading
 import openai
 import pytest
 
-from mlxcel_py.engine.engine import build_engine
+from mlxcel_py.engine import build_engine
 from mlxcel_py.engine.worker import EngineWorker
 from server_helpers import GREEDY, error_of, long_prompt, start_server, stop_server, stream_post
 from tiny import tiny_model

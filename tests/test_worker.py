@@ -4,8 +4,9 @@ import asyncio
 
 import pytest
 
-from mlxcel_py.engine.types import EngineStoppedError, Finished, PromptTooLongError, TokenDelta
+from mlxcel_py.engine import EngineStoppedError, Finished, PromptTooLongError, QueueFullError, TokenDelta
 from mlxcel_py.engine.worker import EngineWorker
+from mlxcel_py.errors import RequestError
 
 from fakes import make_engine, request
 
@@ -49,7 +50,7 @@ def test_submit_rejects_what_can_never_run(worker):
     with pytest.raises(PromptTooLongError):
         worker.submit(request("big", 100_000))
     worker.submit(request("dup", 5, max_tokens=100000))
-    with pytest.raises(ValueError, match="duplicate request id"):
+    with pytest.raises(RequestError, match="duplicate request id"):
         worker.submit(request("dup", 5))
 
 
@@ -76,8 +77,6 @@ def test_an_engine_crash_fails_every_request_instead_of_hanging(worker):
 
 
 def test_queue_depth_counts_requests_not_yet_seen_by_the_engine():
-    from mlxcel_py.engine.types import QueueFullError
-
     engine, _ = make_engine(num_slots=1, slot_context=100_000, max_queue=2)
     w = EngineWorker(engine).start()
     try:
@@ -89,3 +88,20 @@ def test_queue_depth_counts_requests_not_yet_seen_by_the_engine():
             w.submit(request("d", 5))
     finally:
         w.stop()
+
+
+def test_a_burst_fills_the_free_slots_plus_the_queue():
+    engine, _ = make_engine(num_slots=2, slot_context=100_000, max_queue=4)
+    w = EngineWorker(engine)  # not started: nothing leaves the queue while the burst arrives
+    accepted, refused = [], []
+    for i in range(20):
+        try:
+            accepted.append(w.submit(request(f"r{i}", 5, max_tokens=2)))
+        except QueueFullError as exc:
+            refused.append(str(exc))
+    assert len(accepted) == 6 and len(refused) == 14
+    assert refused[0] == "the server is busy (4 requests waiting); retry later"
+    w.start()
+    assert all(collect(h)[-1].finish_reason == "length" for h in accepted)
+    w.submit(request("after", 5, max_tokens=2))  # finished requests gave their places back
+    w.stop()

@@ -10,6 +10,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Callable, Optional, Sequence
 
+from ..errors import ConfigError
 from .client import StreamLog, completion_body, new_client, stream_request
 from .prompts import Encode, build_prompt, load_encoder, round_seed
 from .servers import Arm, SpecFor, arm_endpoint, mlxcel_spec
@@ -37,7 +38,7 @@ class AdmitConfig:
 
     def __post_init__(self) -> None:
         if self.num_streams < 1 or self.rounds < 1 or self.prompt_tokens < 1:
-            raise ValueError("streams, rounds and prompt tokens must be at least 1")
+            raise ConfigError("streams, rounds and prompt tokens must be at least 1")
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,8 @@ import string
 import zlib
 from typing import Callable, Optional, Sequence
 
+from ..errors import ConfigError
+
 Encode = Callable[[str], Sequence[int]]
 # Short pieces that are one token in most BPE vocabularies; the first that adds exactly one
 # token is appended, so the prompt can reach any count.
@@ -25,20 +27,22 @@ def random_words(rng: random.Random, num_words: int) -> list[str]:
 def build_prompt(encode: Encode, num_tokens: int, seed: int) -> str:
     """Text whose `encode` is exactly `num_tokens` long; a different seed gives different words.
 
-    Raises ValueError when no filler can reach the count (a vocabulary without them)."""
+    Raises ConfigError when no filler can reach the count (a vocabulary without them)."""
     if num_tokens < 1:
-        raise ValueError(f"prompt length must be at least 1 token (got {num_tokens})")
+        raise ConfigError(f"prompt length must be at least 1 token (got {num_tokens})", flag="--prompt-tokens")
     rng = random.Random(seed)
     text = _bulk(encode, num_tokens, rng)
     count = len(encode(text))
     while count < num_tokens:
         step = _one_more(encode, text, count)
         if step is None:
-            raise ValueError(f"cannot extend the prompt from {count} to {num_tokens} tokens one at a time")
+            raise ConfigError(f"cannot extend the prompt from {count} to {num_tokens} tokens one at a time",
+                              flag="--prompt-tokens")
         text += step
         count += 1
     if count != num_tokens:
-        raise ValueError(f"a {num_tokens}-token prompt is too short for this tokenizer's special tokens")
+        raise ConfigError(f"a {num_tokens}-token prompt is too short for this tokenizer's special tokens",
+                          flag="--prompt-tokens")
     return text
 
 

@@ -18,6 +18,8 @@ from typing import Callable, Iterator, Mapping, Optional, Sequence
 
 import httpx
 
+from ..errors import ConfigError
+
 NAME_RE = re.compile(r"^[A-Za-z0-9_.+-]+$")
 
 
@@ -39,7 +41,7 @@ def _split_named(text: str, option: str) -> tuple[str, str]:
     name, sep, value = text.partition("=")
     name = name.strip()
     if not sep or not NAME_RE.match(name):
-        raise ValueError(f'{option} takes NAME=VALUE with a name of letters, digits and _.+- (got {text!r})')
+        raise ConfigError(f'{option} takes NAME=VALUE with a name of letters, digits and _.+- (got {text!r})', flag=option)
     return name, value
 
 
@@ -49,7 +51,7 @@ def parse_arm(text: str) -> Arm:
     try:
         return Arm(name, tuple(shlex.split(value)))
     except ValueError as exc:
-        raise ValueError(f"--arm {name}: cannot split the flags {value!r}: {exc}") from None
+        raise ConfigError(f"--arm {name}: cannot split the flags {value!r}: {exc}", flag="--arm") from None
 
 
 def parse_url_arm(text: str) -> Arm:
@@ -57,7 +59,7 @@ def parse_url_arm(text: str) -> Arm:
     name, value = _split_named(text, "--url")
     url = value.strip().rstrip("/")
     if not re.match(r"^https?://[^/\s]+", url):
-        raise ValueError(f"--url {name}: expected http://host:port (got {value!r})")
+        raise ConfigError(f"--url {name}: expected http://host:port (got {value!r})", flag="--url")
     return Arm(name, url=url.removesuffix("/v1"))
 
 
@@ -67,10 +69,10 @@ def parse_arms(arms: Sequence[str], urls: Sequence[str]) -> list[Arm]:
     seen: set[str] = set()
     for arm in out:
         if arm.name in seen:
-            raise ValueError(f"arm name {arm.name!r} is given twice")
+            raise ConfigError(f"arm name {arm.name!r} is given twice", flag="--arm")
         seen.add(arm.name)
     if not out:
-        raise ValueError("give at least one --arm NAME=\"flags\" or --url NAME=http://...")
+        raise ConfigError("give at least one --arm NAME=\"flags\" or --url NAME=http://...", flag="--arm")
     return out
 
 
@@ -80,7 +82,7 @@ def null_arm(arms: Sequence[Arm], explicit: Optional[str] = None) -> Optional[Ar
         for arm in arms:
             if arm.name == explicit:
                 return arm
-        raise ValueError(f"--null {explicit!r} is not one of the arms ({', '.join(a.name for a in arms)})")
+        raise ConfigError(f"--null {explicit!r} is not one of the arms ({', '.join(a.name for a in arms)})", flag="--null")
     seen = set()
     for arm in arms:
         key = (arm.flags, arm.url)

@@ -10,6 +10,7 @@ import contextlib
 from dataclasses import asdict, dataclass
 from typing import Callable, Mapping, Optional, Sequence
 
+from ..errors import ConfigError
 from .admit import warm_up
 from .client import StreamLog, completion_body, new_client, stream_request
 from .prompts import Encode, build_prompt, load_encoder, round_seed
@@ -30,7 +31,7 @@ class TtftConfig:
 
     def __post_init__(self) -> None:
         if self.rounds < 1 or self.prompt_tokens < 1:
-            raise ValueError("rounds and prompt tokens must be at least 1")
+            raise ConfigError("rounds and prompt tokens must be at least 1")
 
 
 def arm_order(names: Sequence[str], round_index: int) -> list[str]:

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ..errors import MlxcelError
 from .common import fail
 
 app = typer.Typer(help="Serving benchmarks: admission under live decode, single-stream TTFT.",
@@ -36,14 +37,14 @@ def _arms(arm: list[str], url: list[str]):
 
     try:
         return parse_arms(arm, url)
-    except ValueError as exc:
+    except MlxcelError as exc:
         fail(str(exc), code=2)
 
 
 def _run(work: Callable[[], dict], out: Optional[Path]) -> dict:
     try:
         result = work()
-    except ValueError as exc:  # bad settings, e.g. a prompt the tokenizer cannot build
+    except MlxcelError as exc:  # bad settings, e.g. a prompt the tokenizer cannot build
         fail(str(exc), code=2)
     if out is not None:
         out.write_text(json.dumps(result, indent=1))
@@ -114,7 +115,7 @@ def ttft(
     arms = _arms(arm, url)
     try:
         null_arm(arms, null)
-    except ValueError as exc:
+    except MlxcelError as exc:
         fail(str(exc), code=2)
     cfg = TtftConfig(prompt_tokens=prompt_tokens, rounds=rounds, parallel=parallel, seed=seed)
     say = lambda m: _err().print(m, markup=False)  # noqa: E731

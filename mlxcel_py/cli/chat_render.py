@@ -14,7 +14,7 @@ from rich.markdown import Markdown
 from rich.progress import BarColumn, Progress, SpinnerColumn, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from ..engine.types import Event, Finished, PromptProgress, TokenDelta
+from ..engine import Event, Finished, PromptProgress, TokenDelta
 
 HELP = (
     ("/help", "show this help"),

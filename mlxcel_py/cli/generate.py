@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Optional
+import uuid
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
+from rich.console import Console
 
-from .common import fail, resolve_or_exit, setup_logging
+from ..config import AppConfig
+from ..errors import MlxcelError
+from ..logs import setup_logging
+from .common import fail, resolve_or_exit
 from .options import (
     BatchSizeOpt, CtxSizeOpt, LogLevelOpt, MaxTokensOpt, MinPOpt, ModelOpt, PrefillChunkOpt,
     RepeatPenaltyOpt, SeedOpt, TempOpt, TopKOpt, TopPOpt,
 )
+
+if TYPE_CHECKING:
+    from ..engine import EngineStats, Finished, RequestHandle
 
 PromptArg = Annotated[
     Optional[str], typer.Argument(help="The prompt; read from stdin when omitted.", show_default=False)
@@ -46,6 +54,56 @@ def generate(
     if not prompt.strip():
         fail("the prompt is empty: pass it as an argument or on stdin", code=2)
     setup_logging(log_level or "warning")  # generate prints text, not logs, unless asked
-    from .generate_run import run_generate  # MLX imports happen after the BLAS preload
-
     run_generate(cfg, prompt, system=system, raw=raw)
+
+
+def run_generate(cfg: AppConfig, prompt: str, *, system: Optional[str], raw: bool) -> "Finished":
+    """Load, generate, print; returns the final event (tests read its usage and timings)."""
+    from .loading import load_or_exit  # preloads the BLAS before anything imports MLX
+
+    err = Console(stderr=True, highlight=False)
+    loaded = load_or_exit(cfg, err)
+    from ..engine import Request, engine_session
+    from ..models import encode_chat, encode_text
+
+    try:
+        if raw:
+            ids, boundary = encode_text(loaded.tokenizer, prompt), None
+        else:
+            messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+            chat = encode_chat(loaded.tokenizer, messages)
+            ids, boundary = chat.ids, chat.history_boundary
+        with engine_session(cfg.engine, loaded) as worker:
+            done = _stream(worker.submit(Request(f"gen-{uuid.uuid4().hex[:8]}", tuple(ids), cfg.sampling, boundary)))
+        stats = worker.stats()  # the last tick's snapshot, taken once the thread has stopped
+    except MlxcelError as exc:
+        fail(str(exc), code=2)
+    if done.finish_reason == "error":
+        fail(done.error or "generation failed")
+    _print_stats(err, done, stats)
+    return done
+
+
+def _stream(handle: "RequestHandle") -> "Finished":
+    from ..engine import Finished, TokenDelta
+
+    out = sys.stdout
+    for event in handle:
+        if isinstance(event, TokenDelta) and event.text:
+            out.write(event.text)
+            out.flush()
+        elif isinstance(event, Finished):
+            out.write(event.text + "\n")
+            out.flush()
+            return event
+    raise RuntimeError("the engine ended without a final event")
+
+
+def _print_stats(err: Console, done: "Finished", stats: "EngineStats") -> None:
+    u, t = done.usage, done.timings
+    cached = f" ({u.cached_tokens} cached)" if u.cached_tokens else ""
+    err.print("=" * 10)
+    err.print(f"Prompt: {u.prompt_tokens} tokens{cached}, {t.prompt_tps:.1f} tokens-per-sec")
+    err.print(f"Generation: {u.completion_tokens} tokens, {t.decode_tps:.1f} tokens-per-sec")
+    err.print(f"Time to first token: {t.ttft_ms:.0f} ms")
+    err.print(f"Peak memory: {stats.peak_memory_bytes / 1e9:.3f} GB")

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from ..config import AppConfig
+from ..errors import MlxcelError
 from .common import fail
 
 if TYPE_CHECKING:
@@ -19,7 +20,7 @@ def load_or_exit(cfg: AppConfig, console: Console | None = None) -> "LoadedModel
 
     try:
         preload_blas(cfg.blas)
-    except ValueError as exc:
+    except MlxcelError as exc:
         fail(str(exc))
     from ..models import load_model  # imports mlx.core: only after the preload
 
@@ -27,5 +28,5 @@ def load_or_exit(cfg: AppConfig, console: Console | None = None) -> "LoadedModel
     try:
         with console.status("Loading model...") as status:
             return load_model(cfg.model.path, on_progress=lambda msg: status.update(msg))
-    except ValueError as exc:  # ModelLoadError and friends
+    except MlxcelError as exc:  # ModelLoadError
         fail(str(exc))

@@ -11,7 +11,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional, TextIO
 
-from ..engine.types import EngineError, Event, Finished, PromptProgress, Request, SamplingParams, TokenDelta
+from ..engine import Event, Finished, PromptProgress, PromptTooLongError, Request, SamplingParams, TokenDelta
+from ..errors import MlxcelError
 from .chat_render import ChatRenderer
 
 ReadLine = Callable[[str], str]  # prompt -> line without its newline; EOFError at the end
@@ -20,7 +21,7 @@ FENCE = '"""'
 EXIT_COMMANDS = ("/bye", "/exit", "/quit")
 
 
-class ChatError(ValueError):
+class ChatError(MlxcelError):
     """A turn that could not run (too long, template error, engine error); the session goes on."""
 
 
@@ -70,9 +71,9 @@ class ChatSession:
             chat = encode_chat(self.tokenizer, messages)
             request = Request(f"run-{next(self._ids)}", chat.ids, self.sampling, chat.history_boundary)
             handle = self.worker.submit(request)
-        except EngineError as exc:
+        except PromptTooLongError as exc:
             raise ChatError(f"{exc} (or /clear the conversation)") from None
-        except ValueError as exc:
+        except MlxcelError as exc:
             raise ChatError(str(exc)) from None
         shown, done, interrupted = self._stream(handle, on_event, self._queued(request))
         if done.finish_reason == "error":

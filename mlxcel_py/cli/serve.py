@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..errors import MlxcelError
 from .common import fail, resolve_or_exit
 from .options import (
     AliasOpt, ApiKeyOpt, BatchSizeOpt, CacheMaxBytesOpt, CacheMaxEntriesOpt, CacheMinPrefixOpt, CtxSizeOpt,
@@ -44,9 +45,9 @@ def serve(
         log_level=log_level, model_alias=alias,
     )
     # Imported here: the server pulls in MLX, which must load after the BLAS preload.
-    from ..server.run import serve_forever
+    from ..server.serving import serve_forever
 
     try:
         serve_forever(cfg)
-    except (ValueError, OSError) as exc:  # ModelLoadError, ServeError (port in use), unreadable files
+    except MlxcelError as exc:  # ModelLoadError, ServeError (port in use), ConfigError (MLXCEL_BLAS)
         fail(str(exc))

@@ -1,0 +1,19 @@
+"""The engine's public API: requests in, events out, through one worker thread that owns MLX.
+
+Importing this package does not import MLX; `build_engine` loads the runner when called.
+"""
+
+from ..errors import EngineError, EngineStoppedError, PromptTooLongError, QueueFullError, RequestError
+from .events import Event, Finished, FinishReason, PromptProgress, Timings, TokenDelta, Usage, empty_finish
+from .lifecycle import build_engine, engine_session, slot_context
+from .request import MAX_TOKENS_LIMIT, Request, SamplingParams
+from .stats import EngineStats, Limits, SlotInfo
+from .tick import Engine
+from .worker import EngineWorker, RequestHandle
+
+__all__ = [
+    "Engine", "EngineError", "EngineStats", "EngineStoppedError", "EngineWorker", "Event", "FinishReason",
+    "Finished", "Limits", "MAX_TOKENS_LIMIT", "PromptProgress", "PromptTooLongError", "QueueFullError",
+    "Request", "RequestError", "RequestHandle", "SamplingParams", "SlotInfo", "Timings", "TokenDelta", "Usage",
+    "build_engine", "empty_finish", "engine_session", "slot_context",
+]

@@ -166,6 +166,15 @@ class Runner:
     def num_rows(self) -> int:
         return len(self._rows)
 
+    def peak_memory_bytes(self) -> int:
+        """MLX's peak allocation; the CPU backend may not track it, so the process's peak RSS then."""
+        peak = mx.get_peak_memory()
+        if not peak:
+            import resource
+
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        return int(peak)
+
     def close(self) -> None:
         """Drop every KV array and sync MLX from the stopping thread.
 

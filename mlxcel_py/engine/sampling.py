@@ -7,7 +7,7 @@ from typing import Callable, Optional
 import mlx.core as mx
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, make_repetition_penalty
 
-from .types import SamplingParams
+from .request import SamplingParams
 
 Sampler = Callable[[mx.array], mx.array]
 

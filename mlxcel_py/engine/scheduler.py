@@ -11,14 +11,27 @@ import time
 from collections import deque
 from typing import Callable, Optional
 
+from ..errors import PromptTooLongError
 from .kv import KVBudget, PromptCache
 from .plan import PlanCaps, PrefillChunkPolicy, PrefillPlan
 from .sequence import DecodeWork, PrefillOutput, PrefillWork, RetireWork, Sequence, Snapshot
 from .stats import EngineStats, SlotInfo
 from .text import TextStream
-from .types import Event, Finished, PromptProgress, PromptTooLongError, QueueFullError, Request, TokenDelta
+from .events import Event, Finished, PromptProgress, TokenDelta
+from .request import Request
 
 Clock = Callable[[], float]
+
+
+def check_fits(request: Request, slot_context: int) -> None:
+    """Refuse a prompt that can never run: it must leave room for one generated token."""
+    n = len(request.prompt_ids)
+    if n >= slot_context:
+        raise PromptTooLongError(
+            f"the prompt has {n} tokens, but a slot's context holds {slot_context} "
+            f"(prompt plus at least one generated token); shorten it or raise --ctx-size",
+            n_prompt_tokens=n, n_ctx=slot_context,
+        )
 
 
 class Scheduler:
@@ -53,21 +66,6 @@ class Scheduler:
         self.pieces_by_chunk: dict[int, int] = {}
 
     # -- requests in ----------------------------------------------------------------------
-    def check_request(self, request: Request, num_unqueued: int = 0) -> None:
-        """Reject, before queueing, what can never run or cannot wait.
-
-        `num_unqueued` counts requests submitted but not yet handed to the scheduler.
-        """
-        n = len(request.prompt_ids)
-        if n >= self.slot_context:
-            raise PromptTooLongError(
-                f"the prompt has {n} tokens, but a slot's context holds {self.slot_context} "
-                f"(prompt plus at least one generated token); shorten it or raise --ctx-size"
-            )
-        num_waiting = len(self.waiting) + num_unqueued
-        if num_waiting >= self.max_queue:
-            raise QueueFullError(f"the server is busy ({num_waiting} requests waiting); retry later")
-
     def add(self, request: Request) -> None:
         self._next_id += 1
         seq = Sequence(request=request, seq_id=self._next_id, arrival=self.clock())

@@ -8,7 +8,8 @@ from typing import Any, Optional
 from .kv import CacheHit
 from .plan import Piece
 from .text import TextStream
-from .types import Request, SamplingParams, Timings, Usage
+from .events import Timings, Usage
+from .request import Request, SamplingParams
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,9 +5,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
-from .types import Finished, Timings, Usage
 
 SlotState = Literal["idle", "prefill", "decode"]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What an engine can hold: slots, KV tokens per slot, and requests that may wait beyond the slots."""
+
+    num_slots: int
+    slot_context: int
+    max_queue: int
+
+    @property
+    def max_outstanding(self) -> int:
+        return self.num_slots + self.max_queue
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,19 +47,10 @@ class EngineStats:
     num_kv_tokens: int = 0
     prompt_cache_entries: int = 0
     prompt_cache_bytes: int = 0
+    peak_memory_bytes: int = 0  # the runner's peak (MLX's allocator, else the process's peak RSS)
     extra: dict = field(default_factory=dict)
 
     @property
     def num_busy_slots(self) -> int:
         return sum(1 for s in self.slots if s.state != "idle")
 
-
-def empty_finish(request_id: str, reason: str, message: Optional[str] = None) -> Finished:
-    """A `Finished` for a request that never produced anything (aborted, failed)."""
-    return Finished(
-        request_id=request_id,
-        finish_reason=reason,  # type: ignore[arg-type]
-        usage=Usage(0, 0, 0),
-        timings=Timings(0.0, 0.0, 0.0, 0.0, 0.0, 0.0),
-        error=message,
-    )

@@ -12,8 +12,11 @@ import queue
 import threading
 from typing import AsyncIterator, Iterator, Optional, Protocol
 
-from .stats import EngineStats, empty_finish
-from .types import EngineStoppedError, Event, Finished, Request
+from ..errors import EngineStoppedError, QueueFullError, RequestError
+from .events import Event, Finished, empty_finish
+from .request import Request
+from .scheduler import check_fits
+from .stats import EngineStats, Limits
 
 log = logging.getLogger("mlxcel_py.engine")
 
@@ -26,7 +29,9 @@ class StepEngine(Protocol):
     def has_work(self) -> bool: ...
     def step(self) -> list[Event]: ...
     def stats(self) -> EngineStats: ...
-    def check_request(self, request: Request, num_unqueued: int = 0) -> None: ...
+
+    @property
+    def limits(self) -> Limits: ...
 
 
 class RequestHandle:
@@ -78,9 +83,9 @@ class EngineWorker:
     def __init__(self, engine: StepEngine, name: str = "mlxcel-engine"):
         self._engine = engine
         self._inbox: "queue.SimpleQueue[tuple[str, object]]" = queue.SimpleQueue()
-        self._handles: dict[str, RequestHandle] = {}
+        self._handles: dict[str, RequestHandle] = {}  # outstanding: submitted and not yet finished
         self._lock = threading.Lock()
-        self._num_unqueued = 0  # submitted, not yet added to the engine
+        self._limits = engine.limits
         self._stats = engine.stats()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
@@ -91,16 +96,23 @@ class EngineWorker:
         return self
 
     def submit(self, request: Request, loop: Optional[asyncio.AbstractEventLoop] = None) -> RequestHandle:
-        """Queue a request. Raises `EngineError` subclasses for requests that can never run."""
+        """Queue a request; raises `RequestError` (can never run) or `EngineError` (not now).
+
+        Admission is counted here, where requests enter: every request holds its place
+        from submit to its `Finished` event, so a burst fills the free slots plus
+        `max_queue`, and the engine thread's queue is never read from this thread."""
         if self._stopping.is_set():
             raise EngineStoppedError("the server is shutting down")
+        limits = self._limits
+        check_fits(request, limits.slot_context)
         handle = RequestHandle(request.request_id, self, loop)
-        with self._lock:  # one submitter at a time, so the queue-depth check is exact
-            self._engine.check_request(request, self._num_unqueued)  # prompt length, queue depth
+        with self._lock:
             if request.request_id in self._handles:
-                raise ValueError(f"duplicate request id {request.request_id!r}")
+                raise RequestError(f"duplicate request id {request.request_id!r}")
+            if len(self._handles) >= limits.max_outstanding:
+                waiting = len(self._handles) - limits.num_slots
+                raise QueueFullError(f"the server is busy ({waiting} requests waiting); retry later")
             self._handles[request.request_id] = handle
-            self._num_unqueued += 1
             self._inbox.put(("submit", request))
         return handle
 
@@ -151,9 +163,7 @@ class EngineWorker:
             if kind == "stop":
                 return False
             if kind == "submit":
-                with self._lock:
-                    self._engine.add_request(payload)  # type: ignore[arg-type]
-                    self._num_unqueued -= 1
+                self._engine.add_request(payload)  # type: ignore[arg-type]
             else:
                 self._engine.abort(payload)  # type: ignore[arg-type]
             try:

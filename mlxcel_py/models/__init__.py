@@ -4,7 +4,8 @@ Importing this package does not import mlx.core (the BLAS preload must come firs
 
 from .chat import ChatPrompt, encode_chat, encode_text
 from .loader import default_model_path, load_model
-from .types import LoadedModel, ModelLoadError
+from ..errors import ModelLoadError
+from .types import LoadedModel
 
 __all__ = [
     "ChatPrompt", "LoadedModel", "ModelLoadError", "default_model_path",

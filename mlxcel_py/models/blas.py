@@ -18,6 +18,8 @@ import sys
 from dataclasses import dataclass
 from typing import Optional
 
+from ..errors import ConfigError
+
 log = logging.getLogger("mlxcel_py.models")
 
 CANDIDATES = (
@@ -105,7 +107,7 @@ def preload_blas(choice: str = "auto") -> BlasInfo:
         ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
     except OSError as exc:
         if choice != "auto":
-            raise ValueError(f"cannot load BLAS library {path!r}: {exc}") from None
+            raise ConfigError(f"cannot load BLAS library {path!r} (MLXCEL_BLAS): {exc}", flag="MLXCEL_BLAS") from None
         _loaded = BlasInfo("reference", note=f"loading {path} failed: {exc}")
         return _loaded
     _loaded = BlasInfo("openblas", path=path, note=f"kernels {_corename()}")

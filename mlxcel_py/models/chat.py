@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from ..errors import RequestError
+
 ROLES = ("system", "user", "assistant", "tool")
 
 
@@ -23,25 +25,25 @@ def _content_text(content: Any, index: int) -> str:
         texts = []
         for part in content:
             if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
-                raise ValueError(f"messages[{index}].content parts must be {{'type': 'text', 'text': str}}")
+                raise RequestError(f"messages[{index}].content parts must be {{'type': 'text', 'text': str}}", param="messages")
             texts.append(part["text"])
         return "\n".join(texts)
-    raise ValueError(f"messages[{index}].content must be a string or a list of text parts")
+    raise RequestError(f"messages[{index}].content must be a string or a list of text parts", param="messages")
 
 
 def validate_messages(messages: Any) -> list[dict]:
-    """Check chat messages and flatten list contents to strings; raises ValueError."""
+    """Check chat messages and flatten list contents to strings; raises RequestError."""
     if not isinstance(messages, list) or not messages:
-        raise ValueError("messages must be a non-empty list of {role, content} objects")
+        raise RequestError("messages must be a non-empty list of {role, content} objects", param="messages")
     clean = []
     for i, msg in enumerate(messages):
         if not isinstance(msg, dict):
-            raise ValueError(f"messages[{i}] must be an object with 'role' and 'content'")
+            raise RequestError(f"messages[{i}] must be an object with 'role' and 'content'", param="messages")
         role = msg.get("role")
         if role not in ROLES:
-            raise ValueError(f"messages[{i}].role must be one of {', '.join(ROLES)} (got {role!r})")
+            raise RequestError(f"messages[{i}].role must be one of {', '.join(ROLES)} (got {role!r})", param="messages")
         if "content" not in msg:
-            raise ValueError(f"messages[{i}] has no 'content'")
+            raise RequestError(f"messages[{i}] has no 'content'", param="messages")
         clean.append({**msg, "content": _content_text(msg["content"], i)})
     return clean
 
@@ -58,7 +60,7 @@ def _render(tokenizer, messages: list[dict], add_generation_prompt: bool) -> str
             messages, tokenize=False, add_generation_prompt=add_generation_prompt
         )
     except TemplateError as exc:
-        raise ValueError(f"the model's chat template rejected the messages: {exc}") from None
+        raise RequestError(f"the model's chat template rejected the messages: {exc}", param="messages") from None
 
 
 def _encode_rendered(tokenizer, text: str) -> list[int]:
@@ -82,5 +84,5 @@ def encode_chat(tokenizer, messages: list[dict], add_generation_prompt: bool = T
 def encode_text(tokenizer, text: str, add_special_tokens: bool = True) -> tuple[int, ...]:
     """Tokenize raw text; with add_special_tokens the model's BOS is prepended when it wants one."""
     if not isinstance(text, str):
-        raise ValueError("prompt must be a string")
+        raise RequestError("prompt must be a string", param="prompt")
     return tuple(tokenizer.encode(text, add_special_tokens=add_special_tokens))

@@ -13,7 +13,7 @@ import mlx.nn as nn
 from mlx_lm.models.llama import Model, ModelArgs
 
 from .tokenizer import TokenizerInfo, gguf_tokenizer
-from .types import ModelLoadError
+from ..errors import ModelLoadError
 
 log = logging.getLogger("mlxcel_py.models")
 

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from .blas import loaded_blas
-from .types import LoadedModel, ModelLoadError
+from ..errors import ModelLoadError
+from .types import LoadedModel
 
 log = logging.getLogger("mlxcel_py.models")
 
@@ -99,7 +100,7 @@ def _load_mlx_dir(path: Path, dense: bool, on_progress: Progress) -> LoadedModel
         on_progress(f"loading {path.name}")
     try:
         model, tokenizer, config = load(str(path), return_config=True)
-    except (FileNotFoundError, ValueError) as exc:
+    except (OSError, ValueError) as exc:  # missing or unreadable files, configs mlx-lm refuses
         raise ModelLoadError(f"cannot load mlx-lm model {path}: {exc}") from None
     quantized = "quantization" in config
     if dense:

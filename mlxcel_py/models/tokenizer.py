@@ -8,7 +8,7 @@ from typing import Any, Optional
 from mlx_lm.tokenizer_utils import BPEStreamingDetokenizer, TokenizerWrapper, _byte_decoder
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 
-from .types import ModelLoadError
+from ..errors import ModelLoadError
 
 CONTROL, USER_DEFINED = 3, 4
 _BYTE_DECODER = _byte_decoder()

@@ -1,13 +1,9 @@
-"""The loaded-model record and the one error type model loading raises."""
+"""The loaded-model record."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Optional
-
-
-class ModelLoadError(ValueError):
-    """A model path, file or format we cannot load; the message says what to do."""
 
 
 @dataclass(frozen=True, slots=True)

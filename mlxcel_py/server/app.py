@@ -7,13 +7,14 @@ from typing import TYPE_CHECKING, Optional
 
 from fastapi import FastAPI, Request
 
+from ..engine import EngineStats
 from .auth import Gate
 from .errors import APIError, install_error_handlers, unavailable
 from .metrics import ServerMetrics
 
 if TYPE_CHECKING:
     from ..config import AppConfig
-    from ..engine.worker import EngineWorker
+    from ..engine import EngineWorker
     from ..models import LoadedModel
 
 
@@ -24,10 +25,13 @@ class Runtime:
         self.config = config
         self.worker: Optional["EngineWorker"] = None
         self.loaded: Optional["LoadedModel"] = None
-        self.metrics = ServerMetrics()
+        self.metrics = ServerMetrics(self._stats, lambda: self.model_id)
         self.vocab_size = 0
         self.draining = False
         self.started = int(time.time())
+
+    def _stats(self) -> "EngineStats":
+        return self.worker.stats() if self.worker is not None else EngineStats()
 
     @property
     def ready(self) -> bool:
@@ -82,8 +86,9 @@ def create_app(
 ) -> FastAPI:
     """The OpenAI-compatible app. With worker/loaded None it starts in the loading state
     (/health answers 503, everything else 503) until `app.state.runtime.attach(...)`."""
-    from .admin import router as admin_router
     from .completions import router as completions_router
+    from .status_routes import router as status_router
+    from .token_routes import router as token_router
 
     app = FastAPI(title="mlxcel-py", docs_url=None, redoc_url=None, openapi_url=None)
     state = Runtime(config)
@@ -92,7 +97,8 @@ def create_app(
     app.state.runtime = state
     install_error_handlers(app)
     app.include_router(completions_router)
-    app.include_router(admin_router)
+    app.include_router(status_router)
+    app.include_router(token_router)
     api_key = config.server.api_key if config.server else None
     app.add_middleware(Gate, api_key=api_key, state=lambda: app.state.runtime)
     return app

@@ -13,10 +13,10 @@ from typing import Optional
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from ..engine.types import EngineError
-from ..engine.types import Request as EngineRequest
+from ..engine import Request as EngineRequest
+from ..errors import MlxcelError, RequestError
 from .app import Runtime, runtime
-from .errors import APIError, from_engine_error
+from .errors import APIError, from_error
 from .schemas import (
     ChatRequest, CompletionRequest, GenerationRequest, completion_prompt_ids, parse_request, sampling_params,
 )
@@ -39,8 +39,8 @@ async def chat_completions(request: Request) -> Response:
 
     try:
         prompt = encode_chat(rt.loaded.tokenizer, body.messages)
-    except ValueError as exc:
-        raise APIError(400, str(exc), param="messages") from None
+    except RequestError as exc:
+        raise from_error(exc, "messages") from None
     return await _generate(request, rt, body, "chat", prompt.ids, prompt.history_boundary, arrived)
 
 
@@ -53,8 +53,8 @@ async def completions(request: Request) -> Response:
     rt.check_model(body.model)
     try:
         ids = completion_prompt_ids(body.prompt, rt.loaded.tokenizer, rt.vocab_size)
-    except ValueError as exc:  # tokenizer refusals
-        raise APIError(400, str(exc), param="prompt") from None
+    except RequestError as exc:  # tokenizer refusals
+        raise from_error(exc, "prompt") from None
     return await _generate(request, rt, body, "completion", ids, None, arrived)
 
 
@@ -73,8 +73,8 @@ async def _generate(
     try:
         job = EngineRequest(request_id, ids, sampling, boundary, cache_prompt)
         handle = rt.worker.submit(job, loop=asyncio.get_running_loop())
-    except EngineError as exc:
-        error = from_engine_error(exc, param)
+    except MlxcelError as exc:
+        error = from_error(exc, param)
         rt.metrics.observe_rejection(error.status)
         raise error from None
     gen = Generation(handle, rt.worker, rt.metrics, arrived)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Optional
 
 from fastapi import FastAPI, Request
@@ -11,7 +12,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from ..engine.types import EngineError, EngineStoppedError, PromptTooLongError, QueueFullError
+from ..errors import EngineStoppedError, MlxcelError, QueueFullError, RequestError
 
 log = logging.getLogger("mlxcel_py.server")
 
@@ -56,15 +57,15 @@ def error_body(status: int, message: str, *, param: Optional[str] = None, code: 
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
-def from_engine_error(exc: EngineError, param: Optional[str] = None) -> APIError:
-    """Map the engine's typed refusals to HTTP statuses."""
-    if isinstance(exc, PromptTooLongError):
-        return APIError(400, str(exc), param=param, code=exc.code)
+def from_error(exc: MlxcelError, param: Optional[str] = None) -> APIError:
+    """Map the project's errors to HTTP statuses; `param` names the field when the error does not."""
+    if isinstance(exc, RequestError):
+        return APIError(400, str(exc), param=exc.param or param, code=exc.code)
     if isinstance(exc, QueueFullError):
         return APIError(429, str(exc), code=exc.code, headers={"Retry-After": str(RETRY_AFTER_S)})
     if isinstance(exc, EngineStoppedError):
         return APIError(503, str(exc), code=exc.code)
-    return APIError(400, str(exc), param=param, code=exc.code)
+    return APIError(500, str(exc), code=getattr(exc, "code", None))
 
 
 def unavailable(message: str, code: str) -> APIError:
@@ -106,8 +107,14 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _gone(_: Request, exc: ClientDisconnect) -> Response:
         return Response(status_code=499)  # the client left while sending its body; nobody reads this
 
+    @app.exception_handler(MlxcelError)
+    async def _ours(_: Request, exc: MlxcelError) -> JSONResponse:
+        return from_error(exc).response()
+
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        # A bug in a route: log it, answer 500 without a traceback, keep serving.
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return JSONResponse(error_body(500, "internal server error (see the server log)"), status_code=500)
+        # A bug in a route: log it once with an id the client also gets, answer 500, keep serving.
+        incident = f"req-{uuid.uuid4().hex[:12]}"
+        log.error("unhandled error %s on %s %s", incident, request.method, request.url.path, exc_info=exc)
+        message = f"internal server error (request id {incident}; see the server log)"
+        return JSONResponse(error_body(500, message, code="internal_error"), status_code=500)

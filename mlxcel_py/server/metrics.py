@@ -1,113 +1,88 @@
-"""Prometheus text exposition for /metrics: server-side latencies plus the engine's counters.
+"""/metrics through prometheus-client, on a registry of the app's own (no process globals).
 
 Latencies are measured here, from when events reach the HTTP side, so they include the
-worker bridge and match what a client sees (minus the network).
+worker bridge and match what a client sees (minus the network). Engine counters and
+gauges are read from the worker's latest snapshot at scrape time.
 """
 
 from __future__ import annotations
 
-import bisect
-import math
-from collections import Counter
-from dataclasses import dataclass, field
+from typing import Callable, Iterator
 
-from ..engine.stats import EngineStats
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from ..engine import EngineStats
 
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+_COUNTERS = (
+    ("mlxcel_prompt_tokens", "num_prompt_tokens", "Prompt tokens run through the model."),
+    ("mlxcel_cached_prompt_tokens", "num_cached_prompt_tokens", "Prompt tokens reused from the prompt cache."),
+    ("mlxcel_generated_tokens", "num_generated_tokens", "Tokens generated."),
+    ("mlxcel_decode_steps", "num_decode_steps", "Batched decode steps."),
+)
+_GAUGES = (
+    ("mlxcel_queue_depth", lambda s: s.num_waiting, "Requests waiting for a slot."),
+    ("mlxcel_busy_slots", lambda s: s.num_busy_slots, "Slots prefilling or decoding."),
+    ("mlxcel_slots", lambda s: len(s.slots), "Slots (--parallel)."),
+    ("mlxcel_slot_context_tokens", lambda s: s.slot_context, "KV tokens per slot."),
+    ("mlxcel_kv_tokens", lambda s: s.num_kv_tokens, "KV tokens in use."),
+    ("mlxcel_prompt_cache_entries", lambda s: s.prompt_cache_entries, "Prompt cache entries."),
+    ("mlxcel_prompt_cache_bytes", lambda s: s.prompt_cache_bytes, "Prompt cache size in bytes."),
+)
 
 
-@dataclass(slots=True)
-class Histogram:
-    """A cumulative-bucket histogram; updated only on the event loop thread."""
+class EngineCollector(Collector):
+    """The engine's counters and gauges from its latest snapshot, read at each scrape."""
 
-    buckets: tuple[float, ...]
-    counts: list[int] = field(default_factory=list)
-    total: float = 0.0
-    num: int = 0
+    def __init__(self, stats: Callable[[], EngineStats], model_id: Callable[[], str]):
+        self._stats, self._model_id = stats, model_id
 
-    def __post_init__(self) -> None:
-        self.counts = [0] * len(self.buckets)
-
-    def observe(self, value: float) -> None:
-        index = bisect.bisect_left(self.buckets, value)
-        if index < len(self.counts):
-            self.counts[index] += 1
-        self.total += value
-        self.num += 1
-
-    def lines(self, name: str) -> list[str]:
-        out, running = [], 0
-        for bound, count in zip(self.buckets, self.counts):
-            running += count
-            out.append(f'{name}_bucket{{le="{_num(bound)}"}} {running}')
-        out.append(f'{name}_bucket{{le="+Inf"}} {self.num}')
-        out += [f"{name}_sum {_num(self.total)}", f"{name}_count {self.num}"]
-        return out
-
-
-def _num(value: float) -> str:
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value)) if isinstance(value, float) else str(value)
+    def collect(self) -> Iterator[Metric]:
+        info = GaugeMetricFamily("mlxcel_info", "The served model.", labels=["model"])
+        info.add_metric([self._model_id()], 1)
+        yield info
+        stats = self._stats()
+        for name, attr, help_text in _COUNTERS:
+            yield CounterMetricFamily(name, help_text, value=getattr(stats, attr))
+        pieces = CounterMetricFamily("mlxcel_prefill_pieces", "Prefill pieces run, by chunk size in tokens.",
+                                     labels=["chunk"])
+        for chunk, count in stats.prefill_pieces_by_chunk:
+            pieces.add_metric([str(chunk)], count)
+        yield pieces
+        for name, read, help_text in _GAUGES:
+            yield GaugeMetricFamily(name, help_text, value=read(stats))
 
 
 class ServerMetrics:
-    """What the HTTP side counts: finishes by reason, rejections by status, TTFT and ITL."""
+    """What the HTTP side counts (finishes, rejections, TTFT, ITL) plus the engine's snapshot."""
 
-    def __init__(self) -> None:
-        self.finished: Counter[str] = Counter()
-        self.rejected: Counter[int] = Counter()
-        self.ttft = Histogram(TTFT_BUCKETS)
-        self.itl = Histogram(ITL_BUCKETS)
+    def __init__(self, stats: Callable[[], EngineStats], model_id: Callable[[], str]):
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.finished = Counter("mlxcel_requests", "Finished requests by finish reason.", ["finish_reason"],
+                                registry=self.registry)
+        for reason in ("stop", "length"):
+            self.finished.labels(reason)  # present from the start, at 0
+        self.rejected = Counter("mlxcel_requests_rejected", "Generation requests refused before queueing, by status.",
+                                ["status"], registry=self.registry)
+        self.ttft = Histogram("mlxcel_time_to_first_token_seconds",
+                              "From request arrival to its first token, measured by the server.",
+                              buckets=TTFT_BUCKETS, registry=self.registry)
+        self.itl = Histogram("mlxcel_inter_token_latency_seconds",
+                             "Between consecutive tokens of one request, measured by the server.",
+                             buckets=ITL_BUCKETS, registry=self.registry)
+        self.registry.register(EngineCollector(stats, model_id))
 
     def observe_finish(self, reason: str) -> None:
-        self.finished[reason] += 1
+        self.finished.labels(reason).inc()
 
     def observe_rejection(self, status: int) -> None:
-        self.rejected[status] += 1
+        self.rejected.labels(str(status)).inc()
 
-    def render(self, stats: EngineStats, model_id: str) -> str:
-        """The exposition text for the latest engine snapshot."""
-        out: list[str] = []
-
-        def family(name: str, kind: str, help_text: str, samples: list[str]) -> None:
-            out.extend([f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *samples])
-
-        family("mlxcel_info", "gauge", "The served model.", [f'mlxcel_info{{model="{_label(model_id)}"}} 1'])
-        reasons = sorted(set(self.finished) | {"stop", "length"})
-        family("mlxcel_requests_total", "counter", "Finished requests by finish reason.",
-               [f'mlxcel_requests_total{{finish_reason="{r}"}} {self.finished[r]}' for r in reasons])
-        family("mlxcel_requests_rejected_total", "counter", "Generation requests refused before queueing, by status.",
-               [f'mlxcel_requests_rejected_total{{status="{s}"}} {n}' for s, n in sorted(self.rejected.items())])
-        for name, value, help_text in (
-            ("mlxcel_prompt_tokens_total", stats.num_prompt_tokens, "Prompt tokens run through the model."),
-            ("mlxcel_cached_prompt_tokens_total", stats.num_cached_prompt_tokens,
-             "Prompt tokens reused from the prompt cache."),
-            ("mlxcel_generated_tokens_total", stats.num_generated_tokens, "Tokens generated."),
-            ("mlxcel_decode_steps_total", stats.num_decode_steps, "Batched decode steps."),
-        ):
-            family(name, "counter", help_text, [f"{name} {value}"])
-        family("mlxcel_prefill_pieces_total", "counter", "Prefill pieces run, by chunk size in tokens.",
-               [f'mlxcel_prefill_pieces_total{{chunk="{c}"}} {n}' for c, n in stats.prefill_pieces_by_chunk])
-        for name, value, help_text in (
-            ("mlxcel_queue_depth", stats.num_waiting, "Requests waiting for a slot."),
-            ("mlxcel_busy_slots", stats.num_busy_slots, "Slots prefilling or decoding."),
-            ("mlxcel_slots", len(stats.slots), "Slots (--parallel)."),
-            ("mlxcel_slot_context_tokens", stats.slot_context, "KV tokens per slot."),
-            ("mlxcel_kv_tokens", stats.num_kv_tokens, "KV tokens in use."),
-            ("mlxcel_prompt_cache_entries", stats.prompt_cache_entries, "Prompt cache entries."),
-            ("mlxcel_prompt_cache_bytes", stats.prompt_cache_bytes, "Prompt cache size in bytes."),
-        ):
-            family(name, "gauge", help_text, [f"{name} {value}"])
-        family("mlxcel_time_to_first_token_seconds", "histogram",
-               "From request arrival to its first token, measured by the server.",
-               self.ttft.lines("mlxcel_time_to_first_token_seconds"))
-        family("mlxcel_inter_token_latency_seconds", "histogram",
-               "Between consecutive tokens of one request, measured by the server.",
-               self.itl.lines("mlxcel_inter_token_latency_seconds"))
-        return "\n".join(out) + "\n"
-
-
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    def render(self) -> bytes:
+        """The exposition text of every metric, as of now."""
+        return generate_latest(self.registry)

@@ -8,7 +8,8 @@ from typing import Any, Optional, Sequence, TypeVar, Union
 from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.requests import Request
 
-from ..engine.types import SamplingParams
+from ..engine import SamplingParams
+from ..errors import RequestError
 from .errors import APIError
 
 MAX_BODY_BYTES = 32 << 20
@@ -108,11 +109,6 @@ def _max_tokens(req: GenerationRequest, default: int) -> int:
     return default
 
 
-def _param_of(message: str) -> Optional[str]:
-    name = message.split(" ", 1)[0]
-    return {"stop": "stop", "at": "stop"}.get(name, name if name.isidentifier() else None)
-
-
 def sampling_params(req: GenerationRequest, defaults: SamplingParams) -> SamplingParams:
     """The request's sampling fields over the server's defaults; a bad value is a 400."""
     if req.n not in (None, 1):
@@ -131,8 +127,8 @@ def sampling_params(req: GenerationRequest, defaults: SamplingParams) -> Samplin
         overrides["seed"] = None
     try:
         return dataclasses.replace(defaults, **overrides)
-    except ValueError as exc:
-        raise APIError(400, str(exc), param=_param_of(str(exc))) from None
+    except RequestError as exc:
+        raise APIError(400, str(exc), param=exc.param) from None
 
 
 def completion_prompt_ids(prompt: Any, tokenizer: Any, vocab_size: int) -> tuple[int, ...]:

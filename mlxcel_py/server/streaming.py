@@ -16,8 +16,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Literal, Optional
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from ..engine.types import Finished, PromptProgress, TokenDelta
-from ..engine.worker import EngineWorker, RequestHandle
+from ..engine import EngineWorker, Finished, PromptProgress, RequestHandle, TokenDelta
 from .errors import APIError, error_body
 from .metrics import ServerMetrics
 

@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from .common import resolve_or_exit, setup_logging
+from ..logs import setup_logging
+from .common import resolve_or_exit
 from .options import (
     BatchSizeOpt, CtxSizeOpt, LogLevelOpt, MaxTokensOpt, MinPOpt, ModelOpt, PrefillChunkOpt,
     PromptCacheOpt, RepeatPenaltyOpt, SeedOpt, TempOpt, TopKOpt, TopPOpt,
@@ -52,18 +53,14 @@ def run(
         loaded = load_or_exit(cfg, err)
     except KeyboardInterrupt:  # Ctrl-C while loading: leave quietly, like Ctrl-C at the prompt
         raise typer.Exit(130) from None
-    from ..engine.engine import build_engine
-    from ..engine.worker import EngineWorker
+    from ..engine import engine_session
     from .chat_render import ChatRenderer
     from .repl import ChatSession, Repl, stream_reader, terminal_reader
 
-    worker = EngineWorker(build_engine(cfg.engine, loaded)).start()
-    try:
+    with engine_session(cfg.engine, loaded) as worker:
         session = ChatSession(worker, loaded.tokenizer, cfg.sampling, system=system)
         renderer = ChatRenderer(Console(highlight=False), err, interactive=interactive, markdown=markdown)
         renderer.banner(loaded.name)
         reader = terminal_reader() if interactive else stream_reader(sys.stdin)
         code = Repl(session, renderer, reader).run()
-    finally:
-        worker.stop()
     raise typer.Exit(code)

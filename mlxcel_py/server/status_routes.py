@@ -1,16 +1,14 @@
-"""Everything but generation: /health, /v1/models, /metrics, /slots, /tokenize, /detokenize."""
+"""What the server is doing: /health, /v1/models, /metrics, /slots."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, Response
 
 from .app import runtime
-from .errors import APIError
-from .schemas import DetokenizeRequest, TokenizeRequest, check_token_ids, parse_request
+from .metrics import CONTENT_TYPE
 
 router = APIRouter()
-PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
 
 @router.get("/health")
@@ -35,9 +33,8 @@ async def models(request: Request) -> dict:
 
 
 @router.get("/metrics")
-async def metrics(request: Request) -> PlainTextResponse:
-    rt = runtime(request)
-    return PlainTextResponse(rt.metrics.render(rt.worker.stats(), rt.model_id), media_type=PROMETHEUS_TEXT)
+async def metrics(request: Request) -> Response:
+    return Response(runtime(request).metrics.render(), media_type=CONTENT_TYPE)
 
 
 @router.get("/slots")
@@ -51,27 +48,3 @@ async def slots(request: Request) -> list[dict]:
         }
         for s in stats.slots
     ]
-
-
-@router.post("/tokenize")
-async def tokenize(request: Request) -> dict:
-    from ..models import encode_text
-
-    rt = runtime(request)
-    body = await parse_request(request, TokenizeRequest)
-    try:
-        ids = encode_text(rt.loaded.tokenizer, body.content, add_special_tokens=bool(body.add_special))
-    except ValueError as exc:
-        raise APIError(400, str(exc), param="content") from None
-    if not body.with_pieces:
-        return {"tokens": list(ids)}
-    decode = rt.loaded.tokenizer.decode
-    return {"tokens": [{"id": t, "piece": decode([t])} for t in ids]}
-
-
-@router.post("/detokenize")
-async def detokenize(request: Request) -> dict:
-    rt = runtime(request)
-    body = await parse_request(request, DetokenizeRequest)
-    check_token_ids(body.tokens, rt.vocab_size, "tokens")
-    return {"content": rt.loaded.tokenizer.decode(body.tokens)}

@@ -18,12 +18,9 @@ from typing import Any, Callable, Iterator, Optional
 import uvicorn
 
 from ..config import AppConfig, startup_summary
+from ..errors import ServeError
 
 log = logging.getLogger("mlxcel_py.server")
-
-
-class ServeError(ValueError):
-    """The server cannot start (e.g. the port is taken); the message is for the user."""
 
 
 class GracefulServer(uvicorn.Server):
@@ -103,8 +100,7 @@ def _in_daemon_thread(loop: asyncio.AbstractEventLoop, fn: Callable[[], Any]) ->
 
 
 async def _serve(server: GracefulServer, sock: socket.socket, config: AppConfig, url: str) -> None:
-    from ..engine.engine import build_engine
-    from ..engine.worker import EngineWorker
+    from ..engine import engine_session
     from ..models import load_model
 
     serving = asyncio.ensure_future(server.serve(sockets=[sock]))
@@ -114,28 +110,24 @@ async def _serve(server: GracefulServer, sock: socket.socket, config: AppConfig,
         loading.cancel()
         await serving
         return
-    worker = None
+    ready = False
     try:
         loaded = loading.result()
-        worker = EngineWorker(build_engine(config.engine, loaded)).start()
-        server.runtime.attach(worker, loaded)
-        # The loader and build_engine have logged the weights path and the context per slot.
-        log.info("ready: serving %s on %s", server.runtime.model_id, url)
-    except BaseException:  # load or engine failure: close the socket, then report it
-        server.should_exit = True
-        await serving
-        if worker is not None:
-            worker.stop()
-        raise
-    try:
-        await serving
+        with engine_session(config.engine, loaded) as worker:
+            server.runtime.attach(worker, loaded)
+            # The loader and build_engine have logged the weights path and the context per slot.
+            log.info("ready: serving %s on %s", server.runtime.model_id, url)
+            ready = True
+            await serving
     finally:
-        worker.stop()
+        if not ready:  # a load or engine failure: close the socket, then report it
+            server.should_exit = True
+            await serving
 
 
 def serve_forever(config: AppConfig) -> None:
     """Run `mlxcel-py serve` until SIGINT/SIGTERM; raises ServeError or ModelLoadError to the CLI."""
-    from ..cli.common import setup_logging
+    from ..logs import setup_logging
     from ..models.blas import preload_blas
 
     if config.server is None:

@@ -1,66 +1,27 @@
-"""The synchronous engine: one `step()` is one scheduler tick."""
+"""One place that builds an engine for a loaded model, runs its worker, and tears it down.
+
+`serve`, `run` and `generate` all go through `engine_session`, so there is one engine and
+one code path. Nothing here imports MLX at import time (the BLAS preload comes first).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 from .kv import PromptCache
 from .plan import PlanCaps
 from .scheduler import Scheduler
-from .stats import EngineStats
 from .text import stream_factory
-from .types import Event, Request
+from .tick import Engine
+from .worker import EngineWorker
 
 if TYPE_CHECKING:
     from ..config import EngineConfig
     from ..models import LoadedModel
 
 log = logging.getLogger("mlxcel_py.engine")
-
-
-class Engine:
-    """Admit, decode the active batch, retire, run one prefill piece; returns the tick's events."""
-
-    def __init__(self, scheduler: Scheduler, runner):
-        self.scheduler = scheduler
-        self.runner = runner
-
-    def step(self) -> list[Event]:
-        events = self.scheduler.admit()
-        self._retire()
-        if (decode := self.scheduler.schedule_decode()) is not None:
-            events += self.scheduler.update_decode(decode, self.runner.decode(decode))
-            self._retire()
-        if (piece := self.scheduler.schedule_prefill()) is not None:
-            events += self.scheduler.update_prefill(piece, self.runner.prefill(piece))
-            self._retire()  # a request done at its first token: snapshot it before the next admission
-        return events
-
-    def _retire(self) -> None:
-        if retired := self.scheduler.take_retired():
-            self.scheduler.store_snapshots(self.runner.retire(retired))
-
-    def add_request(self, request: Request) -> None:
-        self.scheduler.add(request)
-
-    def abort(self, request_id: str) -> None:
-        self.scheduler.abort(request_id)
-
-    def has_work(self) -> bool:
-        return self.scheduler.has_work()
-
-    def check_request(self, request: Request, num_unqueued: int = 0) -> None:
-        self.scheduler.check_request(request, num_unqueued)
-
-    def stats(self) -> EngineStats:
-        return self.scheduler.stats()
-
-    def close(self) -> None:
-        """Called by the worker on the stopping thread once the engine thread has ended."""
-        close = getattr(self.runner, "close", None)
-        if close is not None:
-            close()
 
 
 def slot_context(ctx_size: int | None, num_slots: int, model_context: int) -> int:
@@ -94,3 +55,13 @@ def build_engine(config: "EngineConfig", loaded: "LoadedModel") -> Engine:
     else:
         log.info("prompt cache: off")
     return Engine(scheduler, Runner(loaded.model))
+
+
+@contextlib.contextmanager
+def engine_session(config: "EngineConfig", loaded: "LoadedModel") -> Iterator[EngineWorker]:
+    """Build the engine, run its worker thread for the body, and stop it however the body ends."""
+    worker = EngineWorker(build_engine(config, loaded)).start()
+    try:
+        yield worker
+    finally:
+        worker.stop()

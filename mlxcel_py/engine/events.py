@@ -1,0 +1,70 @@
+"""What comes out of the engine: one request's events, ending with `Finished`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Optional, Union
+
+FinishReason = Literal["stop", "length", "abort", "error"]
+
+
+@dataclass(frozen=True, slots=True)
+class PromptProgress:
+    """One prefill piece done; the shape of llama-server's `prompt_progress`."""
+
+    request_id: str
+    total: int
+    cache: int
+    processed: int
+    time_ms: float
+    chunk: int  # the prefill chunk in force when this piece was planned
+
+
+@dataclass(frozen=True, slots=True)
+class TokenDelta:
+    """One generated token and the text it released (may be empty while a stop string could still match)."""
+
+    request_id: str
+    token_id: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Timings:
+    queue_ms: float
+    ttft_ms: float
+    prefill_ms: float
+    decode_ms: float
+    prompt_tps: float
+    decode_tps: float
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The last event of every request."""
+
+    request_id: str
+    finish_reason: FinishReason
+    usage: Usage
+    timings: Timings
+    text: str = ""  # the tail released at the end (held-back text that never became a stop)
+    error: Optional[str] = None
+
+
+Event = Union[PromptProgress, TokenDelta, Finished]
+
+
+def empty_finish(request_id: str, reason: FinishReason, message: Optional[str] = None) -> Finished:
+    """A `Finished` for a request that never produced anything (aborted, failed, refused)."""
+    return Finished(request_id, reason, Usage(0, 0, 0), Timings(0.0, 0.0, 0.0, 0.0, 0.0, 0.0), error=message)
