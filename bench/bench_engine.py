@@ -38,15 +38,16 @@ def run_ours(lm, ps, tokens: int) -> tuple[float, float]:
     cfg = resolve("serve", env={}, parallel=len(ps), prompt_cache=False)
     engine = build_engine(cfg.engine, lm)
     model_time = [0.0]
-    decode = engine.runner.decode
+    execute = engine.runner.execute
 
-    def timed(work):
+    def timed(step):
         t = time.perf_counter()
-        out = decode(work)
-        model_time[0] += time.perf_counter() - t
+        out = execute(step)
+        if step.decode:
+            model_time[0] += time.perf_counter() - t
         return out
 
-    engine.runner.decode = timed
+    engine.runner.execute = timed
     for i, p in enumerate(ps):
         engine.add_request(Request(f"r{i}", p, SamplingParams(max_tokens=tokens, ignore_eos=True), cache_prompt=False))
     while engine.scheduler.waiting or engine.scheduler.prefilling:  # admit and prefill everyone first

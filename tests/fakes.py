@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from mlxcel_py.engine import Engine
+from mlxcel_py.engine import Engine, Request, SamplingParams
 from mlxcel_py.engine.kv import PromptCache
-from mlxcel_py.engine.plan import PlanCaps, PrefillChunkPolicy
+from mlxcel_py.engine.plan import PrefillChunkPolicy
 from mlxcel_py.engine.scheduler import Scheduler
-from mlxcel_py.engine.sequence import PrefillOutput, Snapshot
+from mlxcel_py.engine.step import Step, StepOutput
 from mlxcel_py.engine.text import TextStream
-from mlxcel_py.engine import Request, SamplingParams
 
 EOS = 0
 
@@ -31,35 +30,42 @@ def make_stream(stop: tuple[str, ...]) -> TextStream:
 
 
 class FakeRunner:
-    """Records every model call; decode emits token 1 for every row unless scripted."""
+    """Executes step records by recording them; decode emits token 1 for every row unless scripted."""
 
     def __init__(self):
         self.calls: list[tuple] = []
-        self.rows: list[int] = []
+        self.steps: list[Step] = []
+        self.rows: set[int] = set()  # sequences in the decode batch
+        self.snapshots: dict[int, tuple] = {}  # snapshot id -> (seq_id, num_tokens) it was taken from
         self.script: dict[int, list[int]] = {}
 
     def prefill_lengths(self, seq_id: int) -> list[int]:
         return [c[3] - c[2] for c in self.calls if c[0] == "prefill" and c[1] == seq_id]
 
-    def prefill(self, work) -> PrefillOutput:
-        piece = work.piece
-        self.calls.append(("prefill", work.seq_id, piece.start, piece.end))
-        snap = Snapshot(work.prompt_ids[: piece.end], f"kv{work.seq_id}", piece.end) if work.snapshot else None
-        if not piece.terminal:
-            return PrefillOutput(None, snap)
-        self.rows.append(work.seq_id)
-        return PrefillOutput(self._next(work.seq_id), snap)
-
-    def decode(self, work) -> tuple[int, ...]:
-        assert tuple(self.rows) == work.seq_ids, (self.rows, work.seq_ids)
-        self.calls.append(("decode", work.seq_ids))
-        return tuple(self._next(s) for s in work.seq_ids)
-
-    def retire(self, works) -> list[Snapshot]:
-        self.calls.append(("retire", tuple(w.seq_id for w in works)))
-        gone = {w.seq_id for w in works}
-        self.rows = [r for r in self.rows if r not in gone]
-        return [Snapshot(w.snapshot_tokens, f"kv{w.seq_id}", len(w.snapshot_tokens)) for w in works if w.snapshot_tokens]
+    def execute(self, step: Step) -> StepOutput:
+        self.steps.append(step)
+        if step.retire:
+            self.calls.append(("retire", tuple(r.seq_id for r in step.retire)))
+            for r in step.retire:
+                if r.snapshot_id is not None:
+                    self.snapshots[r.snapshot_id] = (r.seq_id, r.num_tokens)
+                self.rows.discard(r.seq_id)
+        decoded = ()
+        if step.decode:
+            assert set(step.decode) == self.rows, (self.rows, step.decode)
+            self.calls.append(("decode", step.decode))
+            decoded = tuple(self._next(s) for s in step.decode)
+        first = None
+        if (piece := step.prefill) is not None:
+            self.calls.append(("prefill", piece.seq_id, piece.start, piece.end))
+            if piece.snapshot_id is not None:
+                self.snapshots[piece.snapshot_id] = (piece.seq_id, piece.end)
+            if piece.terminal:
+                self.rows.add(piece.seq_id)
+                first = self._next(piece.seq_id)
+        for snapshot_id in step.drop_snapshots:
+            self.snapshots.pop(snapshot_id, None)
+        return StepOutput(decoded, first)
 
     def _next(self, seq_id: int) -> int:
         script = self.script.get(seq_id)
@@ -77,8 +83,7 @@ def make_engine(
         max_queue=max_queue,
         make_stream=make_stream,
         eos_token_ids=frozenset({EOS}),
-        caps=PlanCaps(),
-        prompt_cache=PromptCache(1 << 30, 8, 4) if cache else None,
+        prompt_cache=PromptCache(1 << 30, 8, 4, bytes_per_token=1) if cache else None,
     )
     return Engine(scheduler, runner), runner
 

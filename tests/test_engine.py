@@ -6,10 +6,8 @@ import mlx.core as mx
 import pytest
 
 from mlxcel_py.config import resolve
-from mlxcel_py.engine import build_engine
-from mlxcel_py.engine.sequence import PrefillWork
-from mlxcel_py.engine import Finished, PromptProgress, Request, SamplingParams, TokenDelta
-from mlxcel_py.engine.worker import EngineWorker
+from mlxcel_py.engine import EngineWorker, Finished, PromptProgress, Request, SamplingParams, TokenDelta, build_engine
+from mlxcel_py.engine.step import BeginSequence, PrefillPiece, Step
 
 from tiny import greedy_tokens, tiny_model
 
@@ -81,20 +79,25 @@ def test_cache_hit_at_a_split_point_gives_the_logits_of_the_miss(lm):
     p = prompt(200, 3)
 
     def final_logits(engine, request):
+        """The logits the first token is sampled from (captured at the runner's sampler)."""
+        seen = []
+        sample = engine.runner._sample
+        engine.runner._sample = lambda logits, ids: seen.append(logits) or sample(logits, ids)
         engine.add_request(request)
         while engine.has_work():
             engine.step()
-        return engine.runner.last_prefill_logits
+        engine.runner._sample = sample
+        return seen[0]
 
     cold_engine = build_engine(cfg.engine, lm)
     cold = final_logits(cold_engine, Request("cold", p, greedy(1), cache_prompt=False))
     engine = build_engine(cfg.engine, lm)
     final_logits(engine, Request("warm-up", p[:128], greedy(1)))  # snapshots exactly p[:128]
     traced = []
-    original = engine.runner.prefill
-    engine.runner.prefill = lambda work: traced.append(work.piece) or original(work)
+    execute = engine.runner.execute
+    engine.runner.execute = lambda step: traced.append(step.prefill) or execute(step)
     hit = final_logits(engine, Request("hit", p, greedy(1)))
-    assert [(pc.start, pc.end) for pc in traced] == [(128, 192), (192, 200)]
+    assert [(pc.start, pc.end) for pc in traced if pc is not None] == [(128, 192), (192, 200)]
     assert engine.stats().num_cached_prompt_tokens == 128
     assert mx.array_equal(hit, cold).item()
 
@@ -148,11 +151,9 @@ def test_aborted_request_frees_its_slot(lm):
 
 def test_prefill_piece_only_computes_logits_when_terminal(lm):
     engine = build_engine(resolve("serve", env={}, prefill_chunk_size=16).engine, lm)
-    from mlxcel_py.engine.plan import PlanCaps, PrefillPlan
-
     p = prompt(40, 9)
-    plan = PrefillPlan.with_prefix(40, 0, None, 16, PlanCaps())
-    outs = [engine.runner.prefill(PrefillWork(1, p, pc, 16, None, greedy(1), False)) for pc in plan.pieces()]
+    begin = BeginSequence(greedy(1), ())
+    pieces = [PrefillPiece(1, s, p[s : s + 16], 16, s + 16 >= 40, None, begin if s == 0 else None) for s in (0, 16, 32)]
+    outs = [engine.runner.execute(Step(prefill=piece)) for piece in pieces]
     assert [o.first_token for o in outs[:-1]] == [None, None]
     assert outs[-1].first_token == greedy_tokens(lm.model, p, 1)[0]
-

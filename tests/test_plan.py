@@ -1,6 +1,12 @@
-"""PrefillPlan arithmetic: resumed plan == suffix of the cold plan, cache hit == miss."""
+"""Prefill arithmetic: a resumed prefill == the suffix of the cold one, cache hit == miss.
+
+The scheduler asks `next_piece` for one piece per tick; iterating it at a fixed chunk is
+the whole plan, so plans are compared here as lists of pieces.
+"""
 
 from __future__ import annotations
+
+from typing import Optional
 
 import pytest
 from hypothesis import given, settings
@@ -9,16 +15,36 @@ from hypothesis import strategies as st
 from mlxcel_py.engine.plan import (
     CONTENDED_PREFILL_CHUNK,
     DEFAULT_PREFILL_CHUNK,
-    PlanCaps,
+    Piece,
     PrefillChunkPolicy,
-    PrefillPlan,
+    next_piece,
 )
 
-PADDED = PlanCaps(padded=True, align=True, tile=64)
+
+def plan(prompt_len: int, adopted: int, boundary: Optional[int], chunk: int, cursor: int = 0) -> list[Piece]:
+    """Every piece from `cursor` at a fixed chunk, as the scheduler would run them."""
+    pieces = []
+    while (piece := next_piece(prompt_len, adopted, boundary, cursor, chunk)) is not None:
+        pieces.append(piece)
+        cursor = piece.end
+    return pieces
 
 
-def suffix(plan: PrefillPlan, cursor: int):
-    return tuple(p for p in plan.pieces() if p.start >= cursor)
+def ranges(pieces: list[Piece]) -> list[tuple[int, int]]:
+    return [(p.start, p.end) for p in pieces]
+
+
+def split_points(pieces: list[Piece]) -> list[int]:
+    """Where a prefill can stop and resume: the starts of every piece after the first."""
+    return [p.start for p in pieces[1:]]
+
+
+def reproduces(hit: list[Piece], adopted: int, cold: list[Piece]) -> bool:
+    """A cache hit forwards exactly the cold plan's pieces after its prefix (so its KV and logits
+    are bit-identical to the miss's) when it starts at one of the cold plan's piece starts."""
+    if adopted and adopted not in [p.start for p in cold]:
+        return False
+    return [(p.start, p.end, p.terminal) for p in hit] == [(p.start, p.end, p.terminal) for p in cold if p.start >= adopted]
 
 
 # --- the chunk policy ---------------------------------------------------------
@@ -48,184 +74,129 @@ def test_policy_rejects_negative():
 
 
 def test_resume_with_a_larger_chunk_recuts_from_the_cursor():
-    cold = PrefillPlan.with_prefix(8192, 0, None, 512, PlanCaps())
-    assert cold.ranges()[:2] == ((0, 512), (512, 1024))
-    resumed = PrefillPlan.resume_at(8192, 0, None, 1024, 2048, PlanCaps())
-    assert resumed.ranges() == ((1024, 3072), (3072, 5120), (5120, 7168), (7168, 8192))
-    assert resumed.chunk() == 2048
+    assert ranges(plan(8192, 0, None, 512))[:2] == [(0, 512), (512, 1024)]
+    assert ranges(plan(8192, 0, None, 2048, cursor=1024)) == [(1024, 3072), (3072, 5120), (5120, 7168), (7168, 8192)]
 
 
-def test_continuation_that_fits_one_chunk_still_reports_the_chunk():
-    resumed = PrefillPlan.resume_at(3000, 0, None, 2048, 2048, PlanCaps())
-    assert resumed.ranges() == ((2048, 3000),)
-    assert resumed.chunk() == 2048
-    assert resumed.adopted() == 0 and resumed.forwarded_len() == 3000
+def test_continuation_that_fits_one_chunk_is_one_terminal_piece():
+    assert next_piece(3000, 0, None, 2048, 2048) == Piece(2048, 3000, False, True)
 
 
 def test_chunk_zero_is_one_piece():
-    plan = PrefillPlan.with_prefix(5000, 0, None, 0, PlanCaps())
-    assert plan.ranges() == ((0, 5000),) and plan.chunk() is None
-    assert PrefillPlan.resume_at(5000, 0, None, 0, 0, PlanCaps()).ranges() == ((0, 5000),)
+    assert ranges(plan(5000, 0, None, 0)) == [(0, 5000)]
+    assert ranges(plan(5000, 0, None, 0, cursor=1000)) == [(1000, 5000)]
 
 
 def test_prompt_shorter_than_the_chunk_is_one_piece():
-    plan = PrefillPlan.with_prefix(300, 0, None, 512, PlanCaps())
-    assert plan.ranges() == ((0, 300),) and plan.chunk() is None
-    assert plan.split_points() == ()
-    (piece,) = plan.pieces()
-    assert plan.is_terminal(piece) and piece.terminal
-
-
-def test_embedding_input_is_never_split():
-    caps = PlanCaps(token_input=False)
-    assert PrefillPlan.with_prefix(5000, 0, None, 512, caps).ranges() == ((0, 5000),)
-    resumed = PrefillPlan.resume_at(5000, 0, 1000, 1000, 512, caps)
-    assert resumed.ranges() == ((1000, 5000),) and resumed.chunk() is None
+    (piece,) = plan(300, 0, None, 512)
+    assert (piece.start, piece.end, piece.terminal) == (0, 300, True)
 
 
 @pytest.mark.parametrize("chunk", [0, 7, 512, 2048, 100_000])
-@pytest.mark.parametrize("caps", [PlanCaps(), PADDED])
-def test_boundary_segment_is_one_unpadded_piece(chunk, caps):
-    plan = PrefillPlan.with_prefix(5000, 100, 3000, chunk, caps)
-    first = plan.pieces()[0]
-    assert (first.start, first.end, first.num_pad) == (100, 3000, 0)
-    assert first.padded_len == 2900 and plan.ends_at_boundary(first) and not plan.is_terminal(first)
-    assert plan.boundary() == 3000 and plan.adopted() == 100
-    assert not any(plan.ends_at_boundary(p) for p in plan.pieces()[1:])
+def test_boundary_segment_is_one_piece(chunk):
+    pieces = plan(5000, 100, 3000, chunk)
+    first = pieces[0]
+    assert (first.start, first.end, first.ends_at_boundary, first.terminal) == (100, 3000, True, False)
+    assert not any(p.ends_at_boundary for p in pieces[1:])
+    assert pieces[-1].end == 5000 and pieces[-1].terminal
 
 
 def test_boundary_outside_the_forwarded_range_is_ignored():
-    assert PrefillPlan.with_prefix(1000, 500, 500, 512, PlanCaps()).boundary() is None
-    assert PrefillPlan.with_prefix(1000, 0, 1000, 512, PlanCaps()).boundary() is None
-
-
-def test_padding_rounds_up_to_the_tile():
-    (piece,) = PrefillPlan.with_prefix(100, 0, None, 512, PADDED).pieces()
-    assert (piece.length, piece.padded_len, piece.num_pad) == (100, 128, 28)
-    # Padding needs both the model's support and the request for alignment.
-    (plain,) = PrefillPlan.with_prefix(100, 0, None, 512, PlanCaps(padded=True)).pieces()
-    assert plain.padded_len == 100
+    assert not plan(1000, 500, 500, 512)[0].ends_at_boundary
+    assert not any(p.ends_at_boundary for p in plan(1000, 0, 1000, 512))
 
 
 def test_adopted_is_clamped_and_a_full_hit_has_no_pieces():
-    plan = PrefillPlan.with_prefix(100, 500, None, 512, PlanCaps())
-    assert plan.pieces() == () and plan.adopted() == 100 and plan.forwarded_len() == 0
-    assert PrefillPlan.resume_at(100, 0, None, 100, 512, PlanCaps()).pieces() == ()
+    assert plan(100, 500, None, 512) == []
+    assert next_piece(100, 0, None, 100, 512) is None
 
 
-def test_resume_before_the_adopted_prefix_is_with_prefix():
-    cold = PrefillPlan.with_prefix(5000, 1000, 2000, 512, PADDED)
-    assert PrefillPlan.resume_at(5000, 1000, 2000, 0, 512, PADDED) == cold
-    assert PrefillPlan.resume_at(5000, 1000, 2000, 1000, 512, PADDED) == cold
+def test_a_cursor_before_the_adopted_prefix_starts_at_it():
+    cold = plan(5000, 1000, 2000, 512)
+    assert plan(5000, 1000, 2000, 512, cursor=0) == cold
+    assert cold[0] == Piece(1000, 2000, True, False)
 
 
-@pytest.mark.parametrize(
-    ("cursor", "message"), [(5001, "past the end"), (1500, "inside the history-boundary segment")]
-)
+@pytest.mark.parametrize(("cursor", "message"), [(5001, "past the end"), (1500, "inside the history-boundary segment")])
 def test_resume_rejects_bad_cursors(cursor, message):
     with pytest.raises(ValueError, match=message):
-        PrefillPlan.resume_at(5000, 1000, 2000, cursor, 512, PlanCaps())
+        next_piece(5000, 1000, 2000, cursor, 512)
 
 
-@pytest.mark.parametrize("bad", [{"prompt_len": -1}, {"adopted": -1}, {"chunk": -1}, {"boundary": -5}])
+@pytest.mark.parametrize("bad", [{"prompt_len": -1}, {"adopted": -1}, {"chunk": -1}, {"boundary": -5}, {"cursor": -1}])
 def test_negative_inputs_are_rejected(bad):
-    args = {"prompt_len": 100, "adopted": 0, "boundary": None, "chunk": 512, "caps": PlanCaps()} | bad
+    args = {"prompt_len": 100, "adopted": 0, "boundary": None, "cursor": 0, "chunk": 512} | bad
     with pytest.raises(ValueError, match="must be a non-negative integer"):
-        PrefillPlan.with_prefix(**args)
+        next_piece(**args)
 
 
 def test_cache_hit_reproduces_the_miss_only_from_a_split_point():
-    cold = PrefillPlan.with_prefix(5000, 0, None, 2048, PADDED)
-    assert cold.split_points() == (2048, 4096)
-    hit = PrefillPlan.with_prefix(5000, 2048, None, 2048, PADDED)
-    assert hit.reproduces(cold)
-    near = PrefillPlan.with_prefix(5000, 2000, None, 2048, PADDED)
-    assert not near.reproduces(cold)
-    assert not hit.reproduces(PrefillPlan.with_prefix(5001, 0, None, 2048, PADDED))
+    cold = plan(5000, 0, None, 2048)
+    assert split_points(cold) == [2048, 4096]
+    assert reproduces(plan(5000, 2048, None, 2048), 2048, cold)
+    assert not reproduces(plan(5000, 2000, None, 2048), 2000, cold)
+    assert not reproduces(plan(5000, 2048, None, 2048), 2048, plan(5001, 0, None, 2048))
 
 
 def test_cache_hit_at_the_history_boundary_reproduces_the_miss():
-    cold = PrefillPlan.with_prefix(5000, 0, 1500, 2048, PlanCaps())
-    hit = PrefillPlan.with_prefix(5000, 1500, 1500, 2048, PlanCaps())
-    assert hit.boundary() is None and hit.reproduces(cold)
+    cold = plan(5000, 0, 1500, 2048)
+    hit = plan(5000, 1500, 1500, 2048)
+    assert not hit[0].ends_at_boundary and reproduces(hit, 1500, cold)
 
 
 @pytest.mark.parametrize("chunk", [512, 2048])
 @pytest.mark.parametrize("boundary", [None, 1300])
-@pytest.mark.parametrize("caps", [PlanCaps(), PADDED], ids=["unpadded", "padded"])
-def test_resume_equals_the_cold_suffix_at_every_split_point(chunk, boundary, caps):
-    cold = PrefillPlan.with_prefix(8000, 100, boundary, chunk, caps)
-    assert cold.split_points()
-    for cursor in (cold.adopted(), *cold.split_points(), cold.prompt_len):
-        resumed = PrefillPlan.resume_at(8000, 100, boundary, cursor, chunk, caps)
-        assert resumed.pieces() == suffix(cold, cursor)
-        assert (resumed.adopted(), resumed.boundary(), resumed.forwarded_len()) == (
-            cold.adopted(),
-            cold.boundary(),
-            cold.forwarded_len(),
-        )
+def test_resume_equals_the_cold_suffix_at_every_split_point(chunk, boundary):
+    cold = plan(8000, 100, boundary, chunk)
+    assert split_points(cold)
+    for cursor in (100, *split_points(cold), 8000):
+        assert plan(8000, 100, boundary, chunk, cursor=cursor) == [p for p in cold if p.start >= cursor]
 
 
 # --- properties ----------------------------------------------------------------
 
 CHUNKS = st.sampled_from([0, 1, 7, 64, 512, 1000, 2048, 4096, 100_000])
-CAPS = st.builds(
-    PlanCaps,
-    chunked=st.booleans(),
-    padded=st.booleans(),
-    align=st.booleans(),
-    tile=st.sampled_from([1, 16, 64, 128]),
-    token_input=st.booleans(),
-)
 
 
 @st.composite
-def plans(draw):
+def prompts(draw):
     prompt_len = draw(st.integers(1, 20_000))
     adopted = draw(st.integers(0, prompt_len + 10))
     boundary = draw(st.none() | st.integers(0, prompt_len + 10))
-    return prompt_len, adopted, boundary, draw(CHUNKS), draw(CAPS)
+    return prompt_len, adopted, boundary, draw(CHUNKS)
 
 
 @settings(max_examples=300, deadline=None)
-@given(plans())
+@given(prompts())
 def test_pieces_cover_the_forwarded_range_contiguously(args):
-    prompt_len, adopted, boundary, chunk, caps = args
-    plan = PrefillPlan.with_prefix(*args)
-    pieces = plan.pieces()
-    assert sum(p.length for p in pieces) == plan.forwarded_len() == prompt_len - min(adopted, prompt_len)
-    starts = [plan.adopted()] + [p.end for p in pieces[:-1]]
-    assert [p.start for p in pieces] == starts[: len(pieces)]
+    prompt_len, adopted, boundary, chunk = args
+    pieces = plan(*args)
+    start = min(adopted, prompt_len)
+    assert sum(p.length for p in pieces) == prompt_len - start
+    assert [p.start for p in pieces] == ([start] + [p.end for p in pieces[:-1]])[: len(pieces)]
     assert all(p.length > 0 for p in pieces)
-    if pieces:
-        assert pieces[-1].end == prompt_len and plan.is_terminal(pieces[-1])
+    assert [p.terminal for p in pieces] == [p.end == prompt_len for p in pieces]
     for piece in pieces:
-        capped = chunk == 0 or plan.chunk() is None or plan.ends_at_boundary(piece)
-        assert capped or piece.length <= chunk
-        padding = caps.align and caps.padded and not piece.ends_at_boundary
-        assert piece.num_pad == piece.padded_len - piece.length >= 0
-        assert piece.padded_len % caps.tile == 0 if padding else piece.num_pad == 0
+        assert chunk == 0 or piece.ends_at_boundary or piece.length <= chunk
 
 
 @settings(max_examples=300, deadline=None)
-@given(plans())
+@given(prompts())
 def test_resume_at_any_split_point_is_the_cold_suffix(args):
-    prompt_len, adopted, boundary, chunk, caps = args
-    cold = PrefillPlan.with_prefix(*args)
-    for cursor in (0, cold.adopted(), *cold.split_points()[:50], prompt_len):
-        resumed = PrefillPlan.resume_at(prompt_len, adopted, boundary, cursor, chunk, caps)
-        assert resumed.pieces() == suffix(cold, cursor)
-        assert resumed.forwarded_len() == cold.forwarded_len()
+    prompt_len, adopted, boundary, chunk = args
+    cold = plan(*args)
+    for cursor in (0, min(adopted, prompt_len), *split_points(cold)[:50], prompt_len):
+        assert plan(*args, cursor=cursor) == [p for p in cold if p.start >= cursor]
 
 
 @settings(max_examples=200, deadline=None)
-@given(plans(), CHUNKS, st.data())
+@given(prompts(), CHUNKS, st.data())
 def test_a_changed_chunk_mid_prefill_still_covers_the_rest(args, new_chunk, data):
-    prompt_len, adopted, boundary, chunk, caps = args
-    cold = PrefillPlan.with_prefix(*args)
-    cursor = data.draw(st.sampled_from((cold.adopted(), *cold.split_points()[:50], prompt_len)))
-    resumed = PrefillPlan.resume_at(prompt_len, adopted, boundary, cursor, new_chunk, caps)
-    pieces = resumed.pieces()
-    if cursor > cold.adopted():
+    prompt_len, adopted, boundary, chunk = args
+    cold = plan(*args)
+    start = min(adopted, prompt_len)
+    cursor = data.draw(st.sampled_from((start, *split_points(cold)[:50], prompt_len)))
+    pieces = plan(prompt_len, adopted, boundary, new_chunk, cursor=cursor)
+    if cursor > start:
         assert sum(p.length for p in pieces) == prompt_len - cursor
-        assert all(new_chunk == 0 or resumed.chunk() is None or p.length <= new_chunk for p in pieces)
+        assert all(new_chunk == 0 or p.length <= new_chunk for p in pieces)

@@ -156,7 +156,7 @@ def test_abort_frees_the_slot_in_every_phase(phase):
     assert finished(events, target)[0].finish_reason == "abort"
     other = "A" if target == "B" else "B"
     assert finished(events, other)[0].finish_reason == "length"
-    assert not engine.has_work() and runner.rows == []
+    assert not engine.has_work() and runner.rows == set()
 
 
 def test_stats_report_slots_and_pieces():

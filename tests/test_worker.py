@@ -67,10 +67,14 @@ def test_abort_ends_a_stream_and_stop_aborts_the_rest(worker):
 
 
 def test_an_engine_crash_fails_every_request_instead_of_hanging(worker):
-    def boom(work):
-        raise RuntimeError("kaboom")
+    execute = worker.runner.execute
 
-    worker.runner.decode = boom
+    def boom(step):
+        if step.decode:
+            raise RuntimeError("kaboom")
+        return execute(step)
+
+    worker.runner.execute = boom
     events = collect(worker.submit(request("a", 5, max_tokens=10)))
     assert events[-1].finish_reason == "error" and "internal engine error" in events[-1].error
     assert not worker.alive or worker.stats() is not None

@@ -1,29 +1,29 @@
 """KV bookkeeping in plain Python: the prompt cache index and the token budget.
 
-The KV arrays themselves are opaque here (the runner makes and reads them), so the
-scheduler can be tested with lists.
+The KV arrays themselves live in the runner, under ids handed out here, so the scheduler
+can be tested with lists.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
 
 @dataclass(frozen=True, slots=True)
 class CacheEntry:
-    """A KV snapshot of `tokens` (opaque `kv`, owned by the runner)."""
+    """A KV snapshot of `tokens`, stored by the runner under `snapshot_id`."""
 
     tokens: tuple[int, ...]
-    kv: Any
+    snapshot_id: int
     nbytes: int
 
 
 @dataclass(frozen=True, slots=True)
 class CacheHit:
-    entry: CacheEntry
-    length: int  # prompt tokens adopted from the entry
+    snapshot_id: int
+    length: int  # prompt tokens adopted from the snapshot
 
 
 def common_prefix_len(a: tuple[int, ...], b: tuple[int, ...]) -> int:
@@ -39,13 +39,20 @@ def common_prefix_len(a: tuple[int, ...], b: tuple[int, ...]) -> int:
 
 
 class PromptCache:
-    """An LRU of KV snapshots, bounded in bytes and entries, matched by longest prefix."""
+    """An LRU index of KV snapshots, bounded in bytes and entries, matched by longest prefix.
 
-    def __init__(self, max_bytes: int, max_entries: int, min_prefix: int):
+    Plain Python: the runner stores each snapshot under the id `insert` hands out, and frees
+    the ids that `take_dropped` returns (evicted or superseded entries).
+    """
+
+    def __init__(self, max_bytes: int, max_entries: int, min_prefix: int, bytes_per_token: int):
         self.max_bytes = max_bytes
         self.max_entries = max_entries
         self.min_prefix = max(1, min_prefix)
+        self.bytes_per_token = bytes_per_token
         self._entries: "OrderedDict[tuple[int, ...], CacheEntry]" = OrderedDict()
+        self._dropped: list[int] = []
+        self._next_id = 0
         self.nbytes = 0
 
     def __len__(self) -> int:
@@ -53,39 +60,45 @@ class PromptCache:
 
     def lookup(self, prompt: tuple[int, ...]) -> Optional[CacheHit]:
         """The entry sharing the longest prefix with `prompt`, capped so one token is left to forward."""
-        best: Optional[CacheHit] = None
+        best: Optional[CacheEntry] = None
+        best_len = 0
         limit = len(prompt) - 1
         for entry in self._entries.values():
             n = min(common_prefix_len(entry.tokens, prompt), limit)
-            if n >= self.min_prefix and (best is None or n > best.length):
-                best = CacheHit(entry, n)
-        if best is not None:
-            self._entries.move_to_end(best.entry.tokens)
-        return best
+            if n >= self.min_prefix and n > best_len:
+                best, best_len = entry, n
+        if best is None:
+            return None
+        self._entries.move_to_end(best.tokens)
+        return CacheHit(best.snapshot_id, best_len)
 
-    def insert(self, tokens: tuple[int, ...], kv: Any, nbytes: int) -> bool:
-        """Store a snapshot; returns False when it is too short or larger than the whole cache."""
+    def insert(self, tokens: tuple[int, ...]) -> Optional[int]:
+        """Index a snapshot of `tokens`; its id, or None when it is too short or larger than the whole cache."""
+        nbytes = len(tokens) * self.bytes_per_token
         if len(tokens) < self.min_prefix or nbytes > self.max_bytes or self.max_entries <= 0:
-            return False
-        old = self._entries.pop(tokens, None)
-        if old is not None:
-            self.nbytes -= old.nbytes
+            return None
         self._drop_covered(tokens)
-        self._entries[tokens] = CacheEntry(tokens, kv, nbytes)
+        self._next_id += 1
+        self._entries[tokens] = CacheEntry(tokens, self._next_id, nbytes)
         self.nbytes += nbytes
-        while self._entries and (self.nbytes > self.max_bytes or len(self._entries) > self.max_entries):
-            _, evicted = self._entries.popitem(last=False)
-            self.nbytes -= evicted.nbytes
-        return True
+        while self.nbytes > self.max_bytes or len(self._entries) > self.max_entries:
+            self._drop(next(iter(self._entries)))
+        return self._next_id
+
+    def take_dropped(self) -> tuple[int, ...]:
+        """Snapshot ids no longer indexed, for the runner to free."""
+        dropped, self._dropped = tuple(self._dropped), []
+        return dropped
 
     def _drop_covered(self, tokens: tuple[int, ...]) -> None:
-        # An entry that is a prefix of the new one can never be the longest match again.
+        # An entry that is a prefix of the new one (or equal) can never be the longest match again.
         for key in [k for k in self._entries if len(k) <= len(tokens) and tokens[: len(k)] == k]:
-            self.nbytes -= self._entries.pop(key).nbytes
+            self._drop(key)
 
-    def clear(self) -> None:
-        self._entries.clear()
-        self.nbytes = 0
+    def _drop(self, key: tuple[int, ...]) -> None:
+        entry = self._entries.pop(key)
+        self.nbytes -= entry.nbytes
+        self._dropped.append(entry.snapshot_id)
 
 
 class KVBudget:
@@ -104,14 +117,5 @@ class KVBudget:
         self.num_used += num_tokens
         return True
 
-    def give_back(self, seq_id: int, num_tokens: int) -> None:
-        """Return part of a reservation (the pad positions trimmed after a padded piece)."""
-        num_tokens = min(num_tokens, self._used.get(seq_id, 0))
-        self._used[seq_id] -= num_tokens
-        self.num_used -= num_tokens
-
     def release(self, seq_id: int) -> None:
         self.num_used -= self._used.pop(seq_id, 0)
-
-    def used_by(self, seq_id: int) -> int:
-        return self._used.get(seq_id, 0)

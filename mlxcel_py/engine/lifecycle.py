@@ -11,7 +11,6 @@ import logging
 from typing import TYPE_CHECKING, Iterator
 
 from .kv import PromptCache
-from .plan import PlanCaps
 from .scheduler import Scheduler
 from .text import stream_factory
 from .tick import Engine
@@ -33,11 +32,13 @@ def slot_context(ctx_size: int | None, num_slots: int, model_context: int) -> in
 
 def build_engine(config: "EngineConfig", loaded: "LoadedModel") -> Engine:
     """The engine for a loaded model; every front end builds it through here."""
-    from .runner import Runner  # the only import of the model-calling code
+    from .runner import Runner, kv_bytes_per_token  # the only import of the model-calling code
 
     per_slot = slot_context(config.ctx_size, config.num_slots, loaded.context_length)
     pc = config.prompt_cache
-    cache = PromptCache(pc.max_bytes, pc.max_entries, pc.min_prefix) if pc.enabled else None
+    cache = None
+    if pc.enabled:
+        cache = PromptCache(pc.max_bytes, pc.max_entries, pc.min_prefix, kv_bytes_per_token(loaded.model))
     scheduler = Scheduler(
         policy=config.policy,
         num_slots=config.num_slots,
@@ -45,7 +46,6 @@ def build_engine(config: "EngineConfig", loaded: "LoadedModel") -> Engine:
         max_queue=config.max_queue,
         make_stream=stream_factory(loaded.tokenizer),
         eos_token_ids=frozenset(loaded.eos_token_ids),
-        caps=PlanCaps(),
         prompt_cache=cache,
     )
     log.info("prefill_chunk_size %s", config.policy.describe())

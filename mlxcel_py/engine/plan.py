@@ -1,7 +1,10 @@
 """How a prompt is cut into prefill forwards, and which chunk the scheduler uses.
 
-Pure arithmetic, no MLX: `PrefillPlan` is a function of (prompt_len, adopted, boundary,
-chunk, caps), so a resumed plan, a cache hit and a cold miss can be compared as data.
+Pure arithmetic, no MLX. `next_piece` is a function of (prompt_len, adopted, boundary,
+cursor, chunk): the scheduler asks it for one piece per tick with the chunk in force
+*now*, so a prefill resumes at any cursor and a chunk change re-cuts from the cursor.
+Iterating it at a fixed chunk gives the whole plan, which is how the tests compare a
+resumed plan, a cache hit and a cold miss as data.
 """
 
 from __future__ import annotations
@@ -51,56 +54,20 @@ class PrefillChunkPolicy:
 
 
 @dataclass(frozen=True, slots=True)
-class PlanCaps:
-    """What the model supports: multi-call prefill, padded prefill, token vs. embedding input."""
-
-    chunked: bool = True
-    padded: bool = False
-    align: bool = False
-    tile: int = 64
-    token_input: bool = True
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.tile, int) or isinstance(self.tile, bool) or self.tile < 1:
-            raise ValueError(f"tile must be a positive integer (got {self.tile!r})")
-
-    def chunking(self, chunk: int) -> bool:
-        # Embedding inputs (precomputed, e.g. VLM) are never split.
-        return chunk > 0 and self.chunked and self.token_input
-
-
-@dataclass(frozen=True, slots=True)
 class Piece:
-    """One prefill forward over prompt positions [start, end); `num_pad` KV positions are trimmed after."""
+    """One prefill forward over prompt positions [start, end)."""
 
     start: int
     end: int
-    padded_len: int
-    num_pad: int
-    ends_at_boundary: bool
-    terminal: bool
+    ends_at_boundary: bool  # the history-boundary segment: one unchunked forward, snapshotted
+    terminal: bool  # the prompt's last piece: the first token is sampled after it
 
     @property
     def length(self) -> int:
         return self.end - self.start
 
 
-def _piece(start: int, end: int, prompt_len: int, caps: PlanCaps, at_boundary: bool) -> Piece:
-    length = end - start
-    padded_len = length
-    # The boundary segment is snapshotted by the prompt cache, so it must hold no pad.
-    if caps.align and caps.padded and not at_boundary:
-        padded_len = -(-length // caps.tile) * caps.tile
-    return Piece(start, end, padded_len, padded_len - length, at_boundary, end == prompt_len)
-
-
-def _cut(start: int, prompt_len: int, step: Optional[int], caps: PlanCaps) -> list[Piece]:
-    """[start, prompt_len) in pieces of at most `step` from `start` (one piece when step is None)."""
-    size = step if step else max(prompt_len - start, 1)
-    return [_piece(s, min(s + size, prompt_len), prompt_len, caps, False) for s in range(start, prompt_len, size)]
-
-
-def _prefix(prompt_len: int, adopted: int, boundary: Optional[int]) -> tuple[int, Optional[int]]:
+def _split(prompt_len: int, adopted: int, boundary: Optional[int]) -> tuple[int, Optional[int]]:
     """The clamped adopted offset, and the boundary when it lies strictly inside (adopted, prompt_len)."""
     _check_count("prompt_len", prompt_len)
     adopted = min(_check_count("adopted", adopted), prompt_len)
@@ -109,99 +76,25 @@ def _prefix(prompt_len: int, adopted: int, boundary: Optional[int]) -> tuple[int
     return adopted, boundary
 
 
-@dataclass(frozen=True, slots=True)
-class PrefillPlan:
-    """The pieces one prefill forwards, from a cold start, a cache hit or a resumed cursor."""
+def next_piece(prompt_len: int, adopted: int, boundary: Optional[int], cursor: int, chunk: int) -> Optional[Piece]:
+    """The piece a prefill runs next from `cursor`; None once the prompt is in the KV.
 
-    prompt_len: int
-    _adopted: int
-    _boundary: Optional[int]
-    _chunk: Optional[int]
-    _pieces: tuple[Piece, ...]
-
-    @classmethod
-    def with_prefix(
-        cls, prompt_len: int, adopted: int, boundary: Optional[int], chunk: int, caps: PlanCaps
-    ) -> PrefillPlan:
-        """Plan [adopted, prompt_len): the boundary segment whole, then chunks of `chunk`.
-
-        `adopted` (a prompt-cache hit) is clamped to prompt_len. A full hit leaves zero
-        pieces; the engine adopts prompt_len - 1 instead so there is a token to sample from.
-        """
-        _check_count("chunk", chunk)
-        adopted, split = _prefix(prompt_len, adopted, boundary)
-        pieces = [] if split is None else [_piece(adopted, split, prompt_len, caps, True)]
-        start = adopted if split is None else split
-        step = chunk if caps.chunking(chunk) and prompt_len - start > chunk else None
-        pieces += _cut(start, prompt_len, step, caps)
-        return cls(prompt_len, adopted, split, step, tuple(pieces))
-
-    @classmethod
-    def resume_at(
-        cls, prompt_len: int, adopted: int, boundary: Optional[int], cursor: int, chunk: int, caps: PlanCaps
-    ) -> PrefillPlan:
-        """Plan the rest of a prefill whose cursor may sit past the adopted prefix.
-
-        With the chunk unchanged, the pieces equal with_prefix's from the cursor on; a
-        changed chunk re-cuts from the cursor, so a policy switch never strands a prefill.
-        cursor == prompt_len gives zero pieces. A continuation reports chunk() whenever
-        chunking is possible, so its last piece still counts as a chunk for progress.
-        """
-        _check_count("chunk", chunk)
-        adopted, split = _prefix(prompt_len, adopted, boundary)
-        if _check_count("cursor", cursor) <= adopted:
-            return cls.with_prefix(prompt_len, adopted, boundary, chunk, caps)
-        if cursor > prompt_len:
-            raise ValueError(f"cursor {cursor} is past the end of the {prompt_len}-token prompt")
-        if split is not None and cursor < split:
+    From the adopted prefix, the history-boundary segment (when it lies inside the rest)
+    is one piece, so it can be snapshotted; every other piece is at most `chunk` tokens
+    (0: the whole rest). A cursor below the adopted prefix starts at it.
+    """
+    _check_count("chunk", chunk)
+    adopted, split = _split(prompt_len, adopted, boundary)
+    start = max(_check_count("cursor", cursor), adopted)
+    if start > prompt_len:
+        raise ValueError(f"cursor {cursor} is past the end of the {prompt_len}-token prompt")
+    if split is not None and start < split:
+        if start > adopted:
             raise ValueError(
-                f"cursor {cursor} is inside the history-boundary segment [{adopted}, {split}), "
-                "which runs as one piece"
+                f"cursor {cursor} is inside the history-boundary segment [{adopted}, {split}), which runs as one piece"
             )
-        step = chunk if caps.chunking(chunk) else None
-        return cls(prompt_len, adopted, split, step, tuple(_cut(cursor, prompt_len, step, caps)))
-
-    def pieces(self) -> tuple[Piece, ...]:
-        return self._pieces
-
-    def ranges(self) -> tuple[tuple[int, int], ...]:
-        return tuple((p.start, p.end) for p in self._pieces)
-
-    def split_points(self) -> tuple[int, ...]:
-        """Positions where this prefill can stop and resume: the starts of every piece after the first."""
-        return tuple(p.start for p in self._pieces[1:])
-
-    def piece_starting_at(self, cursor: int) -> Optional[Piece]:
-        return next((p for p in self._pieces if p.start == cursor), None)
-
-    def is_terminal(self, piece: Piece) -> bool:
-        return piece.end == self.prompt_len
-
-    def ends_at_boundary(self, piece: Piece) -> bool:
-        return piece.ends_at_boundary
-
-    def chunk(self) -> Optional[int]:
-        """The chunk when this prefill is chunked (and so reports progress per piece), else None."""
-        return self._chunk
-
-    def adopted(self) -> int:
-        return self._adopted
-
-    def boundary(self) -> Optional[int]:
-        """The history boundary when it splits the forwarded range, else None."""
-        return self._boundary
-
-    def forwarded_len(self) -> int:
-        """Real prompt tokens the whole prefill forwards (pads excluded)."""
-        return self.prompt_len - self._adopted
-
-    def reproduces(self, cold: PrefillPlan) -> bool:
-        """Whether this plan (a cache hit) forwards exactly the cold plan's pieces after its prefix.
-
-        When true, the hit's KV and logits are bit-identical to the miss's.
-        """
-        if self.prompt_len != cold.prompt_len:
-            return False
-        if self._adopted != 0 and cold.piece_starting_at(self._adopted) is None:
-            return False
-        return self._pieces == tuple(p for p in cold._pieces if p.start >= self._adopted)
+        return Piece(start, split, True, False)
+    if start == prompt_len:
+        return None
+    end = prompt_len if chunk == 0 else min(start + chunk, prompt_len)
+    return Piece(start, end, False, end == prompt_len)

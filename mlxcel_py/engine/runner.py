@@ -1,18 +1,19 @@
-"""The only code that calls the model: chunked prefill into a sequence's own KV cache,
-batched decode over the active batch, and KV retirement with prompt-cache snapshots."""
+"""The only code that calls the model: it executes `Step` records (engine/step.py).
+
+Per sequence id it holds a prefill KV cache, then a row of the decode batch, and a sampler;
+per snapshot id, the prompt cache's KV. The batch's row order is an implementation detail:
+each decode step reorders it to the record's order when they differ.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
-from .kv import CacheHit
 from .sampling import SequenceSampler, sample_rows
-from .sequence import DecodeWork, PrefillOutput, PrefillWork, RetireWork, Snapshot
-
-PAD_TOKEN = 0
+from .step import PrefillPiece, Retire, Step, StepOutput
 
 
 def _project_fn(model) -> Optional[Callable[[mx.array], mx.array]]:
@@ -38,72 +39,87 @@ def _copy_kv(cache: list, length: int) -> list[KVCache]:
     return out
 
 
-def _nbytes(cache: list) -> int:
-    return sum(c.keys.nbytes + c.values.nbytes for c in cache)
+def kv_bytes_per_token(model) -> int:
+    """Bytes of K and V one token adds over all layers (what a prompt-cache entry costs per token)."""
+    cache = make_prompt_cache(model)
+    args = model.args
+    heads = getattr(args, "num_key_value_heads", None) or args.num_attention_heads
+    head_dim = getattr(args, "head_dim", None) or args.hidden_size // args.num_attention_heads
+    norm = getattr(getattr(model, "model", None), "norm", None)
+    dtype = norm.weight.dtype if norm is not None else mx.float32  # K and V are in the activations' dtype
+    return 2 * len(cache) * heads * head_dim * dtype.size
 
 
 class Runner:
-    """Owns every KV array; works only on the seq ids the scheduler hands it."""
+    """Executes steps; owns every KV array and sampler, keyed by the ids the records carry."""
 
     def __init__(self, model):
         self.model = model
         self._project = _project_fn(model)
         self._prefill: dict[int, list] = {}
         self._samplers: dict[int, SequenceSampler] = {}
-        self._last: dict[int, int] = {}
-        self._rows: list[int] = []
+        self._last: dict[int, int] = {}  # the latest sampled token of each decode row
+        self._snapshots: dict[int, list[KVCache]] = {}
+        self._rows: list[int] = []  # the decode batch's row order
         self._batch: Optional[list] = None
-        self.last_prefill_logits: Optional[mx.array] = None  # kept for equivalence tests
+
+    def execute(self, step: Step) -> StepOutput:
+        """Run one record in its order: retire, decode, prefill, drop snapshots."""
+        if step.retire:
+            self._retire(step.retire)
+        decoded = self._decode(step.decode) if step.decode else ()
+        first = self._run_piece(step.prefill) if step.prefill is not None else None
+        for snapshot_id in step.drop_snapshots:
+            self._snapshots.pop(snapshot_id, None)
+        return StepOutput(decoded, first)
 
     # -- prefill ----------------------------------------------------------------------------
-    def prefill(self, work: PrefillWork) -> PrefillOutput:
-        cache = self._prefill.get(work.seq_id)
-        if cache is None:
-            cache = self._start(work)
-        piece = work.piece
-        ids = list(work.prompt_ids[piece.start : piece.end]) + [PAD_TOKEN] * piece.num_pad
-        logits = self._forward_prefill(mx.array(ids)[None], cache, piece.length if piece.terminal else None)
-        if piece.num_pad:
-            for layer in cache:
-                layer.trim(piece.num_pad)
-        snapshot = None
-        if work.snapshot:
-            snapshot = Snapshot(work.prompt_ids[: piece.end], (kv := _copy_kv(cache, piece.end)), _nbytes(kv))
-        if not piece.terminal:
-            return PrefillOutput(None, snapshot)
-        self.last_prefill_logits = logits
-        sampler = self._samplers[work.seq_id]
-        token = int(sample_rows(logits, [sampler]).item())
-        self._join(work.seq_id, self._prefill.pop(work.seq_id), token)
-        return PrefillOutput(token, snapshot)
-
-    def _start(self, work: PrefillWork) -> list:
-        cache = make_prompt_cache(self.model)
-        if work.adopt is not None:
-            _adopt(cache, work.adopt)
-        sampler = SequenceSampler(work.sampling)
+    def _run_piece(self, piece: PrefillPiece) -> Optional[int]:
+        if piece.begin is not None:
+            self._begin(piece)
+        cache = self._prefill[piece.seq_id]
+        sampler = self._samplers[piece.seq_id]
         if sampler.needs_processing:
-            sampler.history = list(work.prompt_ids)
-        self._samplers[work.seq_id] = sampler
-        self._prefill[work.seq_id] = cache
-        return cache
+            sampler.history.extend(piece.tokens)
+        logits = self._forward_prefill(mx.array(piece.tokens)[None], cache, piece.terminal)
+        if piece.snapshot_id is not None:
+            self._snapshots[piece.snapshot_id] = _copy_kv(cache, piece.end)
+        if not piece.terminal:
+            return None
+        token = int(self._sample(logits, [piece.seq_id]).item())
+        self._join(piece.seq_id, self._prefill.pop(piece.seq_id), token)
+        return token
 
-    def _forward_prefill(self, tokens: mx.array, cache: list, logits_at: Optional[int]) -> Optional[mx.array]:
-        """Run one piece; logits (1, V) at position `logits_at - 1` when asked, else only the KV."""
+    def _begin(self, piece: PrefillPiece) -> None:
+        begin = piece.begin
+        cache = make_prompt_cache(self.model)
+        if begin.adopt_id is not None:  # share the snapshot's first `start` positions, no copy
+            for layer, snap in zip(cache, self._snapshots[begin.adopt_id]):
+                layer.keys = snap.keys[..., : piece.start, :]
+                layer.values = snap.values[..., : piece.start, :]
+                layer.offset = piece.start
+        sampler = SequenceSampler(begin.sampling)
+        if sampler.needs_processing:
+            sampler.history = list(begin.history)
+        self._samplers[piece.seq_id] = sampler
+        self._prefill[piece.seq_id] = cache
+
+    def _forward_prefill(self, tokens: mx.array, cache: list, terminal: bool) -> Optional[mx.array]:
+        """Run one piece; the (1, V) logits of its last position when terminal, else only the KV."""
         if self._project is None:
             out = self.model(tokens, cache=cache)
-            if logits_at is None:
+            if not terminal:
                 mx.eval([c.state for c in cache])
                 return None
-            return out[:, logits_at - 1, :]
+            return out[:, -1, :]
         hidden = self.model.model(tokens, cache=cache)
-        if logits_at is None:
+        if not terminal:
             mx.eval([c.state for c in cache])  # the LM head is never computed for inner pieces
             return None
-        return self._project(hidden[:, logits_at - 1, :])
+        return self._project(hidden[:, -1, :])
 
     def _join(self, seq_id: int, cache: list, token: int) -> None:
-        """Merge a finished prefill's KV into the active batch."""
+        """Merge a finished prefill's KV into the decode batch."""
         rows = [layer.merge([layer]) for layer in cache]
         if self._batch is None:
             self._batch = rows
@@ -120,31 +136,39 @@ class Runner:
             sampler.history.append(token)
 
     # -- decode -----------------------------------------------------------------------------
-    def decode(self, work: DecodeWork) -> tuple[int, ...]:
-        if tuple(self._rows) != work.seq_ids:
-            raise RuntimeError(f"runner rows {self._rows} do not match the decode batch {work.seq_ids}")
-        inputs = mx.array([[self._last[s]] for s in self._rows])
+    def _decode(self, seq_ids: tuple[int, ...]) -> tuple[int, ...]:
+        if tuple(self._rows) != seq_ids:
+            self._reorder(seq_ids)
+        inputs = mx.array([[self._last[s]] for s in seq_ids])
         logits = self.model(inputs, cache=self._batch)[:, -1, :]
-        tokens = sample_rows(logits, [self._samplers[s] for s in self._rows]).tolist()
-        for seq_id, token in zip(self._rows, tokens):
+        tokens = self._sample(logits, seq_ids).tolist()
+        for seq_id, token in zip(seq_ids, tokens):
             self._note(seq_id, token)
         return tuple(tokens)
 
+    def _reorder(self, seq_ids: tuple[int, ...]) -> None:
+        if sorted(seq_ids) != sorted(self._rows):
+            raise RuntimeError(f"decode rows {seq_ids} are not the sequences in the batch {self._rows}")
+        order = [self._rows.index(s) for s in seq_ids]
+        for layer in self._batch:
+            layer.filter(order)
+        self._rows = list(seq_ids)
+
+    def _sample(self, logits: mx.array, seq_ids) -> mx.array:
+        return sample_rows(logits, [self._samplers[s] for s in seq_ids])
+
     # -- retire -----------------------------------------------------------------------------
-    def retire(self, works: list[RetireWork]) -> list[Snapshot]:
-        """Free finished or aborted sequences; snapshot the ones asked for first."""
-        snapshots: list[Snapshot] = []
+    def _retire(self, retire: tuple[Retire, ...]) -> None:
+        """Free finished or aborted sequences; store the snapshots asked for first."""
         drop: set[int] = set()
-        for work in works:
+        for work in retire:
             self._samplers.pop(work.seq_id, None)
             self._last.pop(work.seq_id, None)
             if self._prefill.pop(work.seq_id, None) is not None or work.seq_id not in self._rows:
-                continue
+                continue  # aborted mid-prefill, or never started
             drop.add(work.seq_id)
-            if work.snapshot_tokens:
-                snap = self._extract(self._rows.index(work.seq_id), work.snapshot_tokens)
-                if snap is not None:
-                    snapshots.append(snap)
+            if work.snapshot_id is not None:
+                self._snapshots[work.snapshot_id] = self._extract(self._rows.index(work.seq_id), work.num_tokens)
         if drop:
             keep = [i for i, s in enumerate(self._rows) if s not in drop]
             self._rows = [self._rows[i] for i in keep]
@@ -153,18 +177,13 @@ class Runner:
                     layer.filter(keep)
             else:
                 self._batch = None
-        return snapshots
 
-    def _extract(self, row: int, tokens: tuple[int, ...]) -> Optional[Snapshot]:
+    def _extract(self, row: int, num_tokens: int) -> list[KVCache]:
         kv = [layer.extract(row) for layer in self._batch]
-        if kv[0].offset != len(tokens):  # bookkeeping disagrees: cache nothing rather than wrong KV
-            return None
+        if kv[0].offset != num_tokens:  # the scheduler's count and the KV disagree: a bug, not bad input
+            raise RuntimeError(f"snapshot of {num_tokens} tokens asked, but the row holds {kv[0].offset}")
         mx.eval([(c.keys, c.values) for c in kv])
-        return Snapshot(tokens, kv, _nbytes(kv))
-
-    @property
-    def num_rows(self) -> int:
-        return len(self._rows)
+        return kv
 
     def peak_memory_bytes(self) -> int:
         """MLX's peak allocation; the CPU backend may not track it, so the process's peak RSS then."""
@@ -182,14 +201,6 @@ class Runner:
         (ml-explore/mlx#3126); the console script (`cli/app.main`) exits with os._exit.
         """
         self._prefill.clear()
+        self._snapshots.clear()
         self._batch, self._rows = None, []
         mx.synchronize()
-
-
-def _adopt(cache: list, hit: CacheHit) -> None:
-    """Start a sequence's cache from the first `hit.length` positions of a snapshot (shared, not copied)."""
-    entry: list[Any] = hit.entry.kv
-    for layer, snap in zip(cache, entry):
-        layer.keys = snap.keys[..., : hit.length, :]
-        layer.values = snap.values[..., : hit.length, :]
-        layer.offset = hit.length

@@ -12,13 +12,14 @@ from collections import deque
 from typing import Callable, Optional
 
 from ..errors import PromptTooLongError
-from .kv import KVBudget, PromptCache
-from .plan import PlanCaps, PrefillChunkPolicy, PrefillPlan
-from .sequence import DecodeWork, PrefillOutput, PrefillWork, RetireWork, Sequence, Snapshot
-from .stats import EngineStats, SlotInfo
-from .text import TextStream
 from .events import Event, Finished, PromptProgress, TokenDelta
+from .kv import KVBudget, PromptCache
+from .plan import PrefillChunkPolicy, next_piece
 from .request import Request
+from .sequence import Sequence
+from .stats import EngineStats, SlotInfo
+from .step import BeginSequence, PrefillPiece, Retire, Step, StepOutput
+from .text import TextStream
 
 Clock = Callable[[], float]
 
@@ -46,11 +47,10 @@ class Scheduler:
         max_queue: int,
         make_stream: Callable[[tuple[str, ...]], TextStream],
         eos_token_ids: frozenset[int],
-        caps: PlanCaps = PlanCaps(),
         prompt_cache: Optional[PromptCache] = None,
         clock: Clock = time.perf_counter,
     ):
-        self.policy, self.caps, self.clock = policy, caps, clock
+        self.policy, self.clock = policy, clock
         self.num_slots, self.slot_context, self.max_queue = num_slots, slot_context, max_queue
         self.make_stream, self.eos_token_ids = make_stream, eos_token_ids
         self.prompt_cache = prompt_cache
@@ -59,7 +59,7 @@ class Scheduler:
         self.prefilling: Optional[Sequence] = None
         self.running: list[Sequence] = []
         self._aborts: set[str] = set()
-        self._retired: list[RetireWork] = []
+        self._retired: list[Retire] = []
         self._free_slots = list(range(num_slots))
         self._next_id = 0
         self.counters = {"finished": 0, "prompt": 0, "cached": 0, "generated": 0, "decode_steps": 0}
@@ -79,7 +79,7 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.waiting or self.prefilling or self.running or self._aborts or self._retired)
 
-    # -- one tick: admit, decode, retire, prefill ------------------------------------------
+    # -- one tick: admit, then a decode step, then a prefill piece -------------------------
     def admit(self) -> list[Event]:
         """Apply aborts, then park the next waiting request as the chunked prefill."""
         events = self._apply_aborts()
@@ -88,86 +88,85 @@ class Scheduler:
             seq.slot = self._free_slots.pop(0)
             seq.admitted = self.clock()
             hit = None
-            if self.prompt_cache is not None and seq.request.cache_prompt:
+            if self._caching(seq):
                 hit = self.prompt_cache.lookup(seq.request.prompt_ids)
             seq.adopt(hit, min(self.policy.alone, self.policy.contended))
             self.prefilling = seq
         return events
 
-    def schedule_decode(self) -> Optional[DecodeWork]:
-        if not self.running:
+    def schedule_decode(self) -> Optional[Step]:
+        """One decode step for the whole active batch (and the retirements pending since the last step)."""
+        if not (self.running or self._retired):
             return None
         for seq in self.running:  # one KV position per sequence; a slot's context caps it
             self.budget.reserve(seq.seq_id, 1)
-        return DecodeWork(tuple(s.seq_id for s in self.running))
+        return self._step(decode=tuple(s.seq_id for s in self.running))
 
-    def update_decode(self, work: DecodeWork, tokens: tuple[int, ...]) -> list[Event]:
-        self.counters["decode_steps"] += 1
-        events: list[Event] = []
-        by_id = {s.seq_id: s for s in self.running}
-        for seq_id, token in zip(work.seq_ids, tokens):
-            events += self._emit_token(by_id[seq_id], token)
-        self.running = [s for s in self.running if s.finish_reason is None]
-        return events
-
-    def schedule_prefill(self) -> Optional[PrefillWork]:
-        """Plan the parked prefill from its cursor with the chunk for the state right now."""
+    def schedule_prefill(self) -> Optional[Step]:
+        """The parked prefill's next piece, cut with the chunk for the state right now."""
         seq = self.prefilling
         if seq is None:
             return None
         chunk = self.policy.chunk(others_decoding=bool(self.running))
-        plan = self.plan_for(seq, chunk)
-        piece = plan.pieces()[0]
-        if not self.budget.reserve(seq.seq_id, piece.padded_len):
+        piece = next_piece(seq.prompt_len, seq.adopted, seq.boundary, seq.prefill_offset, chunk)
+        if not self.budget.reserve(seq.seq_id, piece.length):
             return None  # cannot happen while every slot fits its context; wait for room
-        snapshot = piece.ends_at_boundary and self._caching(seq)
-        adopt = seq.hit if seq.prefill_offset == seq.adopted else None
+        prompt = seq.request.prompt_ids
+        snapshot_id = self.prompt_cache.insert(prompt[: piece.end]) if piece.ends_at_boundary and self._caching(seq) else None
+        begin = None
         if seq.prefill_started is None:
             seq.prefill_started = self.clock()
-        return PrefillWork(seq.seq_id, seq.request.prompt_ids, piece, chunk, adopt, seq.request.sampling, snapshot)
+            adopt_id = seq.hit.snapshot_id if seq.hit is not None else None
+            begin = BeginSequence(seq.request.sampling, prompt[: seq.adopted], adopt_id)
+        work = PrefillPiece(seq.seq_id, piece.start, prompt[piece.start : piece.end], chunk, piece.terminal,
+                            snapshot_id, begin)
+        return self._step(prefill=work)
 
-    def update_prefill(self, work: PrefillWork, out: PrefillOutput) -> list[Event]:
+    def schedule_retire(self) -> Optional[Step]:
+        """The retirements still pending at the end of a tick (requests done at their first token)."""
+        return self._step() if self._retired else None
+
+    def update(self, step: Step, out: StepOutput) -> list[Event]:
+        """Apply what the runner sampled for `step`; returns the events it produced."""
+        events: list[Event] = []
+        if step.decode:
+            self.counters["decode_steps"] += 1
+            by_id = {s.seq_id: s for s in self.running}
+            for seq_id, token in zip(step.decode, out.decoded):
+                events += self._emit_token(by_id[seq_id], token)
+            self.running = [s for s in self.running if s.finish_reason is None]
+        if step.prefill is not None:
+            events += self._prefilled(step.prefill, out.first_token)
+        return events
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _step(self, decode: tuple[int, ...] = (), prefill: Optional[PrefillPiece] = None) -> Step:
+        retired, self._retired = tuple(self._retired), []
+        dropped = self.prompt_cache.take_dropped() if self.prompt_cache is not None else ()
+        return Step(retired, decode, prefill, dropped)
+
+    def _prefilled(self, piece: PrefillPiece, first_token: Optional[int]) -> list[Event]:
         seq = self.prefilling
-        piece = work.piece
-        self.budget.give_back(seq.seq_id, piece.num_pad)
-        self.counters["prompt"] += piece.length
-        self.pieces_by_chunk[work.chunk] = self.pieces_by_chunk.get(work.chunk, 0) + 1
+        self.counters["prompt"] += len(piece.tokens)
+        self.pieces_by_chunk[piece.chunk] = self.pieces_by_chunk.get(piece.chunk, 0) + 1
         seq.prefill_offset = piece.end
-        if out.snapshot is not None:
-            self._store(out.snapshot)
         now = self.clock()
         events: list[Event] = [
             PromptProgress(
                 seq.request.request_id, seq.prompt_len, seq.adopted, piece.end,
-                (now - seq.prefill_started) * 1000.0, work.chunk,
+                (now - seq.prefill_started) * 1000.0, piece.chunk,
             )
         ]
         if piece.terminal:
             self.prefilling = None
             seq.first_token_at = now
             self.running.append(seq)
-            events += self._emit_token(seq, out.first_token)
+            events += self._emit_token(seq, first_token)
             self.running = [s for s in self.running if s.finish_reason is None]
         return events
 
-    def take_retired(self) -> list[RetireWork]:
-        retired, self._retired = self._retired, []
-        return retired
-
-    def store_snapshots(self, snapshots: list[Snapshot]) -> None:
-        for snap in snapshots:
-            self._store(snap)
-
-    # -- helpers ---------------------------------------------------------------------------
-    def plan_for(self, seq: Sequence, chunk: int) -> PrefillPlan:
-        return PrefillPlan.resume_at(seq.prompt_len, seq.adopted, seq.boundary, seq.prefill_offset, chunk, self.caps)
-
     def _caching(self, seq: Sequence) -> bool:
         return self.prompt_cache is not None and seq.request.cache_prompt
-
-    def _store(self, snap: Snapshot) -> None:
-        if self.prompt_cache is not None:
-            self.prompt_cache.insert(snap.tokens, snap.kv, snap.nbytes)
 
     def _emit_token(self, seq: Sequence, token: int) -> list[Event]:
         seq.output_ids.append(token)
@@ -185,7 +184,7 @@ class Scheduler:
         return events
 
     def _finish(self, seq: Sequence, reason: str, drop_last: bool = False) -> list[Event]:
-        """End a sequence: free its slot, queue its KV for retirement, emit `Finished`."""
+        """End a sequence: free its slot, queue its KV for retirement (snapshotted), emit `Finished`."""
         seq.finish_reason = reason
         seq.finished_at = self.clock()
         if drop_last:  # the eos token is not part of the completion
@@ -193,8 +192,10 @@ class Scheduler:
         tail = seq.stream.finish() if reason != "abort" else ""
         in_kv = seq.prompt_len + max(len(seq.output_ids) - (0 if drop_last else 1), 0)
         tokens = (seq.request.prompt_ids + tuple(seq.output_ids))[:in_kv]
-        want = self._caching(seq) and seq.first_token_at is not None and reason != "abort"
-        self._retired.append(RetireWork(seq.seq_id, tokens if want else None))
+        snapshot_id = None
+        if self._caching(seq) and seq.first_token_at is not None and reason != "abort":
+            snapshot_id = self.prompt_cache.insert(tokens)  # indexed now: the next admission may adopt it
+        self._retired.append(Retire(seq.seq_id, snapshot_id, len(tokens) if snapshot_id is not None else 0))
         self.budget.release(seq.seq_id)
         if seq.slot is not None:
             self._free_slots.append(seq.slot)

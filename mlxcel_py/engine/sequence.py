@@ -1,56 +1,14 @@
-"""A request's life in the engine, and the work records passed between scheduler and runner."""
+"""A request's life in the engine: the mutable record the scheduler keeps per sequence."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
-from .kv import CacheHit
-from .plan import Piece
-from .text import TextStream
 from .events import Timings, Usage
-from .request import Request, SamplingParams
-
-
-@dataclass(frozen=True, slots=True)
-class PrefillWork:
-    """Run one piece of a sequence's prompt. `adopt` is set on the first piece of a cache hit."""
-
-    seq_id: int
-    prompt_ids: tuple[int, ...]
-    piece: Piece
-    chunk: int  # the policy's chunk for this tick (the piece may be shorter: the prompt's tail)
-    adopt: Optional[CacheHit]
-    sampling: SamplingParams
-    snapshot: bool  # return a KV snapshot after this piece (it ends at the history boundary)
-
-
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    tokens: tuple[int, ...]
-    kv: Any
-    nbytes: int
-
-
-@dataclass(frozen=True, slots=True)
-class PrefillOutput:
-    first_token: Optional[int] = None  # sampled after the terminal piece
-    snapshot: Optional[Snapshot] = None
-
-
-@dataclass(frozen=True, slots=True)
-class DecodeWork:
-    """One decode step for the whole active batch, in this order."""
-
-    seq_ids: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class RetireWork:
-    """Free a sequence's KV; snapshot `tokens` of it into the prompt cache first when set."""
-
-    seq_id: int
-    snapshot_tokens: Optional[tuple[int, ...]] = None
+from .kv import CacheHit
+from .request import Request
+from .text import TextStream
 
 
 @dataclass(slots=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable, Optional
 
 from .events import Event
 from .request import Request
@@ -18,23 +19,23 @@ class Engine:
         self.runner = runner
         self._peak_memory = 0  # read from the runner after each tick, on the engine thread
 
-    def step(self) -> list[Event]:
+    def step(self, on_admitted: Optional[Callable[[], None]] = None) -> list[Event]:
+        """One tick: admit, the decode step, one prefill piece (its chunk chosen after the decode),
+        then retire what finished, so its KV is free and its snapshot stored before the next admission.
+
+        `on_admitted` runs between admission and the model calls (the worker publishes
+        stats there, so /slots shows a prefill while its first piece runs)."""
         events = self.scheduler.admit()
-        self._retire()
-        if (decode := self.scheduler.schedule_decode()) is not None:
-            events += self.scheduler.update_decode(decode, self.runner.decode(decode))
-            self._retire()
-        if (piece := self.scheduler.schedule_prefill()) is not None:
-            events += self.scheduler.update_prefill(piece, self.runner.prefill(piece))
-            self._retire()  # a request done at its first token: snapshot it before the next admission
+        if on_admitted is not None:
+            on_admitted()
+        s = self.scheduler
+        for schedule in (s.schedule_decode, s.schedule_prefill, s.schedule_retire):
+            if (step := schedule()) is not None:
+                events += s.update(step, self.runner.execute(step))
         peak = getattr(self.runner, "peak_memory_bytes", None)
         if peak is not None:
             self._peak_memory = peak()
         return events
-
-    def _retire(self) -> None:
-        if retired := self.scheduler.take_retired():
-            self.scheduler.store_snapshots(self.runner.retire(retired))
 
     def add_request(self, request: Request) -> None:
         self.scheduler.add(request)

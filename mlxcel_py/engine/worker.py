@@ -10,7 +10,7 @@ import asyncio
 import logging
 import queue
 import threading
-from typing import AsyncIterator, Iterator, Optional, Protocol
+from typing import AsyncIterator, Callable, Iterator, Optional, Protocol
 
 from ..errors import EngineStoppedError, QueueFullError, RequestError
 from .events import Event, Finished, empty_finish
@@ -27,7 +27,7 @@ class StepEngine(Protocol):
     def add_request(self, request: Request) -> None: ...
     def abort(self, request_id: str) -> None: ...
     def has_work(self) -> bool: ...
-    def step(self) -> list[Event]: ...
+    def step(self, on_admitted: Optional[Callable[[], None]] = None) -> list[Event]: ...
     def stats(self) -> EngineStats: ...
 
     @property
@@ -144,14 +144,17 @@ class EngineWorker:
                 if not self._drain(block=not self._engine.has_work()):
                     break
                 if self._engine.has_work():
-                    self._dispatch(self._engine.step())
-                self._stats = self._engine.stats()
+                    self._dispatch(self._engine.step(on_admitted=self._publish_stats))
+                self._publish_stats()
         except Exception:  # a bug in the engine: fail every request instead of hanging them
             log.exception("engine thread crashed")
             self._fail_all("internal engine error (see server log)")
         finally:
             self._stopping.set()
         self._abort_all()
+
+    def _publish_stats(self) -> None:
+        self._stats = self._engine.stats()
 
     def _drain(self, block: bool) -> bool:
         """Apply queued messages; returns False on stop."""

@@ -1,0 +1,75 @@
+"""The contract between the scheduler and the runner: one `Step` record in, one `StepOutput` back.
+
+Plain, immutable data (ints, tuples, small frozen dataclasses): the runner executes what a
+record says, in the record's order, and keeps KV, samplers and prompt-cache snapshots by id
+but no ordering of its own. The same record is what another process's runner would
+execute (the distributed engine broadcasts it), so nothing here refers to live objects.
+
+A tick issues up to three records: the decode step, then the prefill piece (its chunk
+depends on whether anything is still decoding *after* that decode step), then the
+retirement of what finished in the piece, so the next admission finds its snapshot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from .request import SamplingParams
+
+
+@dataclass(frozen=True, slots=True)
+class BeginSequence:
+    """Carried by a sequence's first prefill piece: how to sample it and where its KV starts."""
+
+    sampling: SamplingParams
+    history: tuple[int, ...]  # prompt tokens before the piece (the adopted prefix), for penalties
+    adopt_id: Optional[int] = None  # the prompt-cache snapshot whose first `start` positions it reuses
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillPiece:
+    """Forward prompt tokens [start, start + len(tokens)) of one sequence into its own KV."""
+
+    seq_id: int
+    start: int
+    tokens: tuple[int, ...]
+    chunk: int  # the chunk in force when the piece was planned (the piece may be shorter)
+    terminal: bool  # sample the first token after it and move the sequence into the decode batch
+    snapshot_id: Optional[int] = None  # store the KV of [0, end) under this id (the history boundary)
+    begin: Optional[BeginSequence] = None
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class Retire:
+    """Free a sequence's KV and sampler; first store its first `num_tokens` KV positions as a snapshot."""
+
+    seq_id: int
+    snapshot_id: Optional[int] = None
+    num_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One record, executed in field order: retire, decode, prefill, then drop snapshots.
+
+    Dropping last lets a piece adopt a snapshot that the same step's bookkeeping evicted.
+    """
+
+    retire: tuple[Retire, ...] = ()
+    decode: tuple[int, ...] = ()  # seq ids, one row each, in this order
+    prefill: Optional[PrefillPiece] = None
+    drop_snapshots: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutput:
+    """What the runner sampled: one token per decode row in the step's order, and the first token
+    of a terminal prefill piece."""
+
+    decoded: tuple[int, ...] = ()
+    first_token: Optional[int] = None
