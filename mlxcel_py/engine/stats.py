@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal, Optional
 
 
@@ -48,7 +48,6 @@ class EngineStats:
     prompt_cache_entries: int = 0
     prompt_cache_bytes: int = 0
     peak_memory_bytes: int = 0  # the runner's peak (MLX's allocator, else the process's peak RSS)
-    extra: dict = field(default_factory=dict)
 
     @property
     def num_busy_slots(self) -> int:
