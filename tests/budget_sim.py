@@ -85,7 +85,7 @@ def admit(policy, law_at: Callable[[int], Law], prompts: Sequence[int] = (2048, 
 
 def best_fit(law: Law, sizes: Sequence[int], state: TickState, target_s: float) -> Optional[int]:
     """The largest size whose tick under `law` fits `target_s` (None: none does)."""
-    fits = [n for n in sizes if law.seconds(TickShape(n, state.prefill_context, state.num_decoding,
+    fits = [int(n) for n in sizes if law.seconds(TickShape(int(n), state.prefill_context, state.num_decoding,
                                                       state.decode_context)) <= target_s]
     return max(fits) if fits else None
 

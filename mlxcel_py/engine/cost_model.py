@@ -7,7 +7,8 @@ as linear in a few features (docs/adr/0008-itl-budget.md):
     t = a_tick + a_piece*[n>0] + a_tok*n + a_att*n*c + a_sq*n^2 + a_row*b + a_rctx*C
 
 fitted by exponentially weighted least squares, regularized toward a seed fit from a short
-calibration (so a direction the recent ticks do not excite keeps the seed's value), with
+calibration scaled by the measured speed factor (so a direction the recent ticks do not
+excite keeps the seed's value, times how much slower or faster the device runs now), with
 non-negative coefficients and Huber weights against outliers. Plain numpy: no MLX.
 """
 
@@ -123,6 +124,7 @@ class CostModel:
         self.num_calibration_samples, self._ready = num_calibration_samples, ready
         self._gram = np.zeros((len(FEATURES), len(FEATURES)))
         self._rhs = np.zeros(len(FEATURES))
+        self._sp = self._pp = 0.0  # sums for the speed factor: seed prediction x measured, squared
         self._lengths: set[int] = set()
         self.recent_error: Optional[float] = None
         self.num_observed = self.num_outliers = 0
@@ -162,14 +164,26 @@ class CostModel:
         rel = abs(actual - predicted) / actual
         a = self.error_alpha
         self.recent_error = rel if self.recent_error is None else (1 - a) * self.recent_error + a * rel
-        self._gram = self.forgetting * self._gram + weight * np.outer(x, x)
-        self._rhs = self.forgetting * self._rhs + weight * x * actual
-        self.theta = solve_nonnegative(self._gram, self._rhs, self.seed, self.ridge)
+        g = self.forgetting
+        self._gram = g * self._gram + weight * np.outer(x, x)
+        self._rhs = g * self._rhs + weight * x * actual
+        seeded = float(x @ self.seed)
+        self._sp, self._pp = g * self._sp + weight * seeded * actual, g * self._pp + weight * seeded * seeded
+        self.theta = solve_nonnegative(self._gram, self._rhs, self.prior(), self.ridge)
         self.num_observed += 1
         self.num_outliers += weight < 1.0
         if sample.shape.tokens > 0 and len(self._lengths) < 64:
             self._lengths.add(sample.shape.tokens)
         return weight
+
+    def speed_factor(self) -> float:
+        """Measured over seed-predicted time of the recent ticks (least squares through 0)."""
+        return self._sp / self._pp if self._pp > 0 else 1.0
+
+    def prior(self) -> np.ndarray:
+        # A slower or busier device scales every cost alike, so what the recent ticks do not
+        # measure follows the seed scaled by the measured speed, not the seed as calibrated.
+        return self.speed_factor() * self.seed
 
     def _huber_weight(self, predicted: float, actual: float) -> float:
         # The residual scale follows the recent error, so a lasting change (costs double)
