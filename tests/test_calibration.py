@@ -45,7 +45,7 @@ def test_each_run_point_continues_the_previous_scratch_prompt():
 
 def test_calibrate_measures_the_grid_after_a_discarded_warmup():
     measure, said = Recorder(), []
-    cal = calibrate(measure, max_seconds=1e9, row_context=32, say=said.append)
+    cal = calibrate(measure, max_seconds=1e9, repeats=1, row_context=32, say=said.append)
     grid = default_grid()
     assert measure.calls == [(32, 0, 0)] + [(s.tokens, s.context, s.rows) for s in grid]
     assert [s.shape for s in cal.samples] == [TickShape(s.tokens, s.context, s.rows, 32 * s.rows) for s in grid]
@@ -57,12 +57,28 @@ def test_calibrate_measures_the_grid_after_a_discarded_warmup():
 
 def test_the_time_limit_skips_the_most_expensive_shapes():
     said = []
-    cal = calibrate(Recorder(), max_seconds=5.0, say=said.append)
+    cal = calibrate(Recorder(), max_seconds=5.0, repeats=1, say=said.append)
     # 0.045 + 0.09 + 0.189 + 0.521 + 0.581 + 1.907 (512 over 0) + 2.083 (512 over 512) = 5.42 s
     # crosses 5 s: the two shapes after it are left out.
     assert [(s.tokens, s.context) for s in cal.skipped] == [(512, 1024), (2048, 0)]
     assert said[-1].startswith("calibration: skipped 2 of 9 shapes after 5.4 s")
     assert cal.model().ready
+
+
+def test_each_shape_is_repeated_and_the_fastest_time_kept():
+    # A busy machine only adds time: the second run of each shape is 30 % slower here.
+    measure = Recorder()
+
+    def slowed(n, c, b):
+        seconds = measure(n, c, b)
+        second_of_pair = len(measure.calls) > 1 and len(measure.calls) % 2 == 1  # call 1 is the warm-up
+        return seconds * (1.3 if second_of_pair else 1.0)
+
+    cal = calibrate(slowed, max_seconds=1e9, say=lambda _m: None)
+    grid = default_grid()
+    assert measure.calls == [(32, 0, 0)] + [(s.tokens, s.context, s.rows) for s in grid for _ in range(2)]
+    assert [s.seconds for s in cal.samples] == [CPU.measure(s.tokens, s.context, s.rows) for s in grid]
+    assert cal.seconds == pytest.approx(2.3 * sum(s.seconds for s in cal.samples))
 
 
 def test_a_failed_measurement_is_skipped_and_logged(caplog):

@@ -3,7 +3,8 @@
 `calibrate(measure)` times a fixed grid of tick shapes through a callable the runner
 provides, `measure(tokens, context, rows) -> seconds`: the wall time of one tick that
 decodes `rows` scratch sequences and prefills a `tokens`-token piece of a scratch prompt
-whose KV already holds `context` tokens. Plain Python: the callable does the MLX work.
+whose KV already holds `context` tokens (built, untimed, by the callable as needed). Plain
+Python: the callable does the MLX work.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ def default_grid(max_chunk: int = 2048, rows: int = 4) -> tuple[TickShape, ...]:
     context 0 give the per-piece overhead, the per-token slope and the n^2 term; one piece
     riding with `rows` decode rows checks that the two add up; a 512-token run over a growing
     KV gives the attention slope. Points of one run follow each other (context = the previous
-    point's context + tokens), so a runner that keeps one scratch prompt never re-prefills.
+    point's context + tokens), so a runner that keeps one scratch prompt and extends it
+    rebuilds a context (untimed) only to repeat a shape.
     `rows` = 0 (one slot: nothing else ever decodes) leaves out the decode shapes.
     """
     sizes = sorted({min(n, max_chunk) for n in (32, 128, 512, 2048) if max_chunk > 0})
@@ -57,11 +59,13 @@ class Calibration:
 
 
 def calibrate(measure: Measure, grid: Optional[Sequence[TickShape]] = None, *, max_seconds: float = 20.0,
-              warmup: Optional[TickShape] = TickShape(32, 0, 0), row_context: int = 0,
+              warmup: Optional[TickShape] = TickShape(32, 0, 0), repeats: int = 2, row_context: int = 0,
               say: Callable[[str], None] = log.info) -> Calibration:
-    """Time every grid shape once (after one discarded warm-up) until `max_seconds` of measured
-    time is spent; a shape whose measure raises or returns a non-positive time is skipped.
-    `row_context` is the KV each of the runner's scratch decode rows holds."""
+    """Time every grid shape `repeats` times in a row (after one discarded warm-up) until
+    `max_seconds` of measured time is spent, and keep the fastest: load on the machine only
+    adds time, so the minimum is the device's cost (the online fit then learns the speed the
+    device actually runs at). A shape whose measure raises or returns a non-positive time is
+    skipped. `row_context` is the KV each of the runner's scratch decode rows holds."""
     grid = default_grid() if grid is None else tuple(grid)
     if warmup is not None:
         measure(warmup.tokens, warmup.context, warmup.rows)  # first-call allocations, compiles
@@ -72,11 +76,12 @@ def calibrate(measure: Measure, grid: Optional[Sequence[TickShape]] = None, *, m
         if spent >= max_seconds:
             skipped.append(shape)
             continue
-        seconds = _measure_one(measure, shape)
-        if seconds is None:
+        times = [_measure_one(measure, shape) for _ in range(max(repeats, 1))]
+        if any(t is None for t in times):
             skipped.append(shape)
             continue
-        spent += seconds
+        spent += sum(times)  # type: ignore[arg-type]
+        seconds = min(times)  # type: ignore[type-var]
         samples.append(TickSample(replace(shape, row_context=shape.rows * row_context), seconds))
         say(f"calibration: piece {shape.tokens} over context {shape.context} with {shape.rows} "
             f"decode rows: {seconds * 1000:.1f} ms")
