@@ -109,7 +109,8 @@ def test_stats_report_the_fit():
     stats = model.stats()
     assert stats.num_calibration_samples == len(SHAPES) and stats.num_observed == 1 and stats.ready
     assert [n for n, _ in stats.coefficients] == list(FEATURES)
-    assert "tokens=0.0034" in stats.describe() and "1 ticks" in stats.describe()
+    assert stats.speed_factor == pytest.approx(1.0, rel=1e-4) and stats.recent_error < 1e-4
+    assert "tokens=0.0034" in stats.describe() and "speed x1.00 of the seed, 1 ticks" in stats.describe()
 
 
 @pytest.mark.parametrize("bad", [dict(tokens=-1), dict(context=1.5), dict(rows=True)])

@@ -65,6 +65,7 @@ class CostModelStats:
 
     coefficients: tuple[tuple[str, float], ...]
     recent_error: Optional[float]  # EWMA of |predicted - measured| / measured; None before any tick
+    speed_factor: float  # measured / seed-predicted time over the recent ticks (1.0 before any)
     num_calibration_samples: int
     num_observed: int  # online ticks observed
     num_outliers: int  # online ticks whose Huber weight was below 1
@@ -73,7 +74,8 @@ class CostModelStats:
     def describe(self) -> str:
         coef = " ".join(f"{name}={value:.3g}" for name, value in self.coefficients)
         err = "-" if self.recent_error is None else f"{self.recent_error:.1%}"
-        return f"{coef} (s per unit; recent error {err}, {self.num_observed} ticks)"
+        return (f"{coef} (s per unit; recent error {err}, speed x{self.speed_factor:.2f} of the seed, "
+                f"{self.num_observed} ticks)")
 
 
 def features(tokens: np.ndarray, context: int, rows: int, row_context: int) -> np.ndarray:
@@ -197,5 +199,5 @@ class CostModel:
         return tuple(zip(FEATURES, (self.theta / _SCALE).tolist()))
 
     def stats(self) -> CostModelStats:
-        return CostModelStats(self.coefficients(), self.recent_error, self.num_calibration_samples,
-                              self.num_observed, self.num_outliers, self.ready)
+        return CostModelStats(self.coefficients(), self.recent_error, self.speed_factor(),
+                              self.num_calibration_samples, self.num_observed, self.num_outliers, self.ready)
