@@ -143,6 +143,8 @@ def test_stats_and_describe():
     stats = policy.stats()
     assert stats.budget_ms == 300.0 and stats.last_contended_chunk == policy.contended
     assert stats.num_contended_ticks > 0 and stats.num_over_budget == 0 and stats.model.ready
+    policy.observe(TickSample(TickShape(), 0.001))  # an idle tick teaches nothing
+    assert policy.stats().model.num_observed == stats.model.num_observed
     assert policy.describe() == "itl_budget_ms=300 (chunk per tick in 16..2048; alone: best measured throughput)"
     assert policy.alone == 2048
 

@@ -89,7 +89,10 @@ class BudgetChunkPolicy:
         return chunk
 
     def observe(self, sample: TickSample) -> None:
-        """Fold the measured tick (its shape and wall time) into the cost model."""
+        """Fold the measured tick (its shape and wall time) into the cost model; a tick that
+        neither decoded nor prefilled says nothing about either and is ignored."""
+        if not (sample.shape.tokens or sample.shape.rows):
+            return
         self.model.observe(sample)
         if sample.shape.tokens and sample.shape.rows:
             self.num_contended_ticks += 1
