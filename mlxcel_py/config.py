@@ -19,6 +19,7 @@ log = logging.getLogger("mlxcel_py.config")
 Command = Literal["serve", "run", "generate", "bench"]
 MAX_PREFILL_CHUNK = 1_048_576
 MAX_PARALLEL = 64
+MAX_ITL_BUDGET_MS = 600_000
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 _SERVER_COMMANDS = ("serve", "bench")
 _SAMPLING_FLAGS = {
@@ -145,6 +146,7 @@ class EngineConfig:
     ctx_size: Optional[int]  # total KV tokens over all slots; None = each slot gets the model's max context
     max_queue: int = 64
     prompt_cache: PromptCacheConfig = field(default_factory=PromptCacheConfig)
+    itl_budget_ms: Optional[int] = None  # choose the chunk per tick by time (engine/budget.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +200,8 @@ def _server(env: Mapping[str, str], host: Optional[str], port: Optional[int], ap
 
 
 def _engine(command: str, env: Mapping[str, str], chunk: ResolvedChunk, parallel: Optional[int],
-            ctx_size: Optional[int], max_queue: Optional[int], cache: PromptCacheConfig) -> EngineConfig:
+            ctx_size: Optional[int], max_queue: Optional[int], cache: PromptCacheConfig,
+            itl_budget_ms: Optional[int] = None) -> EngineConfig:
     serving = command in _SERVER_COMMANDS
     if not serving and parallel is not None and parallel > 1:
         raise ConfigError(f"--parallel applies to serve and bench; {command} uses one slot (got {parallel})",
@@ -214,7 +217,17 @@ def _engine(command: str, env: Mapping[str, str], chunk: ResolvedChunk, parallel
     _check_range(chunk_label, chunk.explicit, 0, MAX_PREFILL_CHUNK)
     slots = (4 if parallel is None else parallel) if serving else 1
     queue = 64 if max_queue is None else max_queue
-    return EngineConfig(PrefillChunkPolicy.resolve(chunk.explicit), slots, ctx_size, queue, cache)
+    return EngineConfig(PrefillChunkPolicy.resolve(chunk.explicit), slots, ctx_size, queue, cache, itl_budget_ms)
+
+
+def _itl_budget(flag: Optional[int], env: Mapping[str, str], chunk: ResolvedChunk) -> Optional[int]:
+    """--itl-budget-ms, else MLXCEL_ITL_BUDGET_MS; an explicit chunk pins both states and wins."""
+    value, label = _flag_or_env(flag, "--itl-budget-ms", env, "MLXCEL_ITL_BUDGET_MS")
+    _check_range(label, value, 1, MAX_ITL_BUDGET_MS)
+    if value is None or chunk.explicit is None:
+        return value
+    log.warning("%s %d is ignored: %s pins the prefill chunk to %d", label, value, chunk.source, chunk.explicit)
+    return None
 
 
 def _prompt_cache(enabled: bool, max_bytes, max_entries, min_prefix) -> PromptCacheConfig:
@@ -249,6 +262,7 @@ def resolve(
     api_key: Optional[str] = None,
     log_level: Optional[str] = None,
     model_alias: Optional[str] = None,
+    itl_budget_ms: Optional[int] = None,
     env: Optional[Mapping[str, str]] = None,
 ) -> AppConfig:
     """Merge flags (None = not given) with the environment into one frozen AppConfig; raises ConfigError."""
@@ -262,7 +276,11 @@ def resolve(
         raise ConfigError(f"--log-level must be one of {', '.join(LOG_LEVELS)} (got {log_level!r})", flag="--log-level")
     chunk = resolve_prefill_chunk_size(prefill_chunk_size, batch_size, env)
     cache = _prompt_cache(prompt_cache, cache_max_bytes, cache_max_entries, cache_min_prefix)
-    engine = _engine(command, env, chunk, parallel, ctx_size, max_queue, cache)
+    budget = _itl_budget(itl_budget_ms, env, chunk)
+    engine = _engine(command, env, chunk, parallel, ctx_size, max_queue, cache, budget)
+    if budget is not None:  # issue 17 phase 2 wires it into the scheduler; drop this then
+        log.warning("itl_budget_ms %d is resolved but not used yet: the prefill chunk stays %s",
+                    budget, engine.policy.describe())
     given = {"temperature": temp, "top_p": top_p, "top_k": top_k, "min_p": min_p}
     given |= {"repetition_penalty": repeat_penalty, "seed": seed, "max_tokens": max_tokens}
     sampling = _sampling(command, given)
@@ -285,6 +303,7 @@ def startup_summary(cfg: AppConfig) -> list[str]:
         f"model {cfg.model.path or 'embedded SmolLM2-135M-Instruct'}",
         f"slots {eng.num_slots} ctx_size {ctx} max_queue {eng.max_queue}",
         f"prefill_chunk_size {eng.policy.describe()}{source}",
+        f"itl_budget_ms {eng.itl_budget_ms if eng.itl_budget_ms is not None else 'off'}",
         f"prompt_cache {'on' if cache.enabled else 'off'} max_bytes={cache.max_bytes} "
         f"max_entries={cache.max_entries} min_prefix={cache.min_prefix}",
         f"sampling temp={s.temperature} top_p={s.top_p} top_k={s.top_k} min_p={s.min_p} "

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from mlxcel_py.bench.servers import Arm, mlxcel_spec, null_arm, parse_arm, parse_arms, parse_url_arm
+from mlxcel_py.bench.servers import Arm, budget_arm, mlxcel_spec, null_arm, parse_arm, parse_arms, parse_url_arm
 from mlxcel_py.bench.ttft import arm_order, null_verdicts
 from mlxcel_py.errors import ConfigError
 
@@ -54,6 +54,42 @@ def test_mlxcel_spec_command_line():
                          "--parallel", "5", "--model", "/m.gguf", "--prefill-chunk-size", "512")
     assert spec.url == "http://127.0.0.1:4321"
     assert "--parallel" not in mlxcel_spec(Arm("p"), parallel=None, model=None, port=1).argv
+
+
+def test_budget_arm_command_line():
+    spec = mlxcel_spec(budget_arm(300), parallel=5, model=None, port=4321)
+    assert spec.argv == (sys.executable, "-m", "mlxcel_py", "serve", "--host", "127.0.0.1", "--port", "4321",
+                         "--parallel", "5", "--itl-budget-ms", "300")
+    assert budget_arm(300) == parse_arm("budget=--itl-budget-ms 300")
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ConfigError, match="--itl-budget-ms must be a positive integer"):
+            budget_arm(bad)
+
+
+def test_bench_admit_adds_the_budget_arm_and_prints_its_checks(monkeypatch):
+    from typer.testing import CliRunner
+
+    import mlxcel_py.bench.admit as admit_module
+    from mlxcel_py.cli.bench import app
+    from test_bench_report import budget_result
+
+    seen = []
+
+    def fake_run_admit(arms, cfg, model=None, say=None, **_kw):
+        seen.append((arms, cfg.prompt_tokens))
+        return budget_result([0.3], [1.5])
+
+    monkeypatch.setattr(admit_module, "run_admit", fake_run_admit)
+    got = CliRunner().invoke(app, ["admit", "--arm", "c512=--prefill-chunk-size 512", "--itl-budget-ms", "300",
+                                   "--prompt-tokens", "6144"])
+    assert got.exit_code == 0, got.output
+    assert seen == [([Arm("c512", ("--prefill-chunk-size", "512")), budget_arm(300)], 6144)]
+    assert "pass  budget p95 during admission <= 1.3 x 300 ms (every round): 300 ms vs limit 390 ms" in got.output
+    assert "budget admitted TTFT <= 1.5 x c512 (medians over rounds)" in got.output
+    alone = CliRunner().invoke(app, ["admit", "--itl-budget-ms", "300"])  # the budget arm on its own
+    assert alone.exit_code == 0 and seen[-1][0] == [budget_arm(300)]
+    twice = CliRunner().invoke(app, ["admit", "--arm", "budget=", "--itl-budget-ms", "300"])
+    assert twice.exit_code == 2 and "arm name 'budget' is given twice" in twice.output
 
 
 def test_arm_order_rotates():

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from mlxcel_py.bench.admit import summarize_round
-from mlxcel_py.bench.report import admit_checks, admit_rows, render_markdown, ttft_check, ttft_rows, write_results
+from mlxcel_py.bench.report import (
+    admit_checks, admit_rows, budget_checks, render_markdown, run_checks, ttft_check, ttft_rows, write_results,
+)
 from mlxcel_py.bench.ttft import null_verdicts
 
 
@@ -47,6 +49,34 @@ def test_admit_checks_pass_and_fail():
     missing = admit_result(0.25)
     del missing["arms"]["c512"]["rounds"]
     assert admit_checks(missing)[0].status == "n/a"
+
+
+def budget_result(stalls: list[float], ttfts: list[float]) -> dict:
+    result = admit_result(0.25)
+    result["arms"]["c512"]["rounds"] = [fake_round(0, 0.25, 1.0), fake_round(1, 0.25, 1.2), fake_round(2, 0.25, 3.0)]
+    result["arms"]["budget"] = {"flags": ["--itl-budget-ms", "300"], "url": None,
+                                "rounds": [fake_round(i, s, t) for i, (s, t) in enumerate(zip(stalls, ttfts))]}
+    return result
+
+
+def test_budget_checks():
+    # p95 during admission is the stall; the 512 arm's median TTFT is 1200 ms, so the limit is 1800 ms.
+    checks = budget_checks(budget_result([0.3, 0.38, 0.2], [1.5, 1.8, 9.0]), 300)
+    assert [(c.name, c.status, c.detail) for c in checks] == [
+        ("budget p95 during admission <= 1.3 x 300 ms (every round)", "pass", "200..380 ms vs limit 390 ms"),
+        ("budget admitted TTFT <= 1.5 x c512 (medians over rounds)", "pass",
+         "1800 ms vs c512 1200 ms (ratio 1.50)"),
+    ]
+    checks = budget_checks(budget_result([0.3, 0.4, 0.2], [1.5, 1.9, 1.9]), 300)
+    assert [c.status for c in checks] == ["fail", "fail"]
+    assert [c.status for c in budget_checks(admit_result(0.25), 300)] == ["n/a", "n/a"]
+
+
+def test_a_run_with_a_budget_asks_for_its_checks():
+    run = {"kind": "admit", "checks": True, "result": budget_result([0.3], [1.5]), "itl_budget_ms": 300}
+    assert [c.status for c in run_checks(run)] == ["pass", "pass", "pass", "pass"]
+    del run["itl_budget_ms"]
+    assert len(run_checks(run)) == 2
 
 
 def ttft_result() -> dict:

@@ -68,6 +68,15 @@ def test_every_command_hands_the_engine_the_same_policy(capture, monkeypatch, fl
     assert policies == {"generate": expected, "run": expected, "serve": expected}
 
 
+def test_every_command_hands_the_engine_the_itl_budget(capture, monkeypatch):
+    for command in (["generate", "hi"], ["run"], ["serve"]):
+        assert engine_config(capture, command + ["--itl-budget-ms", "300"]).itl_budget_ms == 300
+        assert engine_config(capture, command).itl_budget_ms is None
+    monkeypatch.setenv("MLXCEL_ITL_BUDGET_MS", "120")
+    assert engine_config(capture, ["serve"]).itl_budget_ms == 120
+    assert engine_config(capture, ["serve", "-b", "512"]).itl_budget_ms is None  # the explicit chunk wins
+
+
 def test_one_slot_front_ends_and_serve_slots(capture):
     assert engine_config(capture, ["generate", "hi"]).num_slots == 1
     assert engine_config(capture, ["run"]).num_slots == 1
@@ -84,6 +93,7 @@ def test_one_slot_front_ends_and_serve_slots(capture):
         (["generate", "hi", "--model", "/nonexistent/model.gguf"], 1, "error: model path not found"),
         (["run", "--prefill-chunk-size", "-5"], 2, "error: --prefill-chunk-size must be a non-negative integer"),
         (["serve", "--port", "70000"], 2, "error: --port must be between 0 and 65535"),
+        (["serve", "--itl-budget-ms", "0"], 2, "error: --itl-budget-ms must be between 1 and 600000 (got 0)"),
     ],
 )
 def test_bad_input_is_one_line_and_a_nonzero_exit(args, code, message):

@@ -192,6 +192,50 @@ def test_prompt_cache_settings():
     assert (cache.enabled, cache.max_bytes, cache.max_entries, cache.min_prefix) == (False, 0, 2, 8)
 
 
+# --- the ITL budget ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["serve", "run", "generate", "bench"])
+def test_itl_budget_is_off_by_default_and_resolved_from_flag_or_env(command):
+    assert resolve(command, env={}).engine.itl_budget_ms is None
+    assert resolve(command, itl_budget_ms=300, env={}).engine.itl_budget_ms == 300
+    assert resolve(command, env={"MLXCEL_ITL_BUDGET_MS": " 250 "}).engine.itl_budget_ms == 250
+    assert resolve(command, itl_budget_ms=300, env={"MLXCEL_ITL_BUDGET_MS": "250"}).engine.itl_budget_ms == 300
+    assert resolve(command, env={"MLXCEL_ITL_BUDGET_MS": ""}).engine.itl_budget_ms is None
+
+
+def test_itl_budget_keeps_the_two_state_policy_and_says_it_is_not_wired_yet(caplog):
+    with caplog.at_level(logging.WARNING, logger="mlxcel_py.config"):
+        cfg = resolve("serve", itl_budget_ms=300, env={})
+    assert cfg.engine.policy == PrefillChunkPolicy(2048, 512) and cfg.chunk.explicit is None
+    assert "itl_budget_ms 300" in startup_summary(cfg)
+    assert "itl_budget_ms off" in startup_summary(resolve("serve", env={}))
+    assert [r.getMessage() for r in caplog.records] == [
+        "itl_budget_ms 300 is resolved but not used yet: the prefill chunk stays alone=2048 contended=512"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "env", "warning"),
+    [
+        ({"prefill_chunk_size": 512, "itl_budget_ms": 300}, {},
+         "--itl-budget-ms 300 is ignored: --prefill-chunk-size pins the prefill chunk to 512"),
+        ({"batch_size": 1024}, {"MLXCEL_ITL_BUDGET_MS": "300"},
+         "MLXCEL_ITL_BUDGET_MS 300 is ignored: --batch-size pins the prefill chunk to 1024"),
+        ({"itl_budget_ms": 300}, {"LLAMA_ARG_BATCH": "256"},
+         "--itl-budget-ms 300 is ignored: LLAMA_ARG_BATCH pins the prefill chunk to 256"),
+        ({"itl_budget_ms": 300}, {"MLXCEL_PREFILL_CHUNK": "0"},
+         "--itl-budget-ms 300 is ignored: MLXCEL_PREFILL_CHUNK pins the prefill chunk to 0"),
+    ],
+)
+def test_an_explicit_chunk_wins_over_the_budget_with_a_warning(caplog, kwargs, env, warning):
+    with caplog.at_level(logging.WARNING, logger="mlxcel_py.config"):
+        cfg = resolve("serve", env=env, **kwargs)
+    assert cfg.engine.itl_budget_ms is None and cfg.chunk.explicit is not None
+    assert policy_of(cfg) == (cfg.chunk.explicit, cfg.chunk.explicit)
+    assert [r.getMessage() for r in caplog.records] == [warning]
+
+
 # --- errors -----------------------------------------------------------------------
 
 ERRORS = [
@@ -219,6 +263,10 @@ ERRORS = [
     ("serve", {"log_level": "loud"}, "--log-level must be one of debug, info, warning, error, critical (got 'loud')"),
     ("serve", {"model": " "}, "--model must not be empty (omit it to use the embedded default model)"),
     ("generate", {"port": 8000}, "--host, --port and --api-key apply to serve and bench, not generate"),
+    ("serve", {"itl_budget_ms": 0}, "--itl-budget-ms must be between 1 and 600000 (got 0)"),
+    ("run", {"itl_budget_ms": -5}, "--itl-budget-ms must be between 1 and 600000 (got -5)"),
+    ("serve", {"itl_budget_ms": 700_000, "prefill_chunk_size": 512},
+     "--itl-budget-ms must be between 1 and 600000 (got 700000)"),
 ]
 
 
@@ -237,6 +285,8 @@ def test_bad_values_name_the_flag(command, kwargs, message):
         ({"LLAMA_ARG_N_PARALLEL": "0"}, "LLAMA_ARG_N_PARALLEL must be between 1 and 64 (got 0)"),
         ({"LLAMA_ARG_CTX_SIZE": "32"}, "LLAMA_ARG_CTX_SIZE must be at least 64 (got 32)"),
         ({"MLXCEL_PREFILL_CHUNK": "2000000"}, "MLXCEL_PREFILL_CHUNK must be between 0 and 1048576 (got 2000000)"),
+        ({"MLXCEL_ITL_BUDGET_MS": "300ms"}, "MLXCEL_ITL_BUDGET_MS must be a non-negative integer (got '300ms')"),
+        ({"MLXCEL_ITL_BUDGET_MS": "0"}, "MLXCEL_ITL_BUDGET_MS must be between 1 and 600000 (got 0)"),
     ],
 )
 def test_bad_env_values_name_the_variable(env, message):

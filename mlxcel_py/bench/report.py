@@ -6,11 +6,14 @@ A run that did not happen (a peer missing on the machine, an arm that failed) is
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
 CONTENDED_SLACK = 1.10  # policy p95 during admission may exceed the 512 arm's by at most 10 %
+ITL_SLACK = 1.3  # issue 17: with --itl-budget-ms B, stream ITL p95 during admission <= 1.3 B
+TTFT_SLACK = 1.5  # ... and the admitted TTFT <= 1.5 x the explicit-512 arm's
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +133,32 @@ def admit_checks(result: dict, policy: str = "policy", c512: str = "c512", c2048
     return out
 
 
+def budget_checks(result: dict, budget_ms: int, arm: str = "budget", c512: str = "c512") -> list[Check]:
+    """The worst stream's ITL p95 during admission <= 1.3 x the budget in every round, and the
+    arm's median admitted TTFT <= 1.5 x the 512 arm's median."""
+    pol, limit = _round_worsts(result, arm), ITL_SLACK * budget_ms
+    name = f"{arm} p95 during admission <= {ITL_SLACK:g} x {budget_ms} ms (every round)"
+    if pol is None:
+        out = [Check(name, "n/a", "the arm did not run")]
+    else:
+        ok = all(v <= limit for v in pol)
+        out = [Check(name, "pass" if ok else "fail", f"{_span(pol)} ms vs limit {_ms(limit)} ms")]
+    name = f"{arm} admitted TTFT <= {TTFT_SLACK:g} x {c512} (medians over rounds)"
+    ours, theirs = _median_ttft(result, arm), _median_ttft(result, c512)
+    if ours is None or theirs is None:
+        return out + [Check(name, "n/a", "an arm did not run")]
+    ok = ours <= TTFT_SLACK * theirs
+    return out + [Check(name, "pass" if ok else "fail",
+                        f"{_ms(ours)} ms vs {c512} {_ms(theirs)} ms (ratio {ours / theirs:.2f})")]
+
+
+def _median_ttft(result: dict, arm: str) -> Optional[float]:
+    entry = result["arms"].get(arm)
+    if not entry or not entry.get("rounds"):
+        return None
+    return statistics.median(r["admitted"]["ttft_ms"] for r in entry["rounds"])
+
+
 def ttft_check(result: dict, arm: str = "policy") -> Check:
     """The arm's median TTFT lies inside the null arm's [min, max]."""
     null = result.get("null_arm")
@@ -147,7 +176,8 @@ def run_checks(run: dict) -> list[Check]:
     if not run.get("checks"):
         return []
     if run["kind"] == "admit":
-        return admit_checks(run["result"])
+        budget = run.get("itl_budget_ms")  # a run with a budget arm asks for its checks too
+        return admit_checks(run["result"]) + (budget_checks(run["result"], budget) if budget else [])
     return [ttft_check(run["result"])]
 
 

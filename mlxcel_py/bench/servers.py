@@ -63,9 +63,16 @@ def parse_url_arm(text: str) -> Arm:
     return Arm(name, url=url.removesuffix("/v1"))
 
 
-def parse_arms(arms: Sequence[str], urls: Sequence[str]) -> list[Arm]:
-    """All arms in the order given (--arm ones first); names must be unique."""
-    out = [parse_arm(a) for a in arms] + [parse_url_arm(u) for u in urls]
+def budget_arm(budget_ms: int, name: str = "budget") -> Arm:
+    """The ITL-budget arm (issue 17): a server started with `--itl-budget-ms budget_ms`."""
+    if isinstance(budget_ms, bool) or not isinstance(budget_ms, int) or budget_ms < 1:
+        raise ConfigError(f"--itl-budget-ms must be a positive integer (got {budget_ms!r})", flag="--itl-budget-ms")
+    return Arm(name, ("--itl-budget-ms", str(budget_ms)))
+
+
+def parse_arms(arms: Sequence[str], urls: Sequence[str], extra: Sequence[Arm] = ()) -> list[Arm]:
+    """All arms in the order given (--arm ones, --url ones, then `extra`); names must be unique."""
+    out = [parse_arm(a) for a in arms] + [parse_url_arm(u) for u in urls] + list(extra)
     seen: set[str] = set()
     for arm in out:
         if arm.name in seen:

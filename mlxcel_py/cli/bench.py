@@ -32,11 +32,11 @@ def _err() -> Console:
     return Console(stderr=True, soft_wrap=True, highlight=False)
 
 
-def _arms(arm: list[str], url: list[str]):
-    from ..bench.servers import parse_arms
+def _arms(arm: list[str], url: list[str], itl_budget_ms: Optional[int] = None):
+    from ..bench.servers import budget_arm, parse_arms
 
     try:
-        return parse_arms(arm, url)
+        return parse_arms(arm, url, [budget_arm(itl_budget_ms)] if itl_budget_ms is not None else [])
     except MlxcelError as exc:
         fail(str(exc), code=2)
 
@@ -74,14 +74,16 @@ def admit(
     ] = 1,
     tail_tokens: Annotated[int, typer.Option("--tail-tokens", min=1, help="Stream tokens after the admitted first token.")] = 2,
     seed: SeedOpt = 0,
+    itl_budget_ms: Annotated[Optional[int], typer.Option(
+        "--itl-budget-ms", min=1, help="Add the arm `budget`: a server started with --itl-budget-ms N.")] = None,
     out: OutOpt = None,
 ) -> None:
     """N streams decode; then one long prompt is admitted. Stream inter-token latency before and
     during its prefill, and its TTFT, per arm and round."""
     from ..bench.admit import AdmitConfig, run_admit
-    from ..bench.report import ADMIT_HEADERS, admit_checks, admit_rows
+    from ..bench.report import ADMIT_HEADERS, admit_checks, admit_rows, budget_checks
 
-    arms = _arms(arm, url)
+    arms = _arms(arm, url, itl_budget_ms)
     cfg = AdmitConfig(num_streams=streams, prompt_tokens=prompt_tokens, stream_prompt_tokens=stream_prompt_tokens,
                       quiet_s=quiet_s, rounds=rounds, warmup_rounds=warmup_rounds, tail_tokens=tail_tokens,
                       seed=seed)
@@ -89,9 +91,11 @@ def admit(
     result = _run(lambda: run_admit(arms, cfg, model, say), out)
     _print_table(ADMIT_HEADERS, admit_rows(result))
     names = set(result["arms"])
-    if {"policy", "c512", "c2048"} <= names:
-        for check in admit_checks(result):
-            Console().print(f"{check.status:5} {check.name}: {check.detail}", markup=False, highlight=False)
+    checks = admit_checks(result) if {"policy", "c512", "c2048"} <= names else []
+    if itl_budget_ms is not None and "c512" in names:
+        checks += budget_checks(result, itl_budget_ms)
+    for check in checks:
+        Console().print(f"{check.status:5} {check.name}: {check.detail}", markup=False, highlight=False)
 
 
 @app.command("ttft")

@@ -11,7 +11,7 @@ from rich.console import Console
 from ..logs import setup_logging
 from .common import resolve_or_exit
 from .options import (
-    BatchSizeOpt, CtxSizeOpt, LogLevelOpt, MaxTokensOpt, MinPOpt, ModelOpt, PrefillChunkOpt,
+    BatchSizeOpt, CtxSizeOpt, ItlBudgetOpt, LogLevelOpt, MaxTokensOpt, MinPOpt, ModelOpt, PrefillChunkOpt,
     PromptCacheOpt, RepeatPenaltyOpt, SeedOpt, TempOpt, TopKOpt, TopPOpt,
 )
 
@@ -34,6 +34,7 @@ def run(
     ctx_size: CtxSizeOpt = None,
     prefill_chunk_size: PrefillChunkOpt = None,
     batch_size: BatchSizeOpt = None,
+    itl_budget_ms: ItlBudgetOpt = None,
     prompt_cache: PromptCacheOpt = True,
     markdown: MarkdownOpt = True,
     log_level: LogLevelOpt = None,
@@ -42,7 +43,7 @@ def run(
     cfg = resolve_or_exit(
         "run", model=model, max_tokens=max_tokens, temp=temp, top_p=top_p, top_k=top_k, min_p=min_p,
         repeat_penalty=repeat_penalty, seed=seed, ctx_size=ctx_size, prefill_chunk_size=prefill_chunk_size,
-        batch_size=batch_size, prompt_cache=prompt_cache, log_level=log_level,
+        batch_size=batch_size, itl_budget_ms=itl_budget_ms, prompt_cache=prompt_cache, log_level=log_level,
     )
     setup_logging(log_level or "warning")  # a chat shows answers, not engine logs, unless asked
     interactive = sys.stdin.isatty() and sys.stdout.isatty()

@@ -30,6 +30,14 @@ BatchSizeOpt = Annotated[
     Optional[int],
     typer.Option("--batch-size", "-b", help="Alias of --prefill-chunk-size (llama-server); env LLAMA_ARG_BATCH"),
 ]
+ItlBudgetOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--itl-budget-ms",
+        help="Choose the prefill chunk each tick so a tick (decode step plus prefill piece) fits this many ms; "
+        "env MLXCEL_ITL_BUDGET_MS. Default: off. An explicit chunk wins.",
+    ),
+]
 TempOpt = Annotated[Optional[float], typer.Option("--temp", help="Sampling temperature; 0 is greedy.")]
 TopPOpt = Annotated[Optional[float], typer.Option("--top-p", help="Nucleus sampling: keep the top-p probability mass.")]
 TopKOpt = Annotated[Optional[int], typer.Option("--top-k", help="Keep the k most likely tokens; 0 keeps all.")]

@@ -6,8 +6,8 @@ from ..errors import MlxcelError
 from .common import fail, resolve_or_exit
 from .options import (
     AliasOpt, ApiKeyOpt, BatchSizeOpt, CacheMaxBytesOpt, CacheMaxEntriesOpt, CacheMinPrefixOpt, CtxSizeOpt,
-    HostOpt, LogLevelOpt, MaxQueueOpt, MaxTokensOpt, MinPOpt, ModelOpt, ParallelOpt, PortOpt, PrefillChunkOpt,
-    PromptCacheOpt, RepeatPenaltyOpt, SeedOpt, TempOpt, TopKOpt, TopPOpt,
+    HostOpt, ItlBudgetOpt, LogLevelOpt, MaxQueueOpt, MaxTokensOpt, MinPOpt, ModelOpt, ParallelOpt, PortOpt,
+    PrefillChunkOpt, PromptCacheOpt, RepeatPenaltyOpt, SeedOpt, TempOpt, TopKOpt, TopPOpt,
 )
 
 
@@ -19,6 +19,7 @@ def serve(
     ctx_size: CtxSizeOpt = None,
     prefill_chunk_size: PrefillChunkOpt = None,
     batch_size: BatchSizeOpt = None,
+    itl_budget_ms: ItlBudgetOpt = None,
     max_queue: MaxQueueOpt = None,
     prompt_cache: PromptCacheOpt = True,
     cache_max_bytes: CacheMaxBytesOpt = None,
@@ -42,7 +43,7 @@ def serve(
         prompt_cache=prompt_cache, cache_max_bytes=cache_max_bytes, cache_max_entries=cache_max_entries,
         cache_min_prefix=cache_min_prefix, temp=temp, top_p=top_p, top_k=top_k, min_p=min_p,
         repeat_penalty=repeat_penalty, seed=seed, max_tokens=max_tokens, api_key=api_key,
-        log_level=log_level, model_alias=alias,
+        log_level=log_level, model_alias=alias, itl_budget_ms=itl_budget_ms,
     )
     # Imported here: the server pulls in MLX, which must load after the BLAS preload.
     from ..server.serving import serve_forever

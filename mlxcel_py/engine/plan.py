@@ -10,7 +10,11 @@ resumed plan, a cache hit and a cold miss as data.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from .budget import TickState
+    from .cost_model import TickSample
 
 # Alone: best single-stream TTFT. Contended: keeps live decode streams' ITL p95 low
 # while a long prompt is admitted (measured: 128 ms at 2048 vs 56 ms at 512).
@@ -45,6 +49,13 @@ class PrefillChunkPolicy:
     def chunk(self, others_decoding: bool) -> int:
         """The chunk for the next piece; read every tick, since the state changes mid-prompt."""
         return self.contended if others_decoding else self.alone
+
+    def chunk_for(self, state: TickState) -> int:
+        """The chunk-policy interface the budget policy shares (engine/budget.py)."""
+        return self.chunk(state.num_decoding > 0)
+
+    def observe(self, sample: TickSample) -> None:
+        """A fixed policy learns nothing from measured ticks."""
 
     def describe(self) -> str:
         """`alone=2048 contended=512`, or `explicit=N (alone and contended)` when pinned."""

@@ -1,0 +1,152 @@
+"""The prefill chunk chosen by time: the largest piece whose tick fits an ITL budget.
+
+With `--itl-budget-ms B`, each tick the scheduler asks `chunk_for(TickState)`:
+- others decoding: the largest ladder size whose predicted tick (the decode step it rides
+  with plus the piece) fits B / (1 + margin), the margin being the model's recent error;
+  never below `floor` (prefill always progresses) nor above `ceiling` (the alone chunk);
+- alone: the ladder size (or the whole remainder) with the best predicted prefill
+  throughput, tokens per second, at the prompt's current context.
+After each tick the engine loop calls `observe(TickSample)` with the measured tick time.
+Pure Python and numpy; see docs/adr/0008-itl-budget.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from .cost_model import CostModel, CostModelStats, TickSample
+from .plan import DEFAULT_PREFILL_CHUNK, PrefillChunkPolicy
+
+DEFAULT_FLOOR = 16
+GRAIN = 16  # every ladder size is a multiple of this
+
+
+def ladder(floor: int = DEFAULT_FLOOR, ceiling: int = DEFAULT_PREFILL_CHUNK) -> tuple[int, ...]:
+    """The chunk sizes the policy picks from: multiples of 16 up to 256, then 8 per octave.
+
+    Few sizes, so the runner and MLX see the same piece shapes again (buffer and kernel
+    caches; a tile-aligned shape wastes no padding), the fit is trained on the shapes that
+    run, and fit noise moves the chunk by whole steps, not token by token, keeping
+    consecutive pieces equal (a resumed plan then matches the cold plan). At most 12.5 %
+    below the exact fit above 128 tokens.
+    """
+    if not 1 <= floor <= ceiling:
+        raise ValueError(f"need 1 <= floor <= ceiling (got floor={floor}, ceiling={ceiling})")
+    sizes, v = {floor, ceiling}, GRAIN
+    while v < ceiling:
+        if v >= floor:
+            sizes.add(v)
+        v += max(GRAIN, 1 << (v.bit_length() - 4))
+    return tuple(sorted(sizes))
+
+
+@dataclass(frozen=True, slots=True)
+class TickState:
+    """What the scheduler knows when it plans the prefill piece of this tick."""
+
+    num_decoding: int = 0  # sequences in this tick's decode step
+    decode_context: int = 0  # KV positions over those sequences
+    prefill_context: int = 0  # the prefilling prompt's cursor: tokens already in its KV
+    remaining: Optional[int] = None  # prompt tokens left to prefill (None: unknown)
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetStats:
+    """For /metrics and the startup log."""
+
+    budget_ms: float
+    margin: float  # the share of the budget held back for prediction error
+    last_contended_chunk: Optional[int]
+    last_alone_chunk: Optional[int]
+    num_contended_ticks: int  # observed ticks with a piece and decode rows
+    num_over_budget: int  # of those, how many took longer than the budget
+    model: CostModelStats
+
+
+class BudgetChunkPolicy:
+    """The prefill chunk for an ITL budget; falls back to 2048/512 until the model is ready."""
+
+    def __init__(self, budget_ms: float, model: CostModel, *, floor: int = DEFAULT_FLOOR,
+                 ceiling: int = DEFAULT_PREFILL_CHUNK, start_margin: float = 0.1, max_margin: float = 0.3,
+                 fallback: PrefillChunkPolicy = PrefillChunkPolicy.resolve(None)):
+        if not budget_ms > 0:
+            raise ValueError(f"budget_ms must be positive (got {budget_ms})")
+        self.budget_ms, self.model, self.fallback = float(budget_ms), model, fallback
+        self.floor, self.ceiling = floor, ceiling
+        self.start_margin, self.max_margin = start_margin, max_margin
+        self.sizes = np.array(ladder(floor, ceiling))
+        self._last: dict[bool, int] = {}
+        self.num_contended_ticks = self.num_over_budget = 0
+
+    # -- the two calls the engine makes ------------------------------------------------------
+    def chunk_for(self, state: TickState) -> int:
+        """The chunk for this tick's piece; read every tick, like PrefillChunkPolicy.chunk."""
+        chunk = self._choose(state)
+        self._last[state.num_decoding > 0] = chunk
+        return chunk
+
+    def observe(self, sample: TickSample) -> None:
+        """Fold the measured tick (its shape and wall time) into the cost model; a tick that
+        neither decoded nor prefilled says nothing about either and is ignored."""
+        if not (sample.shape.tokens or sample.shape.rows):
+            return
+        self.model.observe(sample)
+        if sample.shape.tokens and sample.shape.rows:
+            self.num_contended_ticks += 1
+            self.num_over_budget += sample.seconds * 1000.0 > self.budget_ms
+
+    # -- the choices -------------------------------------------------------------------------
+    def _choose(self, state: TickState) -> int:
+        contended = state.num_decoding > 0
+        if not self.model.ready:
+            return self.fallback.chunk(contended)
+        return self._fit_budget(state) if contended else self._best_throughput(state)
+
+    def margin(self) -> float:
+        error = self.model.recent_error
+        return min(self.start_margin if error is None else error, self.max_margin)
+
+    def target_s(self) -> float:
+        return self.budget_ms / 1000.0 / (1.0 + self.margin())
+
+    def _fit_budget(self, state: TickState) -> int:
+        """The largest size whose tick fits the target; the fit is monotone in n (coefs >= 0)."""
+        predicted = self.model.predict_many(self.sizes, state.prefill_context, state.num_decoding,
+                                            state.decode_context)
+        fits = np.flatnonzero(predicted <= self.target_s())
+        return int(self.sizes[fits[-1]]) if len(fits) else self.floor
+
+    def _best_throughput(self, state: TickState) -> int:
+        """The size with the most prompt tokens per predicted second, no bigger than the rest."""
+        sizes = self.sizes
+        if state.remaining is not None:
+            sizes = sizes[sizes < state.remaining]
+            if self.floor <= state.remaining <= self.ceiling:
+                sizes = np.append(sizes, state.remaining)  # the whole rest as one piece
+            if not len(sizes):
+                return self.floor
+        seconds = self.model.predict_many(sizes, state.prefill_context, 0, 0)
+        rate = sizes / np.maximum(seconds, 1e-12)
+        return int(sizes[len(rate) - 1 - int(np.argmax(rate[::-1]))])  # ties: the bigger piece
+
+    # -- what the scheduler and the startup log read -----------------------------------------
+    @property
+    def alone(self) -> int:
+        """The largest chunk this policy may pick (the scheduler's boundary-segment bound uses min)."""
+        return self.ceiling
+
+    @property
+    def contended(self) -> int:
+        """The last contended chunk, else the one for a single decode row at context 0."""
+        return self._last.get(True) or self._choose(TickState(num_decoding=1))
+
+    def describe(self) -> str:
+        return (f"itl_budget_ms={self.budget_ms:g} (chunk per tick in {self.floor}..{self.ceiling}; "
+                f"alone: best measured throughput)")
+
+    def stats(self) -> BudgetStats:
+        return BudgetStats(self.budget_ms, self.margin(), self._last.get(True), self._last.get(False),
+                           self.num_contended_ticks, self.num_over_budget, self.model.stats())
