@@ -3,10 +3,9 @@ predict what `--itl-budget-ms` will do in the acceptance scenario.
 
 Usage: .venv/bin/python bench/bench_tick_costs.py [--budget-ms 300] [--rows 4] [--max-seconds 30]
 
-`TickProbe.measure(tokens, context, rows)` is the prototype of the runner's calibration
-callable: one tick of the real Runner (a decode step over `rows` scratch sequences, then a
+`engine.probe.TickProbe.measure(tokens, context, rows)` is the engine's calibration callable:
+one tick of the real Runner (a decode step over `rows` scratch sequences, then a
 `tokens`-token piece of a scratch prompt whose KV holds `context` tokens), timed end to end.
-It goes through the runner's public work records only, so it runs on today's runner.
 """
 
 from __future__ import annotations
@@ -27,67 +26,13 @@ BLAS = preload_blas(os.environ.get("MLXCEL_BLAS", "auto"))
 from mlxcel_py.engine.budget import BudgetChunkPolicy, TickState  # noqa: E402
 from mlxcel_py.engine.calibration import calibrate, default_grid  # noqa: E402
 from mlxcel_py.engine.cost_model import CostModel, TickShape  # noqa: E402
-from mlxcel_py.engine.plan import Piece  # noqa: E402
+from mlxcel_py.engine.probe import ROW_PROMPT, TickProbe  # noqa: E402
 from mlxcel_py.engine.runner import Runner  # noqa: E402
-from mlxcel_py.engine.sequence import DecodeWork, PrefillWork, RetireWork  # noqa: E402
-from mlxcel_py.engine.types import SamplingParams  # noqa: E402
 from mlxcel_py.models import load_model  # noqa: E402
 
-ROW_PROMPT = 32  # tokens each scratch decode row starts with
-BUILD_PIECE = 512  # untimed pieces that build a scratch context
 
-
-class TickProbe:
-    """Scratch sequences on a real runner; `measure` times one tick of the asked shape."""
-
-    def __init__(self, runner: Runner, max_context: int, seed: int = 0):
-        self.runner, self.rng = runner, random.Random(seed)
-        self.prompt = tuple(self.rng.randrange(100, 40000) for _ in range(max_context + 1))
-        self.rows: list[int] = []
-        self.scratch, self.scratch_len, self.next_id = None, 0, 1_000_000
-
-    def _new_id(self) -> int:
-        self.next_id += 1
-        return self.next_id
-
-    def _piece(self, seq_id: int, start: int, end: int, prompt: tuple[int, ...]) -> None:
-        piece = Piece(start, end, end - start, 0, False, end == len(prompt))
-        self.runner.prefill(PrefillWork(seq_id, prompt, piece, end - start, None, SamplingParams(), False))
-
-    def _set_rows(self, rows: int) -> None:
-        while len(self.rows) < rows:  # a short prompt prefilled to its end joins the decode batch
-            seq_id = self._new_id()
-            prompt = tuple(self.rng.randrange(100, 40000) for _ in range(ROW_PROMPT))
-            self._piece(seq_id, 0, ROW_PROMPT, prompt)
-            self.rows.append(seq_id)
-        if len(self.rows) > rows:
-            self.runner.retire([RetireWork(s) for s in self.rows[rows:]])
-            del self.rows[rows:]
-
-    def _set_context(self, context: int) -> None:
-        if self.scratch is None or self.scratch_len > context:
-            if self.scratch is not None:
-                self.runner.retire([RetireWork(self.scratch)])
-            self.scratch, self.scratch_len = self._new_id(), 0
-        while self.scratch_len < context:
-            end = min(context, self.scratch_len + BUILD_PIECE)
-            self._piece(self.scratch, self.scratch_len, end, self.prompt)
-            self.scratch_len = end
-
-    def measure(self, tokens: int, context: int, rows: int) -> float:
-        self._set_rows(rows)
-        if tokens:
-            self._set_context(context)
-        start = time.perf_counter()
-        if rows:
-            self.runner.decode(DecodeWork(tuple(self.rows)))
-        if tokens:
-            self._piece(self.scratch, context, context + tokens, self.prompt)
-            self.scratch_len = context + tokens
-        return time.perf_counter() - start
-
-    def row_context(self) -> int:
-        return len(self.rows) * ROW_PROMPT
+def row_context(probe: TickProbe) -> int:
+    return len(probe.rows) * ROW_PROMPT
 
 
 def predicted_ttft(model: CostModel, chunk_of, prompt: int, rows: int, row_ctx: int) -> tuple[float, int]:
@@ -104,9 +49,9 @@ def check_chunks(probe: TickProbe, policy: BudgetChunkPolicy, rows: int, repeats
     print(f"\nchunks for a {policy.budget_ms:g} ms budget with {rows} rows decoding; measured ticks (median of {repeats})")
     print(f"{'context':>8} {'chunk':>6} {'predicted ms':>13} {'measured ms':>12}")
     for context in (0, 2048, 6144):
-        state = TickState(rows, probe.row_context(), context, 8192 - context)
+        state = TickState(rows, row_context(probe), context, 8192 - context)
         chunk = policy.chunk_for(state)
-        predicted = policy.model.predict(TickShape(chunk, context, rows, probe.row_context()))
+        predicted = policy.model.predict(TickShape(chunk, context, rows, row_context(probe)))
         times = [probe.measure(chunk, context, rows) for _ in range(repeats)]
         print(f"{context:>8} {chunk:>6} {predicted * 1000:>13.1f} {statistics.median(times) * 1000:>12.1f}",
               flush=True)
@@ -122,7 +67,7 @@ def main() -> None:
     args = ap.parse_args()
     lm = load_model(None)
     print(f"model: {lm.description}; BLAS {BLAS.name}; load average {os.getloadavg()[0]:.1f}")
-    probe = TickProbe(Runner(lm.model), max_context=8192)
+    probe = TickProbe(Runner(lm.model), max_context=8192, vocab=lm.model.args.vocab_size)
     start = time.perf_counter()
     cal = calibrate(probe.measure, default_grid(2048, args.rows), max_seconds=args.max_seconds,
                     row_context=ROW_PROMPT, say=print)
@@ -131,8 +76,8 @@ def main() -> None:
     print("fit:", model.stats().describe())
     policy = BudgetChunkPolicy(args.budget_ms, model, start_margin=0.0)
     for prompt in (2048, 6144):
-        ours, n_ours = predicted_ttft(model, policy.chunk_for, prompt, args.rows, probe.row_context())
-        fixed, n_fixed = predicted_ttft(model, lambda _s: 512, prompt, args.rows, probe.row_context())
+        ours, n_ours = predicted_ttft(model, policy.chunk_for, prompt, args.rows, row_context(probe))
+        fixed, n_fixed = predicted_ttft(model, lambda _s: 512, prompt, args.rows, row_context(probe))
         print(f"predicted TTFT of a {prompt}-token prompt next to {args.rows} rows: budget {ours:.1f} s "
               f"({n_ours} ticks), chunk 512 {fixed:.1f} s ({n_fixed} ticks), ratio {ours / fixed:.2f}")
     if not args.skip_check:

@@ -278,9 +278,6 @@ def resolve(
     cache = _prompt_cache(prompt_cache, cache_max_bytes, cache_max_entries, cache_min_prefix)
     budget = _itl_budget(itl_budget_ms, env, chunk)
     engine = _engine(command, env, chunk, parallel, ctx_size, max_queue, cache, budget)
-    if budget is not None:  # issue 17 phase 2 wires it into the scheduler; drop this then
-        log.warning("itl_budget_ms %d is resolved but not used yet: the prefill chunk stays %s",
-                    budget, engine.policy.describe())
     given = {"temperature": temp, "top_p": top_p, "top_k": top_k, "min_p": min_p}
     given |= {"repetition_penalty": repeat_penalty, "seed": seed, "max_tokens": max_tokens}
     sampling = _sampling(command, given)

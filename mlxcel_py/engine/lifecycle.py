@@ -48,13 +48,15 @@ def build_engine(config: "EngineConfig", loaded: "LoadedModel") -> Engine:
         eos_token_ids=frozenset(loaded.eos_token_ids),
         prompt_cache=cache,
     )
-    log.info("prefill_chunk_size %s", config.policy.describe())
+    log.info("prefill_chunk_size %s%s", config.policy.describe(),
+             " until the ITL-budget calibration ends" if config.itl_budget_ms is not None else "")
     log.info("slots=%d context per slot=%d tokens (total %d)", config.num_slots, per_slot, per_slot * config.num_slots)
     if cache is not None:
         log.info("prompt cache: up to %d entries, %d MiB, min prefix %d", pc.max_entries, pc.max_bytes >> 20, pc.min_prefix)
     else:
         log.info("prompt cache: off")
-    return Engine(scheduler, Runner(loaded.model))
+    vocab = getattr(getattr(loaded.model, "args", None), "vocab_size", 0) or len(loaded.tokenizer.get_vocab())
+    return Engine(scheduler, Runner(loaded.model), itl_budget_ms=config.itl_budget_ms, vocab_size=vocab)
 
 
 @contextlib.contextmanager

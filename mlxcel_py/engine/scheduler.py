@@ -7,12 +7,15 @@ whether anything is decoding *now*; the plan resumes at the sequence's cursor.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import deque
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 from ..errors import PromptTooLongError
 from .events import Event, Finished, PromptProgress, TokenDelta
+from .budget import BudgetChunkPolicy, TickState
+from .cost_model import TickShape
 from .kv import KVBudget, PromptCache
 from .plan import PrefillChunkPolicy, next_piece
 from .request import Request
@@ -22,6 +25,7 @@ from .step import BeginSequence, PrefillPiece, Retire, Step, StepOutput
 from .text import TextStream
 
 Clock = Callable[[], float]
+ChunkPolicy = Union[PrefillChunkPolicy, BudgetChunkPolicy]
 
 
 def check_fits(request: Request, slot_context: int) -> None:
@@ -41,7 +45,7 @@ class Scheduler:
     def __init__(
         self,
         *,
-        policy: PrefillChunkPolicy,
+        policy: ChunkPolicy,
         num_slots: int,
         slot_context: int,
         max_queue: int,
@@ -63,6 +67,7 @@ class Scheduler:
         self._free_slots = list(range(num_slots))
         self._next_id = 0
         self.counters = {"finished": 0, "prompt": 0, "cached": 0, "generated": 0, "decode_steps": 0}
+        self.tick_shape = TickShape()  # what the current tick computes, for the ITL-budget cost model
         self.pieces_by_chunk: dict[int, int] = {}
 
     # -- requests in ----------------------------------------------------------------------
@@ -82,6 +87,7 @@ class Scheduler:
     # -- one tick: admit, then a decode step, then a prefill piece -------------------------
     def admit(self) -> list[Event]:
         """Apply aborts, then park the next waiting request as the chunked prefill."""
+        self.tick_shape = TickShape()
         events = self._apply_aborts()
         if self.prefilling is None and self.waiting and self._free_slots:
             seq = self.waiting.popleft()
@@ -100,6 +106,7 @@ class Scheduler:
             return None
         for seq in self.running:  # one KV position per sequence; a slot's context caps it
             self.budget.reserve(seq.seq_id, 1)
+        self.tick_shape = TickShape(rows=len(self.running), row_context=self._decode_context())
         return self._step(decode=tuple(s.seq_id for s in self.running))
 
     def schedule_prefill(self) -> Optional[Step]:
@@ -107,7 +114,10 @@ class Scheduler:
         seq = self.prefilling
         if seq is None:
             return None
-        chunk = self.policy.chunk(others_decoding=bool(self.running))
+        chunk = self.policy.chunk_for(TickState(
+            num_decoding=len(self.running), decode_context=self._decode_context(),
+            prefill_context=seq.prefill_offset, remaining=seq.prompt_len - seq.prefill_offset,
+        ))
         piece = next_piece(seq.prompt_len, seq.adopted, seq.boundary, seq.prefill_offset, chunk)
         if not self.budget.reserve(seq.seq_id, piece.length):
             return None  # cannot happen while every slot fits its context; wait for room
@@ -120,6 +130,7 @@ class Scheduler:
             begin = BeginSequence(seq.request.sampling, prompt[: seq.adopted], adopt_id)
         work = PrefillPiece(seq.seq_id, piece.start, prompt[piece.start : piece.end], chunk, piece.terminal,
                             snapshot_id, begin)
+        self.tick_shape = dataclasses.replace(self.tick_shape, tokens=piece.length, context=piece.start)
         return self._step(prefill=work)
 
     def schedule_retire(self) -> Optional[Step]:
@@ -164,6 +175,10 @@ class Scheduler:
             events += self._emit_token(seq, first_token)
             self.running = [s for s in self.running if s.finish_reason is None]
         return events
+
+    def _decode_context(self) -> int:
+        """KV positions over the decoding sequences (what their attention reads)."""
+        return sum(s.prompt_len + len(s.output_ids) for s in self.running)
 
     def _caching(self, seq: Sequence) -> bool:
         return self.prompt_cache is not None and seq.request.cache_prompt
@@ -238,4 +253,5 @@ class Scheduler:
             num_kv_tokens=self.budget.num_used,
             prompt_cache_entries=len(self.prompt_cache) if self.prompt_cache else 0,
             prompt_cache_bytes=self.prompt_cache.nbytes if self.prompt_cache else 0,
+            budget=self.policy.stats() if isinstance(self.policy, BudgetChunkPolicy) else None,
         )

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Optional
 
+from .budget import BudgetStats
+
 
 SlotState = Literal["idle", "prefill", "decode"]
 
@@ -48,6 +50,7 @@ class EngineStats:
     prompt_cache_entries: int = 0
     prompt_cache_bytes: int = 0
     peak_memory_bytes: int = 0  # the runner's peak (MLX's allocator, else the process's peak RSS)
+    budget: Optional[BudgetStats] = None  # the ITL-budget policy and its cost model, when on
 
     @property
     def num_busy_slots(self) -> int:

@@ -3,21 +3,46 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Callable, Optional
 
+from .budget import BudgetChunkPolicy
+from .calibration import calibrate, default_grid
+from .cost_model import TickSample
 from .events import Event
+from .probe import ROW_PROMPT, TickProbe
 from .request import Request
 from .scheduler import Scheduler
 from .stats import EngineStats, Limits
 
+log = logging.getLogger("mlxcel_py.engine")
+CALIBRATION_CONTEXT = 4096  # the scratch prompt the calibration may build (bounded by the slot)
+
 
 class Engine:
-    """Admit, decode the active batch, retire, run one prefill piece; returns the tick's events."""
+    """Admit, decode the active batch, run one prefill piece, retire; returns the tick's events."""
 
-    def __init__(self, scheduler: Scheduler, runner):
+    def __init__(self, scheduler: Scheduler, runner, *, itl_budget_ms: Optional[int] = None, vocab_size: int = 0):
         self.scheduler = scheduler
         self.runner = runner
+        self.itl_budget_ms, self.vocab_size = itl_budget_ms, vocab_size
         self._peak_memory = 0  # read from the runner after each tick, on the engine thread
+
+    def prepare(self) -> None:
+        """Work before the first tick, on the engine thread: with an ITL budget, time a few real
+        ticks (the calibration) and switch the scheduler to the budget policy seeded by them."""
+        if self.itl_budget_ms is None:
+            return
+        s = self.scheduler
+        probe = TickProbe(self.runner, min(s.slot_context - 1, CALIBRATION_CONTEXT), self.vocab_size, clock=s.clock)
+        try:
+            cal = calibrate(probe.measure, default_grid(s.policy.alone, rows=min(4, s.num_slots - 1)),
+                            row_context=ROW_PROMPT)
+        finally:
+            probe.close()
+        s.policy = BudgetChunkPolicy(self.itl_budget_ms, cal.model(), ceiling=s.policy.alone)
+        log.info("prefill_chunk_size %s", s.policy.describe())
+        log.info("cost model seeded by %d calibration ticks: %s", len(cal.samples), s.policy.model.stats().describe())
 
     def step(self, on_admitted: Optional[Callable[[], None]] = None) -> list[Event]:
         """One tick: admit, the decode step, one prefill piece (its chunk chosen after the decode),
@@ -25,13 +50,17 @@ class Engine:
 
         `on_admitted` runs between admission and the model calls (the worker publishes
         stats there, so /slots shows a prefill while its first piece runs)."""
-        events = self.scheduler.admit()
+        s = self.scheduler
+        start = s.clock()
+        events = s.admit()
         if on_admitted is not None:
             on_admitted()
-        s = self.scheduler
         for schedule in (s.schedule_decode, s.schedule_prefill, s.schedule_retire):
             if (step := schedule()) is not None:
                 events += s.update(step, self.runner.execute(step))
+        elapsed = s.clock() - start
+        if elapsed > 0 and (s.tick_shape.tokens or s.tick_shape.rows):
+            s.policy.observe(TickSample(s.tick_shape, elapsed))  # the budget policy learns; a fixed one ignores it
         peak = getattr(self.runner, "peak_memory_bytes", None)
         if peak is not None:
             self._peak_memory = peak()
@@ -59,4 +88,3 @@ class Engine:
         close = getattr(self.runner, "close", None)
         if close is not None:
             close()
-

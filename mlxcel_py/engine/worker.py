@@ -140,6 +140,9 @@ class EngineWorker:
     # -- engine thread ---------------------------------------------------------------------
     def _loop(self) -> None:
         try:
+            prepare = getattr(self._engine, "prepare", None)
+            if prepare is not None:
+                prepare()  # e.g. the ITL-budget calibration; submitted requests wait in the inbox
             while True:
                 if not self._drain(block=not self._engine.has_work()):
                     break

@@ -14,6 +14,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from ..engine import EngineStats
+from ..engine.budget import BudgetStats
 
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -56,6 +57,34 @@ class EngineCollector(Collector):
         yield pieces
         for name, read, help_text in _GAUGES:
             yield GaugeMetricFamily(name, help_text, value=read(stats))
+        if stats.budget is not None:
+            yield from _budget_metrics(stats.budget)
+
+
+def _budget_metrics(b: BudgetStats) -> Iterator[Metric]:
+    """The ITL-budget policy and its cost model (docs/adr/0008-itl-budget.md)."""
+    yield GaugeMetricFamily("mlxcel_itl_budget_seconds", "The --itl-budget-ms target.", value=b.budget_ms / 1000.0)
+    yield GaugeMetricFamily("mlxcel_itl_budget_margin", "Share of the budget held back for prediction error.",
+                            value=b.margin)
+    chunks = GaugeMetricFamily("mlxcel_itl_budget_chunk_tokens", "The last chunk chosen, by state.", labels=["state"])
+    for state, chunk in (("contended", b.last_contended_chunk), ("alone", b.last_alone_chunk)):
+        if chunk is not None:
+            chunks.add_metric([state], chunk)
+    yield chunks
+    yield CounterMetricFamily("mlxcel_itl_budget_contended_ticks", "Ticks with a prefill piece and decode rows.",
+                              value=b.num_contended_ticks)
+    yield CounterMetricFamily("mlxcel_itl_budget_over_ticks", "Contended ticks that took longer than the budget.",
+                              value=b.num_over_budget)
+    coef = GaugeMetricFamily("mlxcel_cost_model_coefficient", "Fitted seconds per unit of each tick feature.",
+                             labels=["feature"])
+    for feature, value in b.model.coefficients:
+        coef.add_metric([feature], value)
+    yield coef
+    if b.model.recent_error is not None:
+        yield GaugeMetricFamily("mlxcel_cost_model_recent_error", "EWMA of |predicted - measured| / measured tick time.",
+                                value=b.model.recent_error)
+    yield GaugeMetricFamily("mlxcel_cost_model_speed_factor", "Measured over seed-predicted tick time, recently.",
+                            value=b.model.speed_factor)
 
 
 class ServerMetrics:
