@@ -45,6 +45,7 @@ class SequenceSampler:
 
     def process(self, logits: mx.array) -> mx.array:
         """Apply the logits processors to a (1, V) row (the grammar mask is applied per batch)."""
+        logits = logits[:]  # mlx-lm's processors assign in place; keep the caller's array as it was
         if self._penalty is not None and self.history:
             logits = self._penalty(mx.array(self.history[-self.params.repetition_context :]), logits)
         if self._processors:
