@@ -4,7 +4,7 @@ Usage: .venv/bin/python bench/bench_constraints.py [--max-tokens 96] [--runs 3]
 For json_object, a nested schema and a forced tool call, greedy and temperature 1, it
 decodes with the real sampling path (engine/sampling.py) and prints, per token:
   model    the model's forward step (batch 1)
-  free     sampling without a constraint (the one-argmax fast path)
+  free     sampling at the same temperature without a constraint (greedy: the one-argmax fast path)
   fill     computing the grammar's bitmask (llguidance)
   overhead a constrained sample_step (fill + mask + sample + advance) minus `free`
 and the one-off costs: the tokenizer tables (once per model), compile (once per grammar,
@@ -57,7 +57,7 @@ def decode(lm, compiler, ids, spec, temperature: float, seed: int, max_tokens: i
     """One constrained generation; per-token timings in ms."""
     params = SamplingParams(temperature=temperature, seed=seed, constraint=spec, max_tokens=max_tokens)
     bound = SequenceSampler(params, matcher=compiler.matcher(spec))
-    free = SequenceSampler(SamplingParams())
+    free = SequenceSampler(SamplingParams(temperature=temperature, seed=seed))  # the same sampling, unconstrained
     row = np.empty(compiler.num_words, dtype=np.int32)
     cache = make_prompt_cache(lm.model)
     logits = lm.model(mx.array([list(ids)]), cache=cache)[:, -1, :]

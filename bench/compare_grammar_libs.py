@@ -32,16 +32,14 @@ from grammar_libs import ADAPTERS, Unsupported  # noqa: E402
 from grammar_cases import COVERAGE, GENERATIONS  # noqa: E402
 from mlx_lm.models.cache import make_prompt_cache  # noqa: E402
 
+from mlxcel_py.engine.logits import apply_bitmask as engine_apply_bitmask  # noqa: E402
 from mlxcel_py.models import encode_chat, load_model  # noqa: E402
 
-BITS = mx.arange(32, dtype=mx.int32)
 
 
 def apply_bitmask(logits: mx.array, words: np.ndarray) -> mx.array:
-    """-inf where the bitmask forbids; the same MLX op for every library."""
-    bits = (mx.array(words)[:, None] >> BITS) & 1
-    allowed = bits.reshape(-1)[: logits.shape[-1]].astype(mx.bool_)
-    return mx.where(allowed, logits, -mx.inf)
+    """-inf where the bitmask forbids: the engine's op, the same for every library."""
+    return engine_apply_bitmask(logits, words[None])
 
 
 def feed(adapter, compiled, ids: list[int]) -> bool:
