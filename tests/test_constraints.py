@@ -186,3 +186,14 @@ def test_constraint_spec_is_plain_validated_data():
     with pytest.raises(ValueError, match="the gbnf constraint is too long"):
         ConstraintSpec("gbnf", "x" * (1 << 20 | 1))
     assert ConstraintSpec("json_object") == ConstraintSpec("json_object", "")
+
+
+def test_a_tokenizer_without_tokenizers_tables_is_refused_with_a_clear_error():
+    from mlxcel_py.engine.constraints import ConstraintsUnavailable
+
+    class SlowTokenizer:
+        pass
+
+    compiler = ConstraintCompiler(SlowTokenizer(), 100, [2])
+    with pytest.raises(ConstraintsUnavailable, match="needs a `tokenizers` .* this model's is SlowTokenizer"):
+        compiler.compile(ConstraintSpec("regex", "a"))

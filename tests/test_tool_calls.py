@@ -149,10 +149,13 @@ def test_parse_a_whole_reply(lm):
     assert only is None  # only calls: content is null, as OpenAI returns it
 
 
-def test_a_call_that_does_not_parse_stays_as_content(lm):
+@pytest.mark.parametrize("body", ["{not json}", "42", '{"arguments": {}}', '{"name": 3}'])
+def test_a_call_that_does_not_parse_stays_as_content(lm, body):
     fmt = tool_format(lm.tokenizer)
-    text = "<tool_call>\n{not json}\n</tool_call>"
+    text = f"<tool_call>\n{body}\n</tool_call>"
     assert parse_tool_calls(text, fmt) == (text, [])
+    cut = text[: -len("</tool_call>") - 3]  # cut by max_tokens: given back as it was
+    assert parse_tool_calls(cut, fmt) == (cut, [])
 
 
 @settings(max_examples=60, deadline=None)

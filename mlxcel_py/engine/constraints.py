@@ -30,6 +30,10 @@ class GrammarError(ValueError):
         self.kind = kind
 
 
+class ConstraintsUnavailable(ValueError):
+    """This model's tokenizer cannot drive constrained decoding (it is not a `tokenizers` one)."""
+
+
 class ConstraintViolation(RuntimeError):
     """A token the grammar forbids reached a matcher: a bug, since the mask forbade it."""
 
@@ -93,8 +97,8 @@ def _backend_json(tokenizer: Any) -> str:
     inner = getattr(tokenizer, "_tokenizer", tokenizer)
     backend = getattr(inner, "backend_tokenizer", inner)
     if not hasattr(backend, "to_str"):
-        raise GrammarError("any", "constrained decoding needs a `tokenizers` (fast) tokenizer; "
-                                  f"this model's is {type(inner).__name__}")
+        raise ConstraintsUnavailable("constrained decoding needs a `tokenizers` (fast) tokenizer; "
+                                     f"this model's is {type(inner).__name__}")
     return backend.to_str()
 
 

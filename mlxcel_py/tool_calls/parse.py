@@ -86,7 +86,7 @@ class ToolCallStream:
         rest, self._buffer = self._buffer, ""
         if self._in_call:
             self._in_call = False
-            return self._call(rest)
+            return self._call(rest, closed=False)
         return self._content(rest)
 
     def _content(self, text: str) -> list[dict]:
@@ -97,25 +97,31 @@ class ToolCallStream:
         self._after_call = False
         return [{"content": text}]
 
-    def _call(self, body: str) -> list[dict]:
+    def _call(self, body: str, closed: bool = True) -> list[dict]:
         self._after_call = True
         try:
             parsed = self.fmt.parse(body.strip(), self.tools)
-        except (ValueError, KeyError, TypeError) as exc:
+            items = [_as_call(item) for item in (parsed if isinstance(parsed, list) else [parsed])]
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             log.warning("tool call did not parse (%s); returned as content", exc)
             self._after_call = False
-            return [{"content": f"{self.fmt.start}{body}{self.fmt.end}"}]
+            return [{"content": f"{self.fmt.start}{body}{self.fmt.end if closed else ''}"}]
         deltas = []
-        for item in parsed if isinstance(parsed, list) else [parsed]:
+        for call_id, name, arguments in items:
             if self.calls and not self.parallel:
                 break
-            args = item.get("arguments", {})
-            call = ToolCall(item.get("id") or self.new_id(), str(item["name"]),
-                            args if isinstance(args, str) else json.dumps(args, ensure_ascii=False))
+            call = ToolCall(call_id or self.new_id(), name, arguments)
             deltas.append({"tool_calls": [call.to_openai(index=len(self.calls))]})
             self.calls.append(call)
         return deltas
 
+
+def _as_call(item: dict) -> tuple[Optional[str], str, str]:
+    """(id or None, name, arguments as JSON text) of one parsed call; raises on a malformed one."""
+    name, args = item["name"], item.get("arguments", {})
+    if not isinstance(name, str):
+        raise TypeError(f"the call's name is {type(name).__name__}, not a string")
+    return item.get("id"), name, args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
 
 def parse_tool_calls(text: str, fmt: ToolFormat, tools: Optional[list] = None, parallel: bool = True,
                      new_id: Callable[[], str] = new_call_id) -> tuple[Optional[str], list[ToolCall]]:
