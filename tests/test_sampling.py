@@ -160,6 +160,11 @@ def test_sampling_params_errors_name_the_field(kwargs, message):
     assert str(info.value) == message or message in str(info.value)
 
 
+def test_a_constraint_without_its_matcher_is_refused_not_ignored():
+    with pytest.raises(ValueError, match="a json_object constraint needs a matcher"):
+        SequenceSampler(SamplingParams(constraint=ConstraintSpec("json_object")))
+
+
 def test_logit_bias_ids_are_checked_against_the_vocabulary():
     check_logit_bias(SamplingParams(logit_bias=((63, 1.0),)), V)
     with pytest.raises(ValueError, match="logit_bias token id 64 is out of range"):

@@ -29,6 +29,9 @@ class SequenceSampler:
 
     def __init__(self, params: SamplingParams, prompt_ids: Sequence[int] = (),
                  matcher: Optional[ConstraintMatcher] = None):
+        if params.constraint is not None and matcher is None:
+            # Sampling without the matcher would ignore the constraint silently.
+            raise ValueError(f"a {params.constraint.kind} constraint needs a matcher (ConstraintCompiler.matcher)")
         self.params = params
         self.greedy = params.greedy
         self._key: Optional[mx.array] = mx.random.key(params.seed) if params.seed is not None else None
