@@ -185,6 +185,8 @@ def test_constraint_spec_is_plain_validated_data():
         ConstraintSpec("regex", " ")
     with pytest.raises(ValueError, match="the gbnf constraint is too long"):
         ConstraintSpec("gbnf", "x" * (1 << 20 | 1))
+    with pytest.raises(ValueError, match="the json_object constraint takes no text"):
+        ConstraintSpec("json_object", '{"type": "object"}')
     assert ConstraintSpec("json_object") == ConstraintSpec("json_object", "")
 
 

@@ -71,7 +71,10 @@ class ConstraintSpec:
         _check(isinstance(self.text, str), f"the {self.kind} constraint text must be a string")
         _check(len(self.text) <= MAX_CONSTRAINT_CHARS,
                f"the {self.kind} constraint is too long ({len(self.text)} characters, at most {MAX_CONSTRAINT_CHARS})")
-        _check(self.kind == "json_object" or self.text.strip(), f"the {self.kind} constraint is empty")
+        if self.kind == "json_object":
+            _check(not self.text, "the json_object constraint takes no text (use json_schema for a schema)")
+        else:
+            _check(bool(self.text.strip()), f"the {self.kind} constraint is empty")
 
 
 @dataclass(frozen=True, slots=True)
