@@ -21,12 +21,25 @@ class PromptProgress:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenLogprobs:
+    """One sampled token's log-probability and the top alternatives (token id, logprob), best first.
+
+    Computed from the processed logits (after repetition/presence/frequency penalties,
+    logit_bias and the grammar mask, before temperature and top-k/top-p/min-p)."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class TokenDelta:
     """One generated token and the text it released (may be empty while a stop string could still match)."""
 
     request_id: str
     token_id: int
     text: str
+    logprobs: Optional[TokenLogprobs] = None  # when the request asked for them
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,11 +15,45 @@ from ..errors import RequestError
 # Absurdly large values are refused rather than silently clamped.
 MAX_TOP_K = 1_000_000
 MAX_TOKENS_LIMIT = 1_000_000
+MAX_LOGIT_BIAS = 1024  # entries in one request's logit_bias
+MAX_TOP_LOGPROBS = 20  # OpenAI's limit
+MAX_CONSTRAINT_CHARS = 1 << 20
+# What a ConstraintSpec's text holds, by kind (engine/constraints.py compiles them).
+CONSTRAINT_KINDS = ("json_schema", "json_object", "gbnf", "regex", "tool_call")
 
 
 def _check(ok: bool, message: str, param: str) -> None:
     if not ok:
         raise RequestError(message, param=param)
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@dataclass(frozen=True, slots=True)
+class ConstraintSpec:
+    """Constrained decoding as plain data: a grammar kind and its text, compiled in the runner.
+
+    json_schema: a JSON schema (text); json_object: any JSON object (text ""); gbnf: a
+    llama.cpp GBNF grammar; regex: a regular expression; tool_call: JSON text built by
+    `mlxcel_py.tool_calls` ({"start", "end", "schema", "parallel"})."""
+
+    kind: str
+    text: str = ""
+
+    def __post_init__(self) -> None:
+        name = "constraint"
+        _check(self.kind in CONSTRAINT_KINDS, f"constraint kind must be one of {', '.join(CONSTRAINT_KINDS)} "
+               f"(got {self.kind!r})", name)
+        _check(isinstance(self.text, str), f"the {self.kind} constraint text must be a string", name)
+        _check(len(self.text) <= MAX_CONSTRAINT_CHARS,
+               f"the {self.kind} constraint is too long ({len(self.text)} characters, at most {MAX_CONSTRAINT_CHARS})",
+               name)
+        if self.kind == "json_object":
+            _check(not self.text, "the json_object constraint takes no text (use json_schema for a schema)", name)
+        else:
+            _check(bool(self.text.strip()), f"the {self.kind} constraint is empty", name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +70,14 @@ class SamplingParams:
     max_tokens: int = 256
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
+    # OpenAI semantics: added to the logits before sampling; -100 bans a token.
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    # OpenAI semantics over generated tokens only: logit -= presence * (count > 0) + frequency * count.
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logprobs: bool = False
+    top_logprobs: int = 0
+    constraint: Optional[ConstraintSpec] = None
 
     def __post_init__(self) -> None:
         for name in ("temperature", "top_p", "min_p", "repetition_penalty"):
@@ -67,6 +109,42 @@ class SamplingParams:
             )
         _check(len(self.stop) <= 16, f"at most 16 stop strings are allowed (got {len(self.stop)})", "stop")
         _check(all(isinstance(s, str) and s for s in self.stop), "stop strings must be non-empty strings", "stop")
+        self._check_processors()
+
+    def _check_processors(self) -> None:
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            _check(_number(value), f"{name} must be a finite number (got {value!r})", name)
+            _check(-2.0 <= value <= 2.0, f"{name} must be between -2 and 2 (got {value})", name)
+        self._check_logit_bias()
+        _check(isinstance(self.logprobs, bool), f"logprobs must be true or false (got {self.logprobs!r})", "logprobs")
+        _check(isinstance(self.top_logprobs, int) and not isinstance(self.top_logprobs, bool)
+               and 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS,
+               f"top_logprobs must be an integer between 0 and {MAX_TOP_LOGPROBS} (got {self.top_logprobs!r})",
+               "top_logprobs")
+        _check(self.top_logprobs == 0 or self.logprobs, "top_logprobs needs logprobs to be true", "top_logprobs")
+        _check(self.constraint is None or isinstance(self.constraint, ConstraintSpec),
+               f"constraint must be a ConstraintSpec (got {type(self.constraint).__name__})", "constraint")
+        # A grammar ends the output with EOS; ignoring it would run past a finished grammar.
+        _check(self.constraint is None or not self.ignore_eos, "ignore_eos cannot be combined with a constraint",
+               "ignore_eos")
+
+    def _check_logit_bias(self) -> None:
+        name = "logit_bias"
+        _check(isinstance(self.logit_bias, tuple), "logit_bias must be a tuple of (token id, bias) pairs", name)
+        _check(len(self.logit_bias) <= MAX_LOGIT_BIAS,
+               f"logit_bias has {len(self.logit_bias)} entries (at most {MAX_LOGIT_BIAS})", name)
+        seen: set[int] = set()
+        for pair in self.logit_bias:
+            _check(isinstance(pair, tuple) and len(pair) == 2,
+                   f"logit_bias entries must be (token id, bias) pairs (got {pair!r})", name)
+            token, bias = pair
+            _check(isinstance(token, int) and not isinstance(token, bool) and token >= 0,
+                   f"logit_bias token ids must be non-negative integers (got {token!r})", name)
+            _check(_number(bias) and -100.0 <= bias <= 100.0,
+                   f"logit_bias values must be numbers between -100 and 100 (got {bias!r} for token {token})", name)
+            _check(token not in seen, f"logit_bias has token {token} twice", name)
+            seen.add(token)
 
     @property
     def greedy(self) -> bool:

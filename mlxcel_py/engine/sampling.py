@@ -1,41 +1,62 @@
-"""Per-sequence samplers and logits processors, built on mlx-lm's sampling functions."""
+"""Per-sequence samplers and logits processors, built on mlx-lm's sampling functions.
+
+A SequenceSampler holds everything one sequence's sampling needs across steps: its RNG key,
+its processors, the token history they read, and its grammar matcher. `sample_step` samples
+a batch, reads logprobs, and advances every sampler over its token."""
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
 
 import mlx.core as mx
-from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, make_repetition_penalty
+import numpy as np
+from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
 
+from .constraints import ConstraintCompiler, ConstraintMatcher
+from .events import TokenLogprobs
+from .logits import apply_bitmask, generated_processors, logprobs_of, repetition_processor, token_logprobs
+from .logits import top_alternatives
 from .request import SamplingParams
 
 Sampler = Callable[[mx.array], mx.array]
 
 
 class SequenceSampler:
-    """Samples one row of log-probabilities; seeded requests own their RNG key."""
+    """Samples one row of log-probabilities; seeded requests own their RNG key.
 
-    def __init__(self, params: SamplingParams):
+    `history` is what the repetition penalty looks back over (the prompt, then generated
+    tokens); `generated` feeds logit_bias and the presence/frequency penalties."""
+
+    def __init__(self, params: SamplingParams, prompt_ids: Sequence[int] = (),
+                 matcher: Optional[ConstraintMatcher] = None):
+        if params.constraint is not None and matcher is None:
+            # Sampling without the matcher would ignore the constraint silently.
+            raise ValueError(f"a {params.constraint.kind} constraint needs a matcher (ConstraintCompiler.matcher)")
         self.params = params
         self.greedy = params.greedy
         self._key: Optional[mx.array] = mx.random.key(params.seed) if params.seed is not None else None
-        self._penalty = (
-            make_repetition_penalty(params.repetition_penalty, params.repetition_context)
-            if params.repetition_penalty != 1.0
-            else None
-        )
-        self.history: list[int] = []  # tokens the repetition penalty looks back over
+        self._penalty = repetition_processor(params)
+        self._processors = generated_processors(params)
+        self.matcher = matcher
+        self.history: list[int] = list(prompt_ids) if self._penalty is not None else []
+        self.generated: list[int] = []
 
     @property
     def needs_processing(self) -> bool:
-        return self._penalty is not None
+        """Anything beyond an argmax over raw logits (the batch fast path skips these rows)."""
+        return bool(self._penalty or self._processors or self.matcher or self.params.logprobs)
 
     def process(self, logits: mx.array) -> mx.array:
-        """Apply logits processors to a (1, V) row."""
-        if self._penalty is None or not self.history:
-            return logits
-        context = mx.array(self.history[-self.params.repetition_context :])
-        return self._penalty(context, logits)
+        """Apply the logits processors to a (1, V) row (the grammar mask is applied per batch)."""
+        logits = logits[:]  # mlx-lm's processors assign in place; keep the caller's array as it was
+        if self._penalty is not None and self.history:
+            logits = self._penalty(mx.array(self.history[-self.params.repetition_context :]), logits)
+        if self._processors:
+            tokens = mx.array(self.generated, dtype=mx.int32)
+            for processor in self._processors:
+                logits = processor(tokens, logits)
+        return logits
 
     def sample(self, logprobs: mx.array) -> mx.array:
         """Sample a (1, V) row of log-probabilities; returns a (1,) token array."""
@@ -54,14 +75,90 @@ class SequenceSampler:
         self._key, sub = mx.random.split(self._key)
         return mx.random.categorical(scaled, key=sub)
 
+    def accept(self, token: int) -> None:
+        """Record a sampled token: the processors' history and the grammar state."""
+        if self._penalty is not None:
+            self.history.append(token)
+        if self._processors:
+            self.generated.append(token)
+        if self.matcher is not None:
+            self.matcher.accept(token)
 
-def sample_rows(logits: mx.array, samplers: list[SequenceSampler]) -> mx.array:
-    """Sample a (B, V) batch of logits, one sampler per row; one argmax when all are greedy."""
-    if all(s.greedy and not s.needs_processing for s in samplers):
-        return mx.argmax(logits, axis=-1)
-    rows = []
+    @property
+    def constraint_done(self) -> bool:
+        """The grammar is complete and only EOS may follow."""
+        return self.matcher is not None and self.matcher.done
+
+
+@dataclass(frozen=True, slots=True)
+class SampledToken:
+    token_id: int
+    logprobs: Optional[TokenLogprobs] = None
+
+
+def mask_constrained(logits: mx.array, samplers: Sequence[SequenceSampler],
+                     compiler: Optional[ConstraintCompiler]) -> mx.array:
+    """Apply every constrained row's grammar mask to the (B, V) logits in one op."""
+    rows = [(s.matcher, i) for i, s in enumerate(samplers) if s.matcher is not None]
+    if not rows:
+        return logits
+    num_words = rows[0][0].num_words
+    bitmask = np.full((len(samplers), num_words), -1, dtype=np.int32)  # unconstrained rows allow all
+    if compiler is not None:
+        compiler.fill_bitmasks(rows, bitmask)
+    else:
+        for matcher, i in rows:
+            matcher.fill(bitmask[i])
+    return apply_bitmask(logits, bitmask)
+
+
+def _rows(logits: mx.array, samplers: Sequence[SequenceSampler], compiler) -> tuple[list, list]:
+    logits = mask_constrained(logits, samplers, compiler)
+    tokens, normalized = [], []
     for i, sampler in enumerate(samplers):
         row = sampler.process(logits[i : i + 1])
-        row = row - mx.logsumexp(row, axis=-1, keepdims=True)
-        rows.append(sampler.sample(row))
-    return mx.concatenate(rows, axis=0)
+        if not sampler.greedy or sampler.params.logprobs:
+            # An argmax needs no log-softmax, which costs ~0.7 ms a row on the CPU (49k vocab).
+            row = row - mx.logsumexp(row, axis=-1, keepdims=True)
+        tokens.append(sampler.sample(row))
+        normalized.append(row)
+    return tokens, normalized
+
+
+def sample_rows(logits: mx.array, samplers: list[SequenceSampler],
+                compiler: Optional[ConstraintCompiler] = None) -> mx.array:
+    """Sample a (B, V) batch of logits, one sampler per row; one argmax when all are greedy.
+
+    Lazy and stateless: the caller advances each sampler (`accept`). `sample_step` does both."""
+    if all(s.greedy and not s.needs_processing for s in samplers):
+        return mx.argmax(logits, axis=-1)
+    tokens, _ = _rows(logits, samplers, compiler)
+    return mx.concatenate(tokens, axis=0)
+
+
+def sample_step(logits: mx.array, samplers: list[SequenceSampler],
+                compiler: Optional[ConstraintCompiler] = None) -> list[SampledToken]:
+    """Sample a (B, V) batch, read logprobs where asked, and advance every sampler over its token."""
+    if all(s.greedy and not s.needs_processing for s in samplers):
+        ids = mx.argmax(logits, axis=-1).tolist()
+        return [SampledToken(t) for t in ids]
+    tokens, normalized = _rows(logits, samplers, compiler)
+    batch = mx.concatenate(tokens, axis=0)
+    wanted = {i: top_alternatives(normalized[i], s.params.top_logprobs)
+              for i, s in enumerate(samplers) if s.params.top_logprobs > 0}
+    chosen = {i: mx.take_along_axis(normalized[i], tokens[i][:, None], axis=-1)
+              for i, s in enumerate(samplers) if s.params.logprobs}
+    mx.eval(batch, wanted, chosen)
+    out = []
+    for i, (token, sampler) in enumerate(zip(batch.tolist(), samplers)):
+        record = None
+        if i in chosen:
+            ids, values = wanted.get(i, (None, None))
+            record = token_logprobs(token, chosen[i].item(), None if ids is None else ids[0].tolist(),
+                                    None if values is None else values[0].tolist())
+        sampler.accept(token)
+        out.append(SampledToken(token, record))
+    return out
+
+
+__all__ = ["SampledToken", "SequenceSampler", "logprobs_of", "mask_constrained", "sample_rows", "sample_step"]

@@ -48,7 +48,7 @@ def validate_messages(messages: Any) -> list[dict]:
     return clean
 
 
-def _render(tokenizer, messages: list[dict], add_generation_prompt: bool) -> str:
+def _render(tokenizer, messages: list[dict], add_generation_prompt: bool, tools: Optional[list] = None) -> str:
     if not getattr(tokenizer, "chat_template", None):
         # No template in the model: a plain "role: content" transcript.
         text = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
@@ -56,8 +56,9 @@ def _render(tokenizer, messages: list[dict], add_generation_prompt: bool) -> str
     from jinja2 import TemplateError
 
     try:
+        extra = {"tools": tools} if tools else {}  # mlxcel_py.tool_calls decides when the template gets tools
         return tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=add_generation_prompt
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt, **extra
         )
     except TemplateError as exc:
         raise RequestError(f"the model's chat template rejected the messages: {exc}", param="messages") from None
@@ -72,11 +73,12 @@ def _encode_rendered(tokenizer, text: str) -> list[int]:
     return ids
 
 
-def encode_chat(tokenizer, messages: list[dict], add_generation_prompt: bool = True) -> ChatPrompt:
-    """Render `messages` with the model's chat template and tokenize them."""
+def encode_chat(tokenizer, messages: list[dict], add_generation_prompt: bool = True,
+                tools: Optional[list] = None) -> ChatPrompt:
+    """Render `messages` (and OpenAI `tools`, for templates that take them) and tokenize them."""
     clean = validate_messages(messages)
-    ids = _encode_rendered(tokenizer, _render(tokenizer, clean, add_generation_prompt))
-    history = _encode_rendered(tokenizer, _render(tokenizer, clean, False))
+    ids = _encode_rendered(tokenizer, _render(tokenizer, clean, add_generation_prompt, tools))
+    history = _encode_rendered(tokenizer, _render(tokenizer, clean, False, tools))
     strict_prefix = len(history) < len(ids) and ids[: len(history)] == history
     return ChatPrompt(tuple(ids), len(history) if strict_prefix else None)
 

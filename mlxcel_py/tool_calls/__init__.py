@@ -1,0 +1,22 @@
+"""OpenAI tool calls: validate `tools`/`tool_choice`/`parallel_tool_calls`, render them for the
+model's chat template, force a valid call with a grammar, and parse (or stream) the calls.
+
+Typical use (see docs/STRUCTURED_OUTPUT.md):
+    request = tool_request(body.tools, body.tool_choice, body.parallel_tool_calls)
+    fmt = tool_format(tokenizer)
+    messages, tools = tool_messages(messages, request, fmt)
+    prompt = encode_chat(tokenizer, messages, tools=tools)
+    constraint = call_constraint(request, fmt)          # SamplingParams(constraint=...)
+    stream = ToolCallStream(fmt, request.as_openai(), request.parallel)
+    deltas = stream.feed(text) ... + stream.finish();  stream.called -> finish_reason "tool_calls"
+"""
+
+from .parse import ToolCall, ToolCallStream, new_call_id, parse_tool_calls
+from .render import FALLBACK_PROMPT, ToolFormat, call_constraint, tool_format, tool_messages
+from .request import ToolCallError, ToolRequest, call_schema, tool_constraint, tool_request
+
+__all__ = [
+    "FALLBACK_PROMPT", "ToolCall", "ToolCallError", "ToolCallStream", "ToolFormat", "ToolRequest",
+    "call_constraint", "call_schema", "new_call_id", "parse_tool_calls", "tool_constraint", "tool_format",
+    "tool_messages", "tool_request",
+]
