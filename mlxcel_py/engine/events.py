@@ -18,6 +18,8 @@ class PromptProgress:
     processed: int
     time_ms: float
     chunk: int  # the prefill chunk in force when this piece was planned
+    # The piece's prompt tokens' logprobs, when asked (echo); None for the prompt's first token.
+    logprobs: tuple[Optional[TokenLogprobs], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, Iterator
 
+from .constraints import ConstraintCompiler
 from .kv import PromptCache
 from .scheduler import Scheduler
 from .text import stream_factory
@@ -55,8 +56,14 @@ def build_engine(config: "EngineConfig", loaded: "LoadedModel") -> Engine:
         log.info("prompt cache: up to %d entries, %d MiB, min prefix %d", pc.max_entries, pc.max_bytes >> 20, pc.min_prefix)
     else:
         log.info("prompt cache: off")
-    vocab = getattr(getattr(loaded.model, "args", None), "vocab_size", 0) or len(loaded.tokenizer.get_vocab())
-    return Engine(scheduler, Runner(loaded.model), itl_budget_ms=config.itl_budget_ms, vocab_size=vocab)
+    vocab = logits_width(loaded)
+    compiler = ConstraintCompiler(loaded.tokenizer, vocab_size=vocab, eos_token_ids=loaded.eos_token_ids)
+    return Engine(scheduler, Runner(loaded.model, compiler), itl_budget_ms=config.itl_budget_ms, vocab_size=vocab)
+
+
+def logits_width(loaded: "LoadedModel") -> int:
+    """The model's vocabulary as its logits see it (may exceed the tokenizer's)."""
+    return getattr(getattr(loaded.model, "args", None), "vocab_size", 0) or len(loaded.tokenizer.get_vocab())
 
 
 @contextlib.contextmanager

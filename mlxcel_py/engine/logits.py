@@ -81,3 +81,18 @@ def logprobs_of(logits: mx.array, token: int, num: int) -> TokenLogprobs:
     chosen = row[0, token]
     mx.eval(ids, values, chosen)
     return token_logprobs(token, chosen.item(), ids[0].tolist(), values[0].tolist())
+
+
+def sequence_logprobs(logits: mx.array, tokens: list[int], num: int) -> list[TokenLogprobs]:
+    """Each token's logprob under the (L, V) raw logits row before it, with `num` alternatives (echo)."""
+    rows = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    targets = mx.array(tokens, dtype=mx.int32)[:, None]
+    chosen = mx.take_along_axis(rows, targets, axis=-1)[:, 0]
+    if num:
+        ids, values = top_alternatives(rows, num)
+        mx.eval(chosen, ids, values)
+        ids_list, values_list = ids.tolist(), values.tolist()
+    else:
+        mx.eval(chosen)
+        ids_list = values_list = [None] * len(tokens)
+    return [token_logprobs(t, c, i, v) for t, c, i, v in zip(tokens, chosen.tolist(), ids_list, values_list)]

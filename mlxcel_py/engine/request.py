@@ -77,6 +77,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     logprobs: bool = False
     top_logprobs: int = 0
+    prompt_logprobs: bool = False  # also score the prompt's tokens (completions' echo); no cache reuse
     constraint: Optional[ConstraintSpec] = None
 
     def __post_init__(self) -> None:
@@ -123,6 +124,8 @@ class SamplingParams:
                f"top_logprobs must be an integer between 0 and {MAX_TOP_LOGPROBS} (got {self.top_logprobs!r})",
                "top_logprobs")
         _check(self.top_logprobs == 0 or self.logprobs, "top_logprobs needs logprobs to be true", "top_logprobs")
+        _check(isinstance(self.prompt_logprobs, bool) and (self.logprobs or not self.prompt_logprobs),
+               "prompt_logprobs needs logprobs to be true", "prompt_logprobs")
         _check(self.constraint is None or isinstance(self.constraint, ConstraintSpec),
                f"constraint must be a ConstraintSpec (got {type(self.constraint).__name__})", "constraint")
         # A grammar ends the output with EOS; ignoring it would run past a finished grammar.

@@ -12,7 +12,10 @@ from typing import Callable, Optional
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
-from .sampling import SequenceSampler, sample_rows
+from .constraints import ConstraintCompiler
+from .events import TokenLogprobs
+from .logits import sequence_logprobs
+from .sampling import SampledToken, SequenceSampler, sample_step
 from .step import PrefillPiece, Retire, Step, StepOutput
 
 
@@ -53,13 +56,15 @@ def kv_bytes_per_token(model) -> int:
 class Runner:
     """Executes steps; owns every KV array and sampler, keyed by the ids the records carry."""
 
-    def __init__(self, model):
+    def __init__(self, model, compiler: Optional[ConstraintCompiler] = None):
         self.model = model
+        self.compiler = compiler  # grammars for constrained sequences (built lazily per model)
         self._project = _project_fn(model)
         self._prefill: dict[int, list] = {}
         self._samplers: dict[int, SequenceSampler] = {}
         self._last: dict[int, int] = {}  # the latest sampled token of each decode row
         self._snapshots: dict[int, list[KVCache]] = {}
+        self._prompt_rows: dict[int, mx.array] = {}  # echo: the last prompt position's raw logits
         self._rows: list[int] = []  # the decode batch's row order
         self._batch: Optional[list] = None
 
@@ -67,28 +72,50 @@ class Runner:
         """Run one record in its order: retire, decode, prefill, drop snapshots."""
         if step.retire:
             self._retire(step.retire)
-        decoded = self._decode(step.decode) if step.decode else ()
-        first = self._run_piece(step.prefill) if step.prefill is not None else None
+        decoded = self._decode(step.decode) if step.decode else []
+        first, prompt = self._run_piece(step.prefill) if step.prefill is not None else (None, ())
         for snapshot_id in step.drop_snapshots:
             self._snapshots.pop(snapshot_id, None)
-        return StepOutput(decoded, first)
+        logprobs = tuple(s.logprobs for s in decoded)
+        return StepOutput(
+            tuple(s.token_id for s in decoded), first.token_id if first else None,
+            logprobs if any(lp is not None for lp in logprobs) else (), first.logprobs if first else None, prompt,
+        )
 
     # -- prefill ----------------------------------------------------------------------------
-    def _run_piece(self, piece: PrefillPiece) -> Optional[int]:
+    def _run_piece(self, piece: PrefillPiece) -> tuple[Optional[SampledToken], tuple]:
         if piece.begin is not None:
             self._begin(piece)
         cache = self._prefill[piece.seq_id]
         sampler = self._samplers[piece.seq_id]
-        if sampler.needs_processing:
-            sampler.history.extend(piece.tokens)
-        logits = self._forward_prefill(mx.array(piece.tokens)[None], cache, piece.terminal)
+        sampler.extend_prompt(piece.tokens)
+        prompt: tuple = ()
+        if sampler.params.prompt_logprobs:
+            logits, prompt = self._score_piece(piece, cache)
+        else:
+            logits = self._forward_prefill(mx.array(piece.tokens)[None], cache, piece.terminal)
         if piece.snapshot_id is not None:
             self._snapshots[piece.snapshot_id] = _copy_kv(cache, piece.end)
         if not piece.terminal:
-            return None
-        token = int(self._sample(logits, [piece.seq_id]).item())
-        self._join(piece.seq_id, self._prefill.pop(piece.seq_id), token)
-        return token
+            return None, prompt
+        sampled = self._sample(logits, [piece.seq_id])[0]
+        self._join(piece.seq_id, self._prefill.pop(piece.seq_id), sampled.token_id)
+        return sampled, prompt
+
+    def _score_piece(self, piece: PrefillPiece, cache: list) -> tuple[mx.array, tuple[Optional[TokenLogprobs], ...]]:
+        """Forward a piece with logits at every position: each prompt token's logprob given the
+        tokens before it (the first token of the prompt has none). Returns the last row too."""
+        logits = self.model(mx.array(piece.tokens)[None], cache=cache)[0]
+        previous = self._prompt_rows.pop(piece.seq_id, None)
+        rows = logits[:-1] if previous is None else mx.concatenate([previous, logits[:-1]], axis=0)
+        scored = piece.tokens[1:] if previous is None else piece.tokens
+        top = self._samplers[piece.seq_id].params.top_logprobs
+        out = tuple(sequence_logprobs(rows, list(scored), top)) if scored else ()
+        if previous is None:
+            out = (None,) + out
+        if not piece.terminal:
+            self._prompt_rows[piece.seq_id] = logits[-1:]
+        return logits[-1:], out
 
     def _begin(self, piece: PrefillPiece) -> None:
         begin = piece.begin
@@ -98,10 +125,13 @@ class Runner:
                 layer.keys = snap.keys[..., : piece.start, :]
                 layer.values = snap.values[..., : piece.start, :]
                 layer.offset = piece.start
-        sampler = SequenceSampler(begin.sampling)
-        if sampler.needs_processing:
-            sampler.history = list(begin.history)
-        self._samplers[piece.seq_id] = sampler
+        constraint = begin.sampling.constraint
+        matcher = None
+        if constraint is not None:
+            if self.compiler is None:
+                raise RuntimeError("a constrained sequence reached a runner without a grammar compiler")
+            matcher = self.compiler.matcher(constraint)  # compiled (and cached) when the request was checked
+        self._samplers[piece.seq_id] = SequenceSampler(begin.sampling, prompt_ids=begin.history, matcher=matcher)
         self._prefill[piece.seq_id] = cache
 
     def _forward_prefill(self, tokens: mx.array, cache: list, terminal: bool) -> Optional[mx.array]:
@@ -127,24 +157,18 @@ class Runner:
             for batch_layer, row in zip(self._batch, rows):
                 batch_layer.extend(row)
         self._rows.append(seq_id)
-        self._note(seq_id, token)
-
-    def _note(self, seq_id: int, token: int) -> None:
         self._last[seq_id] = token
-        sampler = self._samplers[seq_id]
-        if sampler.needs_processing:
-            sampler.history.append(token)
 
     # -- decode -----------------------------------------------------------------------------
-    def _decode(self, seq_ids: tuple[int, ...]) -> tuple[int, ...]:
+    def _decode(self, seq_ids: tuple[int, ...]) -> list[SampledToken]:
         if tuple(self._rows) != seq_ids:
             self._reorder(seq_ids)
         inputs = mx.array([[self._last[s]] for s in seq_ids])
         logits = self.model(inputs, cache=self._batch)[:, -1, :]
-        tokens = self._sample(logits, seq_ids).tolist()
-        for seq_id, token in zip(seq_ids, tokens):
-            self._note(seq_id, token)
-        return tuple(tokens)
+        sampled = self._sample(logits, seq_ids)
+        for seq_id, s in zip(seq_ids, sampled):
+            self._last[seq_id] = s.token_id
+        return sampled
 
     def _reorder(self, seq_ids: tuple[int, ...]) -> None:
         if sorted(seq_ids) != sorted(self._rows):
@@ -154,8 +178,9 @@ class Runner:
             layer.filter(order)
         self._rows = list(seq_ids)
 
-    def _sample(self, logits: mx.array, seq_ids) -> mx.array:
-        return sample_rows(logits, [self._samplers[s] for s in seq_ids])
+    def _sample(self, logits: mx.array, seq_ids) -> list[SampledToken]:
+        """Sample each row, read logprobs where asked, and advance each sampler (penalties, grammar)."""
+        return sample_step(logits, [self._samplers[s] for s in seq_ids], self.compiler)
 
     # -- retire -----------------------------------------------------------------------------
     def _retire(self, retire: tuple[Retire, ...]) -> None:
@@ -164,6 +189,7 @@ class Runner:
         for work in retire:
             self._samplers.pop(work.seq_id, None)
             self._last.pop(work.seq_id, None)
+            self._prompt_rows.pop(work.seq_id, None)
             if self._prefill.pop(work.seq_id, None) is not None or work.seq_id not in self._rows:
                 continue  # aborted mid-prefill, or never started
             drop.add(work.seq_id)

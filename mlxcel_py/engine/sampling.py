@@ -75,6 +75,11 @@ class SequenceSampler:
         self._key, sub = mx.random.split(self._key)
         return mx.random.categorical(scaled, key=sub)
 
+    def extend_prompt(self, tokens: Sequence[int]) -> None:
+        """A prefill piece's prompt tokens, for the repetition penalty (which reads the prompt too)."""
+        if self._penalty is not None:
+            self.history.extend(tokens)
+
     def accept(self, token: int) -> None:
         """Record a sampled token: the processors' history and the grammar state."""
         if self._penalty is not None:

@@ -13,7 +13,7 @@ from collections import deque
 from typing import Callable, Optional, Union
 
 from ..errors import PromptTooLongError
-from .events import Event, Finished, PromptProgress, TokenDelta
+from .events import Event, Finished, PromptProgress, TokenDelta, TokenLogprobs
 from .budget import BudgetChunkPolicy, TickState
 from .cost_model import TickShape
 from .kv import KVBudget, PromptCache
@@ -94,7 +94,7 @@ class Scheduler:
             seq.slot = self._free_slots.pop(0)
             seq.admitted = self.clock()
             hit = None
-            if self._caching(seq):
+            if self._caching(seq) and not seq.request.sampling.prompt_logprobs:  # echo scores every token
                 hit = self.prompt_cache.lookup(seq.request.prompt_ids)
             seq.adopt(hit, min(self.policy.alone, self.policy.contended))
             self.prefilling = seq
@@ -143,11 +143,12 @@ class Scheduler:
         if step.decode:
             self.counters["decode_steps"] += 1
             by_id = {s.seq_id: s for s in self.running}
-            for seq_id, token in zip(step.decode, out.decoded):
-                events += self._emit_token(by_id[seq_id], token)
+            logprobs = out.decoded_logprobs or (None,) * len(step.decode)
+            for seq_id, token, lp in zip(step.decode, out.decoded, logprobs):
+                events += self._emit_token(by_id[seq_id], token, lp)
             self.running = [s for s in self.running if s.finish_reason is None]
         if step.prefill is not None:
-            events += self._prefilled(step.prefill, out.first_token)
+            events += self._prefilled(step.prefill, out)
         return events
 
     # -- helpers ---------------------------------------------------------------------------
@@ -156,7 +157,7 @@ class Scheduler:
         dropped = self.prompt_cache.take_dropped() if self.prompt_cache is not None else ()
         return Step(retired, decode, prefill, dropped)
 
-    def _prefilled(self, piece: PrefillPiece, first_token: Optional[int]) -> list[Event]:
+    def _prefilled(self, piece: PrefillPiece, out: StepOutput) -> list[Event]:
         seq = self.prefilling
         self.counters["prompt"] += len(piece.tokens)
         self.pieces_by_chunk[piece.chunk] = self.pieces_by_chunk.get(piece.chunk, 0) + 1
@@ -165,14 +166,14 @@ class Scheduler:
         events: list[Event] = [
             PromptProgress(
                 seq.request.request_id, seq.prompt_len, seq.adopted, piece.end,
-                (now - seq.prefill_started) * 1000.0, piece.chunk,
+                (now - seq.prefill_started) * 1000.0, piece.chunk, out.prompt_logprobs,
             )
         ]
         if piece.terminal:
             self.prefilling = None
             seq.first_token_at = now
             self.running.append(seq)
-            events += self._emit_token(seq, first_token)
+            events += self._emit_token(seq, out.first_token, out.first_logprobs)
             self.running = [s for s in self.running if s.finish_reason is None]
         return events
 
@@ -183,7 +184,7 @@ class Scheduler:
     def _caching(self, seq: Sequence) -> bool:
         return self.prompt_cache is not None and seq.request.cache_prompt
 
-    def _emit_token(self, seq: Sequence, token: int) -> list[Event]:
+    def _emit_token(self, seq: Sequence, token: int, logprobs: Optional[TokenLogprobs] = None) -> list[Event]:
         seq.output_ids.append(token)
         self.counters["generated"] += 1
         rid = seq.request.request_id
@@ -191,7 +192,7 @@ class Scheduler:
             return self._finish(seq, "stop", drop_last=True)
         events: list[Event] = []
         text = seq.stream.push(token)
-        events.append(TokenDelta(rid, token, text))
+        events.append(TokenDelta(rid, token, text, logprobs))
         if seq.stream.stopped:
             return events + self._finish(seq, "stop")
         if len(seq.output_ids) >= seq.max_tokens:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from .events import TokenLogprobs
 from .request import SamplingParams
 
 
@@ -69,7 +70,11 @@ class Step:
 @dataclass(frozen=True, slots=True)
 class StepOutput:
     """What the runner sampled: one token per decode row in the step's order, and the first token
-    of a terminal prefill piece."""
+    of a terminal prefill piece; with their logprobs where the sequence asked for them."""
 
     decoded: tuple[int, ...] = ()
     first_token: Optional[int] = None
+    decoded_logprobs: tuple[Optional[TokenLogprobs], ...] = ()  # empty when no row asked
+    first_logprobs: Optional[TokenLogprobs] = None
+    # One per piece token when the sequence asked for prompt logprobs (None for the prompt's first).
+    prompt_logprobs: tuple[Optional[TokenLogprobs], ...] = ()

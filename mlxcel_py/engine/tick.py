@@ -76,6 +76,12 @@ class Engine:
         return self.scheduler.has_work()
 
     @property
+    def compiler(self):
+        """The runner's grammar compiler (thread-safe): the HTTP side compiles a request's grammar
+        with it before queuing, so a bad one is a 400 and the runner finds it cached."""
+        return getattr(self.runner, "compiler", None)
+
+    @property
     def limits(self) -> Limits:
         s = self.scheduler
         return Limits(s.num_slots, s.slot_context, s.max_queue)

@@ -119,6 +119,11 @@ class EngineWorker:
     def abort(self, request_id: str) -> None:
         self._inbox.put(("abort", request_id))
 
+    @property
+    def compiler(self):
+        """The engine's grammar compiler (None for engines without one); safe from any thread."""
+        return getattr(self._engine, "compiler", None)
+
     def stats(self) -> EngineStats:
         """The snapshot taken after the latest tick."""
         return self._stats
