@@ -50,7 +50,7 @@ def test_text_parts_are_joined():
         (["hi"], r"messages\[0\] must be an object"),
         (
             [{"role": "robot", "content": "x"}],
-            r"messages\[0\]\.role must be one of system, user, assistant, tool \(got 'robot'\)",
+            r"messages\[0\]\.role must be one of system, developer, user, assistant, tool \(got 'robot'\)",
         ),
         ([{"role": "user"}], r"messages\[0\] has no 'content'"),
         ([{"role": "user", "content": 3}], r"messages\[0\]\.content must be a string or a list of text parts"),

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ..errors import RequestError
 
-ROLES = ("system", "user", "assistant", "tool")
+ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,14 +43,54 @@ def validate_messages(messages: Any) -> list[dict]:
         role = msg.get("role")
         if role not in ROLES:
             raise RequestError(f"messages[{i}].role must be one of {', '.join(ROLES)} (got {role!r})", param="messages")
-        if "content" not in msg:
+        calls = _tool_calls(msg) if role == "assistant" else []
+        if "content" not in msg and not calls:
             raise RequestError(f"messages[{i}] has no 'content'", param="messages")
-        clean.append({**msg, "content": _content_text(msg["content"], i)})
+        content = msg.get("content")
+        text = "" if content is None and calls else _content_text(content, i)
+        # OpenAI's "developer" is the system turn of newer models; templates know "system".
+        clean.append({**msg, "role": "system" if role == "developer" else role, "content": text})
     return clean
 
 
+def _tool_calls(msg: dict) -> list:
+    calls = msg.get("tool_calls") or []
+    if msg.get("function_call"):  # the deprecated single-call form
+        calls = [*calls, {"type": "function", "function": msg["function_call"]}]
+    return calls
+
+
+def _arguments(raw: Any) -> Any:
+    # Templates expect arguments as a mapping (Hugging Face's convention); OpenAI sends JSON text.
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        return raw
+    return value if isinstance(value, dict) else raw
+
+
+def _with_tool_calls(messages: list[dict], template: str) -> list[dict]:
+    """Assistant tool calls in the form the template renders, else written into the turn's text."""
+    out = []
+    for msg in messages:
+        calls = _tool_calls(msg) if msg["role"] == "assistant" else []
+        if not calls:
+            out.append(msg)
+            continue
+        functions = [{"name": c["function"]["name"], "arguments": _arguments(c["function"]["arguments"])}
+                     for c in calls]
+        if "tool_calls" in template:
+            out.append({**msg, "tool_calls": [{**c, "type": "function", "function": f} for c, f in zip(calls, functions)]})
+        else:  # the Hermes/ChatML convention that small instruct models are tuned on
+            text = "".join(f"<tool_call>\n{json.dumps(f, ensure_ascii=False)}\n</tool_call>" for f in functions)
+            out.append({**msg, "content": "\n".join(t for t in (msg["content"], text) if t)})
+    return out
+
+
 def _render(tokenizer, messages: list[dict], add_generation_prompt: bool) -> str:
-    if not getattr(tokenizer, "chat_template", None):
+    template = getattr(tokenizer, "chat_template", None)
+    messages = _with_tool_calls(messages, template if isinstance(template, str) else "")
+    if not template:
         # No template in the model: a plain "role: content" transcript.
         text = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
         return text + ("assistant:" if add_generation_prompt else "")
@@ -72,10 +113,19 @@ def _encode_rendered(tokenizer, text: str) -> list[int]:
     return ids
 
 
-def encode_chat(tokenizer, messages: list[dict], add_generation_prompt: bool = True) -> ChatPrompt:
-    """Render `messages` with the model's chat template and tokenize them."""
+def encode_chat(
+    tokenizer, messages: list[dict], add_generation_prompt: bool = True,
+    before_tokenize: Optional[Callable[[str], None]] = None,
+) -> ChatPrompt:
+    """Render `messages` with the model's chat template and tokenize them.
+
+    `before_tokenize(text)` sees the rendered prompt first and may refuse it (raise) before
+    the costly tokenization of a huge text."""
     clean = validate_messages(messages)
-    ids = _encode_rendered(tokenizer, _render(tokenizer, clean, add_generation_prompt))
+    text = _render(tokenizer, clean, add_generation_prompt)
+    if before_tokenize is not None:
+        before_tokenize(text)
+    ids = _encode_rendered(tokenizer, text)
     history = _encode_rendered(tokenizer, _render(tokenizer, clean, False))
     strict_prefix = len(history) < len(ids) and ids[: len(history)] == history
     return ChatPrompt(tuple(ids), len(history) if strict_prefix else None)
