@@ -99,3 +99,46 @@ def test_bos_added_once_when_the_model_wants_it(tmp_path):
     prompt = encode_chat(model.tokenizer, TURN1)
     assert prompt.ids[:2] == (0, 1) and prompt.ids.count(0) == 1
     assert prompt.history_boundary is not None
+
+
+CALL = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}
+TOOL_TURNS = [
+    {"role": "user", "content": "2 + 3?"},
+    {"role": "assistant", "content": None, "tool_calls": [CALL]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "5"},
+]
+
+
+def test_developer_renders_as_system():
+    tok = tiny_model().tokenizer
+    as_system = encode_chat(tok, [{"role": "system", "content": "Be brief."}, *TURN1])
+    assert encode_chat(tok, [{"role": "developer", "content": "Be brief."}, *TURN1]) == as_system
+
+
+def test_tool_calls_without_template_support_are_written_into_the_turn():
+    tok = tiny_model().tokenizer
+    text = tok.decode(list(encode_chat(tok, TOOL_TURNS).ids))
+    assert ('<|im_start|>assistant\n<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
+            '<|im_end|>\n<|im_start|>tool\n5<|im_end|>') in text
+
+
+class ToolTemplate(NoTemplate):
+    """A template that renders tool_calls itself (like Llama 3.1's or Qwen's)."""
+
+    chat_template = "{% for m in messages %}{{ m.role }}{% for c in m.tool_calls or [] %}|{{ c.function.name }}" \
+                    "({{ c.function.arguments.a }},{{ c.function.arguments.b }}){% endfor %};{% endfor %}"
+
+    def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+        import jinja2
+
+        return jinja2.Template(self.chat_template).render(messages=messages)
+
+
+def test_tool_calls_reach_a_template_that_knows_them():
+    prompt = encode_chat(ToolTemplate(), TOOL_TURNS)
+    assert "".join(map(chr, prompt.ids)) == "user;assistant|add(2,3);tool;"
+
+
+def test_content_may_be_null_only_with_tool_calls():
+    with pytest.raises(RequestError, match=r"messages\[0\]\.content must be a string"):
+        encode_chat(tiny_model().tokenizer, [{"role": "assistant", "content": None}])

@@ -102,16 +102,98 @@ def test_loading_then_sigterm_drains_and_exits_0(monkeypatch):
     assert "stopped" in result.stderr
 
 
-def test_grace_period_over_aborts_the_rest():
-    running = start_server(parallel=1, grace_s=0.3)
-    body = {"prompt": "hello", "max_tokens": 3000, "ignore_eos": True, "stream": True}
+def test_grace_period_over_cuts_the_rest():
+    running = start_server(parallel=2, grace_s=0.3)
+    body = {"prompt": "hello", "max_tokens": 3000, "ignore_eos": True}
+    waiting: dict = {}
+
+    def non_streaming():
+        with running.client() as own:
+            waiting["response"] = own.post("/v1/completions", json=body)
+
     try:
-        with running.client() as client, client.stream("POST", "/v1/completions", json=body) as resp:
+        with running.client() as client, client.stream("POST", "/v1/completions", json={**body, "stream": True}) as resp:
             lines = resp.iter_lines()
-            next(line for line in lines if line.startswith("data: "))
+            frames = [next(line for line in lines if line.startswith("data: "))]
+            other = threading.Thread(target=non_streaming)
+            other.start()
+            wait_for(lambda: running.worker.stats().num_busy_slots == 2, 10, "both requests to run")
             running.server.should_exit = True  # what SIGTERM does
+            frames += [line for line in lines if line.startswith("data: ")]
+            other.join(10)
             running.thread.join(10)
             assert not running.thread.is_alive()
-            wait_for(lambda: running.worker.stats().num_busy_slots == 0, 10, "the stream to be aborted")
+            wait_for(lambda: running.worker.stats().num_busy_slots == 0, 10, "both to be aborted")
     finally:
         stop_server(running)
+    assert frames[-1] == "data: [DONE]"
+    final, error = json.loads(frames[-3][6:]), json.loads(frames[-2][6:])
+    assert final["choices"][0]["finish_reason"] == "abort" and final["object"] == "text_completion"
+    assert error["error"]["message"] == "the server shut down before this request finished (grace period 0.3 s)"
+    cut = waiting["response"]
+    assert cut.status_code == 503 and cut.json()["error"]["code"] == "server_shutting_down"
+
+
+def _serve_subprocess(tmp_path, *args):
+    """`mlxcel-py serve` on the tiny GGUF in a child process; returns (process, url)."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tiny import write_tiny_gguf
+
+    model = write_tiny_gguf(tmp_path / "tiny.gguf")
+    script = Path(sys.executable).with_name("mlxcel-py")
+    env = {**os.environ, "COLUMNS": "400", "MLXCEL_BLAS": os.environ.get("MLXCEL_BLAS", "auto")}
+    proc = subprocess.Popen([str(script), "serve", "-m", str(model), "--port", "0", *args],
+                            stderr=subprocess.PIPE, text=True, env=env)
+    lines = []
+    for _ in range(200):  # the startup summary is a handful of lines
+        line = proc.stderr.readline()
+        lines.append(line)
+        found = re.search(r"server (http://[\d.]+:\d+)", line)
+        if found or not line:
+            break
+    assert found, "".join(lines)
+    url = found.group(1)
+    wait_for(lambda: _health(url) == 200, 60, "the child server to be ready")
+    return proc, url, lines
+
+
+def _read_stream(url, body, first: threading.Event, out: list):
+    with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=60) as resp:
+        for line in resp.iter_lines():
+            if line.startswith("data: "):
+                out.append(line[6:])
+                first.set()
+
+
+def test_sigterm_ends_every_stream_with_done_and_exits_0(tmp_path):
+    proc, url, lines = _serve_subprocess(tmp_path, "-np", "2", "--shutdown-grace", "0.5")
+    try:
+        body = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 100000, "ignore_eos": True,
+                "stream": True, "cache_prompt": False}
+        streams = [([], threading.Event()) for _ in range(3)]  # two decoding, one queued
+        readers = [threading.Thread(target=_read_stream, args=(url, body, first, out)) for out, first in streams]
+        for reader in readers:
+            reader.start()
+        for out, first in streams:
+            assert first.wait(30)
+        wait_for(lambda: sum(len(out) > 3 for out, _ in streams) >= 2, 30, "two streams to be decoding")
+        proc.send_signal(signal.SIGTERM)
+        for reader in readers:
+            reader.join(30)
+        assert proc.wait(30) == 0
+        log = "".join(lines) + proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert "Traceback" not in log and "CancelledError" not in log, log
+    assert "cut 3 requests" in log
+    for out, _ in streams:
+        assert out[-1] == "[DONE]"
+        final, error = json.loads(out[-3]), json.loads(out[-2])
+        assert final["choices"][0]["finish_reason"] == "abort" and final["object"] == "chat.completion.chunk"
+        assert error["error"]["code"] == "server_shutting_down" and error["error"]["type"] == "unavailable_error"

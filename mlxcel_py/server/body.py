@@ -7,10 +7,12 @@ form encodings) cannot drive the server from another site.
 
 from __future__ import annotations
 
+import functools
 import re
+import typing
 from typing import Any, Optional, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import from_json
 from starlette.requests import Request
 
@@ -19,6 +21,9 @@ from .errors import APIError
 ModelT = TypeVar("ModelT", bound=BaseModel)
 JSON_MEDIA_TYPE = "application/json"
 _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+# Validation holds the GIL for a whole call: long lists (120k chat turns) are validated in
+# batches so the event loop's thread gets its turns in between.
+BATCH = 256
 _POSITION = re.compile(r" at line (\d+) column (\d+)$")
 # Fields whose union types make pydantic's per-branch messages less useful than one line.
 _SHAPES = {
@@ -63,10 +68,37 @@ def parse_body(raw: bytes, model: type[ModelT]) -> ModelT:
         raise _malformed(raw, str(exc)) from None
     if not isinstance(obj, dict):
         raise APIError(400, "the request body must be a JSON object")
+    long_lists = {name: item for name, item in _model_lists(model).items()
+                  if isinstance(obj.get(name), list) and len(obj[name]) > BATCH}
     try:
-        return model.model_validate(obj)
+        body = model.model_validate({**obj, **{name: obj[name][:BATCH] for name in long_lists}})
     except ValidationError as exc:
-        raise _invalid(exc, obj) from None
+        raise _invalid(exc.errors(include_url=False), obj) from None
+    rest = {name: _validate_batches(item, obj[name], name, obj) for name, item in long_lists.items()}
+    return body.model_copy(update={name: getattr(body, name) + items for name, items in rest.items()}) if rest else body
+
+
+@functools.lru_cache(maxsize=None)
+def _model_lists(model: type[BaseModel]) -> dict[str, TypeAdapter]:
+    """The fields of `model` that are lists of models, with an adapter for their items."""
+    out = {}
+    for name, field in model.model_fields.items():
+        args = typing.get_args(field.annotation)
+        if typing.get_origin(field.annotation) is list and args and isinstance(args[0], type) \
+                and issubclass(args[0], BaseModel):
+            out[name] = TypeAdapter(list[args[0]])  # type: ignore[valid-type]
+    return out
+
+
+def _validate_batches(adapter: TypeAdapter, items: list, name: str, obj: dict) -> list:
+    out: list = []
+    for start in range(BATCH, len(items), BATCH):
+        try:
+            out += adapter.validate_python(items[start:start + BATCH], strict=True)
+        except ValidationError as exc:
+            errors = [{**e, "loc": (name, start + e["loc"][0], *e["loc"][1:])} for e in exc.errors(include_url=False)]
+            raise _invalid(errors, obj) from None
+    return out
 
 
 def _malformed(raw: bytes, message: str) -> APIError:
@@ -126,8 +158,7 @@ def _dotted(path: list) -> str:
     return text
 
 
-def _invalid(exc: ValidationError, obj: dict) -> APIError:
-    errors = exc.errors(include_url=False)
+def _invalid(errors: list, obj: dict) -> APIError:
     paths = [_path(obj, tuple(e["loc"])) for e in errors]
     # The deepest location is the most specific one (a union reports every branch).
     best = max(range(len(errors)), key=lambda i: len(paths[i]))
