@@ -20,13 +20,22 @@ def test_flags_reach_serve_forever(monkeypatch):
     seen = []
     monkeypatch.setattr(run_module, "serve_forever", seen.append)
     args = ["serve", "-np", "3", "--prefill-chunk-size", "256", "--alias", "m", "--api-key", "k",
-            "--port", "0", "--temp", "0.5", "--max-queue", "7", "--no-prompt-cache"]
+            "--port", "0", "--temp", "0.5", "--max-queue", "7", "--no-prompt-cache", "--max-body-bytes", "4096",
+            "--shutdown-grace", "2.5"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     (cfg,) = seen
     assert (cfg.engine.num_slots, cfg.engine.max_queue, cfg.engine.prompt_cache.enabled) == (3, 7, False)
     assert cfg.chunk.explicit == 256 and cfg.sampling.temperature == 0.5
     assert (cfg.server.model_alias, cfg.server.api_key, cfg.server.port) == ("m", "k", 0)
+    assert (cfg.server.max_body_bytes, cfg.server.shutdown_grace_s) == (4096, 2.5)
+
+
+def test_bad_server_limits_are_one_line_errors():
+    for args, message in ((["--max-body-bytes", "10"], "error: --max-body-bytes must be at least 1024 (got 10)"),
+                          (["--shutdown-grace", "-1"], "error: --shutdown-grace must be between 0 and 3600.0 (got -1.0)")):
+        result = CliRunner().invoke(app, ["serve", "--port", "0", *args])
+        assert result.exit_code != 0 and result.stderr.splitlines()[-1] == message, result.output
 
 
 def test_port_in_use_is_one_line_error():
