@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 import mlxcel_py.server.serving as run_module
 from mlxcel_py.cli.app import app
-from server_helpers import start_server, stop_server, wait_for
-from tiny import tiny_model
+from server_helpers import spawn_server, start_server, stop_server, wait_for
+from tiny import tiny_model, write_tiny_gguf
 
 
 def test_flags_reach_serve_forever(monkeypatch):
@@ -143,33 +143,6 @@ def test_grace_period_over_cuts_the_rest():
     assert cut.status_code == 503 and cut.json()["error"]["code"] == "server_shutting_down"
 
 
-def _serve_subprocess(tmp_path, *args):
-    """`mlxcel-py serve` on the tiny GGUF in a child process; returns (process, url)."""
-    import re
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    from tiny import write_tiny_gguf
-
-    model = write_tiny_gguf(tmp_path / "tiny.gguf")
-    script = Path(sys.executable).with_name("mlxcel-py")
-    env = {**os.environ, "COLUMNS": "400", "MLXCEL_BLAS": os.environ.get("MLXCEL_BLAS", "auto")}
-    proc = subprocess.Popen([str(script), "serve", "-m", str(model), "--port", "0", *args],
-                            stderr=subprocess.PIPE, text=True, env=env)
-    lines = []
-    for _ in range(200):  # the startup summary is a handful of lines
-        line = proc.stderr.readline()
-        lines.append(line)
-        found = re.search(r"server (http://[\d.]+:\d+)", line)
-        if found or not line:
-            break
-    assert found, "".join(lines)
-    url = found.group(1)
-    wait_for(lambda: _health(url) == 200, 60, "the child server to be ready")
-    return proc, url, lines
-
-
 def _read_stream(url, body, first: threading.Event, out: list):
     with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=60) as resp:
         for line in resp.iter_lines():
@@ -179,7 +152,8 @@ def _read_stream(url, body, first: threading.Event, out: list):
 
 
 def test_sigterm_ends_every_stream_with_done_and_exits_0(tmp_path):
-    proc, url, lines = _serve_subprocess(tmp_path, "-np", "2", "--shutdown-grace", "0.5")
+    child = spawn_server(write_tiny_gguf(tmp_path / "tiny.gguf"), "-np", "2", "--shutdown-grace", "0.5")
+    url = child.url
     try:
         body = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 100000, "ignore_eos": True,
                 "stream": True, "cache_prompt": False}
@@ -190,15 +164,13 @@ def test_sigterm_ends_every_stream_with_done_and_exits_0(tmp_path):
         for out, first in streams:
             assert first.wait(30)
         wait_for(lambda: sum(len(out) > 3 for out, _ in streams) >= 2, 30, "two streams to be decoding")
-        proc.send_signal(signal.SIGTERM)
+        child.proc.send_signal(signal.SIGTERM)
         for reader in readers:
             reader.join(30)
-        assert proc.wait(30) == 0
-        log = "".join(lines) + proc.stderr.read()
+        assert child.proc.wait(30) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
+        child.kill()
+    log = child.log()
     assert "Traceback" not in log and "CancelledError" not in log, log
     assert "cut 3 requests" in log
     for out, _ in streams:

@@ -19,7 +19,7 @@ from .app import Runtime, runtime
 from .body import read_body
 from .errors import from_error, unavailable
 from .prompts import Prepared, prepare_chat, prepare_completion
-from .streaming import EventStream, Generation, complete
+from .streaming import CLIENT_CLOSED, EventStream, Generation, complete
 
 router = APIRouter()
 
@@ -44,6 +44,8 @@ async def _generate(request: Request, prepare: Callable[[Runtime, bytes], Prepar
     del raw  # a large body is not kept alive for the whole generation
     if rt.draining:  # the shutdown began while the body was being prepared
         raise unavailable("the server is shutting down", "server_shutting_down")
+    if await request.is_disconnected():  # the client left while its prompt was being tokenized
+        return Response(status_code=CLIENT_CLOSED)
     try:
         handle = rt.worker.submit(prepared.job, loop=asyncio.get_running_loop())
     except MlxcelError as exc:

@@ -45,10 +45,9 @@ ERROR_SCHEMA = {
 }
 
 
-def _error_responses() -> dict[str, Any]:
+def _error_responses(codes: list[str]) -> dict[str, Any]:
     ref = {"$ref": "#/components/schemas/Error"}
-    return {code: {"description": text, "content": {"application/json": {"schema": ref}}}
-            for code, text in ERRORS.items()}
+    return {code: {"description": ERRORS[code], "content": {"application/json": {"schema": ref}}} for code in codes}
 
 
 def build_openapi(app: FastAPI, api_key: bool) -> dict[str, Any]:
@@ -63,7 +62,14 @@ def build_openapi(app: FastAPI, api_key: bool) -> dict[str, Any]:
         operation = schema["paths"][path]["post"]
         operation["requestBody"] = {"required": True, "content": {
             "application/json": {"schema": {"$ref": REF.format(model=model.__name__)}}}}
-        operation["responses"].update(_error_responses())
+        operation["responses"].update(_error_responses(["400", "404", "413", "415", "429", "503"]))
+    for path, methods in schema["paths"].items():
+        for operation in methods.values():
+            operation["responses"].update(_error_responses(["503"] + (["401"] if api_key and path != "/health" else [])))
+    health = schema["paths"]["/health"]["get"]["responses"]["503"]
+    health["description"] = "Loading or shutting down: {\"status\": \"loading\" | \"shutting_down\"}"
+    health["content"] = {"application/json": {"schema": {"type": "object"}}}
+    schema["paths"]["/metrics"]["get"]["responses"]["200"]["content"] = {"text/plain": {"schema": {"type": "string"}}}
     for path in ("/v1/chat/completions", "/v1/completions"):
         ok = schema["paths"][path]["post"]["responses"]["200"]
         ok["description"] = "The completion as JSON, or with `stream: true` server-sent events ending in [DONE]"
