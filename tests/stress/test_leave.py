@@ -30,23 +30,24 @@ def _metric(url: str, name: str, **labels) -> float:
 def _plan(i: int, rng: random.Random) -> tuple[str, dict, float]:
     """A request with a long prompt (chat or not, streaming or not) and when its client leaves."""
     chat, stream = rng.random() < 0.5, rng.random() < 0.5
-    text = " ".join([f"{i}"] + [str(t) for t in long_prompt(rng.randint(200, 1200))])
+    text = " ".join([f"{i}"] + [str(t) for t in long_prompt(rng.randint(100, 600))])
     body = {"max_tokens": 400, "ignore_eos": True, "stream": stream, "cache_prompt": False}
     body |= {"messages": [{"role": "user", "content": text}]} if chat else {"prompt": text}
-    return ("/v1/chat/completions" if chat else "/v1/completions"), body, rng.uniform(0.05, 2.0)
+    return ("/v1/chat/completions" if chat else "/v1/completions"), body, rng.uniform(0.2, 4.0)
 
 
-async def _leave(url: str, path: str, body: dict, after_s: float) -> int:
+async def _leave(http: httpx.AsyncClient, path: str, body: dict, after_s: float) -> int:
     """One request, given up after `after_s`: its status if it had an answer by then, else 0."""
-    async with httpx.AsyncClient(base_url=url, timeout=60) as http:  # its own connection, dropped on leaving
-        try:
-            return (await asyncio.wait_for(http.post(path, json=body), after_s)).status_code
-        except asyncio.TimeoutError:
-            return 0
+    try:
+        return (await asyncio.wait_for(http.post(path, json=body), after_s)).status_code
+    except asyncio.TimeoutError:
+        return 0  # the cancelled request's connection is closed: the server sees the client leave
 
 
 async def _storm(url: str, plans: list) -> list[int]:
-    return await asyncio.gather(*(_leave(url, *plan) for plan in plans))
+    limits = httpx.Limits(max_connections=STORM, max_keepalive_connections=0)  # one connection per request
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as http:
+        return await asyncio.gather(*(_leave(http, *plan) for plan in plans))
 
 
 def _idle(url: str) -> bool:
