@@ -32,8 +32,9 @@ def test_flags_reach_serve_forever(monkeypatch):
 
 
 def test_bad_server_limits_are_one_line_errors():
-    for args, message in ((["--max-body-bytes", "10"], "error: --max-body-bytes must be at least 1024 (got 10)"),
-                          (["--shutdown-grace", "-1"], "error: --shutdown-grace must be between 0 and 3600.0 (got -1.0)")):
+    cases = ((["--max-body-bytes", "10"], "error: --max-body-bytes must be at least 1024 (got 10)"),
+             (["--shutdown-grace", "-1"], "error: --shutdown-grace must be between 0 and 3600.0 (got -1.0)"))
+    for args, message in cases:
         result = CliRunner().invoke(app, ["serve", "--port", "0", *args])
         assert result.exit_code != 0 and result.stderr.splitlines()[-1] == message, result.output
 
@@ -121,7 +122,8 @@ def test_grace_period_over_cuts_the_rest():
             waiting["response"] = own.post("/v1/completions", json=body)
 
     try:
-        with running.client() as client, client.stream("POST", "/v1/completions", json={**body, "stream": True}) as resp:
+        with running.client() as client, \
+                client.stream("POST", "/v1/completions", json={**body, "stream": True}) as resp:
             lines = resp.iter_lines()
             frames = [next(line for line in lines if line.startswith("data: "))]
             other = threading.Thread(target=non_streaming)

@@ -14,7 +14,10 @@ from server_helpers import GREEDY, error_of, start_server, stop_server
 
 CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
 MSG = [{"role": "user", "content": "Tell me about foxes."}]
-BASE = {CHAT: {"messages": MSG, "max_tokens": 8, **GREEDY}, COMPLETIONS: {"prompt": "Foxes are", "max_tokens": 8, **GREEDY}}
+BASE = {
+    CHAT: {"messages": MSG, "max_tokens": 8, **GREEDY},
+    COMPLETIONS: {"prompt": "Foxes are", "max_tokens": 8, **GREEDY},
+}
 HONOURED = {
     "model", "messages", "prompt", "max_tokens", "max_completion_tokens", "n_predict", "temperature", "top_p",
     "top_k", "min_p", "repetition_penalty", "repeat_penalty", "repeat_last_n", "seed", "stop", "stream",

@@ -65,7 +65,8 @@ def build_openapi(app: FastAPI, api_key: bool) -> dict[str, Any]:
         operation["responses"].update(_error_responses(["400", "404", "413", "415", "429", "503"]))
     for path, methods in schema["paths"].items():
         for operation in methods.values():
-            operation["responses"].update(_error_responses(["503"] + (["401"] if api_key and path != "/health" else [])))
+            keyed = ["401"] if api_key and path != "/health" else []
+            operation["responses"].update(_error_responses(["503", *keyed]))
     health = schema["paths"]["/health"]["get"]["responses"]["503"]
     health["description"] = "Loading or shutting down: {\"status\": \"loading\" | \"shutting_down\"}"
     health["content"] = {"application/json": {"schema": {"type": "object"}}}

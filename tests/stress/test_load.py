@@ -88,7 +88,8 @@ BURST, SLOTS, QUEUE = 20, 2, 4
 
 
 async def _burst(url: str) -> list[httpx.Response]:
-    async with httpx.AsyncClient(base_url=url, timeout=REQUEST_TIMEOUT_S, limits=httpx.Limits(max_connections=BURST)) as http:
+    limits = httpx.Limits(max_connections=BURST)
+    async with httpx.AsyncClient(base_url=url, timeout=REQUEST_TIMEOUT_S, limits=limits) as http:
         bodies = [{"prompt": f"Burst request {i}:", "max_tokens": 500, "ignore_eos": True} for i in range(BURST)]
         return await asyncio.gather(*(http.post("/v1/completions", json=b) for b in bodies))
 
