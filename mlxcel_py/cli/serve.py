@@ -6,8 +6,8 @@ from ..errors import MlxcelError
 from .common import fail, resolve_or_exit
 from .options import (
     AliasOpt, ApiKeyOpt, BatchSizeOpt, CacheMaxBytesOpt, CacheMaxEntriesOpt, CacheMinPrefixOpt, CtxSizeOpt,
-    HostOpt, LogLevelOpt, MaxBodyBytesOpt, MaxQueueOpt, MaxTokensOpt, MinPOpt, ModelOpt, ParallelOpt, PortOpt, PrefillChunkOpt,
-    PromptCacheOpt, RepeatPenaltyOpt, SeedOpt, ShutdownGraceOpt, TempOpt, TopKOpt, TopPOpt,
+    HostOpt, LogLevelOpt, MaxBodyBytesOpt, MaxQueueOpt, MaxTokensOpt, MinPOpt, ModelOpt, ParallelOpt, PortOpt,
+    PrefillChunkOpt, PromptCacheOpt, RepeatPenaltyOpt, SeedOpt, ShutdownGraceOpt, TempOpt, TopKOpt, TopPOpt,
 )
 
 
