@@ -48,23 +48,31 @@ class GracefulServer(uvicorn.Server):
             for sig, handler in original.items():
                 signal.signal(sig, handler)
 
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        forced = self.should_exit and sig == signal.SIGINT  # a second Ctrl-C: quit at once
+        super().handle_exit(sig, frame)
+        if forced:
+            with contextlib.suppress(RuntimeError):  # no loop running: nothing is open
+                # The streams still get their final frames in the moment before the loop stops.
+                asyncio.get_running_loop().call_soon_threadsafe(self._cut, "the server was interrupted")
+
     async def shutdown(self, sockets: Optional[list[socket.socket]] = None) -> None:
         self.runtime.draining = True  # requests on kept-alive connections get 503 from here on
         if self.runtime.live:
             log.info("draining: %d requests in flight, %g s to finish", len(self.runtime.live), self.grace_s)
-        timer = asyncio.get_running_loop().call_later(self.grace_s, self._cut)
+        timer = asyncio.get_running_loop().call_later(self.grace_s, self._cut, f"grace period {self.grace_s:g} s")
         try:
             await super().shutdown(sockets=sockets)
         finally:
             timer.cancel()
 
-    def _cut(self) -> None:
+    def _cut(self, why: str) -> None:
         from .errors import APIError
 
-        message = f"the server shut down before this request finished (grace period {self.grace_s:g} s)"
+        message = f"the server shut down before this request finished ({why})"
         count = self.runtime.cut_all(APIError(503, message, code="server_shutting_down"))
         if count:
-            log.warning("grace period over: cut %d requests", count)
+            log.warning("%s: cut %d requests", why, count)
 
 
 def bind_socket(host: str, port: int) -> socket.socket:

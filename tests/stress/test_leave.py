@@ -10,6 +10,7 @@ import threading
 import time
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from server_helpers import long_prompt, wait_for
@@ -107,7 +108,8 @@ def _refused(url: str) -> bool:
     return False
 
 
-def test_sigterm_with_streams_in_flight(model_path):
+@pytest.mark.parametrize("signals", [("SIGTERM",), ("SIGINT",), ("SIGINT", "SIGINT")], ids="+".join)
+def test_signal_with_streams_in_flight(model_path, signals):
     with serving(model_path, "-np", str(LONG + SHORT), "--shutdown-grace", str(GRACE_S)) as child:
         url = child.url
         streams = [([], threading.Event(), 100_000 if i < LONG else 40) for i in range(LONG + SHORT)]
@@ -117,15 +119,17 @@ def test_sigterm_with_streams_in_flight(model_path):
         for _, first, _ in streams:
             assert first.wait(60)
         signalled = time.perf_counter()
-        child.proc.send_signal(signal.SIGTERM)
+        child.proc.send_signal(getattr(signal, signals[0]))
         wait_for(lambda: _refused(url), 5, "the listening socket to close")
+        for name in signals[1:]:  # a second Ctrl-C quits at once: every stream is cut now
+            child.proc.send_signal(getattr(signal, name))
         for reader in readers:
             reader.join(GRACE_S + 30)
         assert child.proc.wait(60) == 0
         exited = time.perf_counter() - signalled
     finishes = [json.loads(out[-3] if out[-2].startswith('{"error"') else out[-2])["choices"][0]["finish_reason"]
                 for out, _, _ in streams]
-    record("sigterm", streams=len(streams), done=sum(out[-1] == "[DONE]" for out, _, _ in streams),
+    record("+".join(signals), streams=len(streams), done=sum(out[-1] == "[DONE]" for out, _, _ in streams),
            finished_in_grace=finishes.count("length"), cut=finishes.count("abort"), grace_s=GRACE_S,
            exit_after_s=round(exited, 2), exit_code=0)
     assert all(out[-1] == "[DONE]" for out, _, _ in streams)
@@ -133,4 +137,4 @@ def test_sigterm_with_streams_in_flight(model_path):
     for out, _, _ in streams[:LONG]:
         assert json.loads(out[-2])["error"]["code"] == "server_shutting_down"
     assert set(finishes[LONG:]) <= {"length", "abort"}
-    assert exited < GRACE_S + 5
+    assert exited < (GRACE_S if len(signals) == 1 else 0) + 5
