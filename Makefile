@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PROMPT ?= What is the capital of France?
 ARGS ?=
 
-.PHONY: setup test generate serve chat bench blas clean
+.PHONY: setup test stress generate serve chat bench blas clean
 
 setup: $(VENV)/.setup-stamp blas
 
@@ -24,6 +24,15 @@ blas:
 
 test: setup
 	$(BIN)/python -m pytest $(ARGS)
+
+# The reliability suite (docs/RELIABILITY.md): child servers under fuzzing, a soak, a burst,
+# a disconnect storm and SIGTERM. Minutes, so not part of `make test`.
+stress: setup $(VENV)/.stress-stamp
+	$(BIN)/python -m pytest tests/stress -rA $(ARGS)
+
+$(VENV)/.stress-stamp: pyproject.toml
+	$(BIN)/python -m pip install -q -e '.[test,bench,stress]'
+	touch $@
 
 generate: setup
 	$(BIN)/mlxcel-py generate "$(PROMPT)" $(ARGS)

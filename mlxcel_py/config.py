@@ -22,6 +22,8 @@ MAX_PARALLEL = 64
 MAX_ITL_BUDGET_MS = 600_000
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 _SERVER_COMMANDS = ("serve", "bench")
+DEFAULT_MAX_BODY_BYTES = 8 << 20
+MAX_SHUTDOWN_GRACE_S = 3600.0
 _SAMPLING_FLAGS = {
     "temperature": "--temp",
     "top_p": "--top-p",
@@ -157,6 +159,7 @@ class ServerConfig:
     log_level: str = "info"
     model_alias: Optional[str] = None
     shutdown_grace_s: float = 10.0
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +190,8 @@ def _sampling(command: str, given: dict[str, object]) -> SamplingParams:
 
 
 def _server(env: Mapping[str, str], host: Optional[str], port: Optional[int], api_key: Optional[str],
-            log_level: str, model_alias: Optional[str]) -> ServerConfig:
+            log_level: str, model_alias: Optional[str], max_body_bytes: Optional[int],
+            shutdown_grace: Optional[float]) -> ServerConfig:
     host = host if host is not None else (env.get("LLAMA_ARG_HOST") or "").strip() or "127.0.0.1"
     if not host.strip():
         raise ConfigError("--host must not be empty", flag="--host")
@@ -196,7 +200,13 @@ def _server(env: Mapping[str, str], host: Optional[str], port: Optional[int], ap
     if api_key == "":
         raise ConfigError("--api-key must not be empty (omit it to disable authentication)", flag="--api-key")
     api_key = api_key if api_key is not None else env.get("MLXCEL_API_KEY") or None
-    return ServerConfig(host, 8080 if port is None else port, api_key, log_level, model_alias)
+    _check_range("--max-body-bytes", max_body_bytes, 1024)
+    _check_range("--shutdown-grace", shutdown_grace, 0, MAX_SHUTDOWN_GRACE_S)
+    return ServerConfig(
+        host, 8080 if port is None else port, api_key, log_level, model_alias,
+        10.0 if shutdown_grace is None else shutdown_grace,
+        DEFAULT_MAX_BODY_BYTES if max_body_bytes is None else max_body_bytes,
+    )
 
 
 def _engine(command: str, env: Mapping[str, str], chunk: ResolvedChunk, parallel: Optional[int],
@@ -263,6 +273,8 @@ def resolve(
     log_level: Optional[str] = None,
     model_alias: Optional[str] = None,
     itl_budget_ms: Optional[int] = None,
+    max_body_bytes: Optional[int] = None,
+    shutdown_grace: Optional[float] = None,
     env: Optional[Mapping[str, str]] = None,
 ) -> AppConfig:
     """Merge flags (None = not given) with the environment into one frozen AppConfig; raises ConfigError."""
@@ -283,7 +295,7 @@ def resolve(
     sampling = _sampling(command, given)
     server = None
     if command in _SERVER_COMMANDS:
-        server = _server(env, host, port, api_key, level, model_alias)
+        server = _server(env, host, port, api_key, level, model_alias, max_body_bytes, shutdown_grace)
     elif host is not None or port is not None or api_key is not None:
         raise ConfigError(f"--host, --port and --api-key apply to serve and bench, not {command}", flag="--host")
     blas = (env.get("MLXCEL_BLAS") or "").strip() or "auto"
@@ -309,5 +321,6 @@ def startup_summary(cfg: AppConfig) -> list[str]:
     ]
     if cfg.server is not None:
         auth = "api key required" if cfg.server.api_key else "no api key"
-        lines.append(f"server http://{cfg.server.host}:{cfg.server.port} ({auth})")
+        lines.append(f"server http://{cfg.server.host}:{cfg.server.port} ({auth}, "
+                     f"max_body_bytes={cfg.server.max_body_bytes}, shutdown_grace={cfg.server.shutdown_grace_s:g} s)")
     return lines

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import re
+import subprocess
+import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 import httpx
@@ -105,3 +110,49 @@ def long_prompt(num_tokens: int) -> list[int]:
 
     ids = encode_text(tiny_model().tokenizer, "The quick brown fox jumps over the lazy dog. " * (num_tokens // 5 + 10))
     return list(ids[:num_tokens])
+
+
+@dataclass
+class ChildServer:
+    """`mlxcel-py serve` in a child process, its output collected on threads (a full pipe would block it)."""
+
+    proc: subprocess.Popen
+    url: str = ""
+    lines: list = field(default_factory=list)
+
+    def log(self) -> str:
+        return "".join(self.lines)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+def _collect(stream, lines: list, found: threading.Event) -> None:
+    for line in stream:
+        lines.append(line)
+        if re.search(r"ready: serving", line):
+            found.set()
+
+
+def spawn_server(model: Path, *args: str, timeout: float = 120.0) -> ChildServer:
+    """Start `mlxcel-py serve -m model --port 0 *args` and wait until it answers /health with 200."""
+    import httpx
+
+    script = Path(sys.executable).with_name("mlxcel-py")
+    env = {**os.environ, "COLUMNS": "400"}  # rich wraps log lines at the terminal width
+    proc = subprocess.Popen([str(script), "serve", "-m", str(model), "--port", "0", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    child, ready = ChildServer(proc), threading.Event()
+    threading.Thread(target=_collect, args=(proc.stdout, child.lines, ready), daemon=True).start()
+    try:
+        wait_for(lambda: ready.is_set() or proc.poll() is not None, timeout, "the child server to load")
+        urls = [m.group(1) for line in list(child.lines) for m in [re.search(r"server (http://[\d.]+:\d+)", line)] if m]
+        assert ready.is_set() and urls, child.log()
+        child.url = urls[0]
+        httpx.get(child.url + "/health", timeout=10).raise_for_status()
+    except BaseException:
+        child.kill()
+        raise
+    return child

@@ -1,10 +1,14 @@
 """Chat prompts: template rendering, the history boundary, validation, fallback format."""
 
+import dataclasses
+
 import mlx.core as mx
 import pytest
 
 from mlxcel_py.models import ChatPrompt, encode_chat, encode_text, load_model
 from mlxcel_py.errors import RequestError
+from mlxcel_py.models.chat import validate_messages
+from mlxcel_py.tool_calls.render import tool_format, tool_messages
 from tiny import tiny_model, write_tiny_gguf
 
 TURN1 = [{"role": "user", "content": "What is the capital of France?"}]
@@ -50,7 +54,7 @@ def test_text_parts_are_joined():
         (["hi"], r"messages\[0\] must be an object"),
         (
             [{"role": "robot", "content": "x"}],
-            r"messages\[0\]\.role must be one of system, user, assistant, tool \(got 'robot'\)",
+            r"messages\[0\]\.role must be one of system, developer, user, assistant, tool \(got 'robot'\)",
         ),
         ([{"role": "user"}], r"messages\[0\] has no 'content'"),
         ([{"role": "user", "content": 3}], r"messages\[0\]\.content must be a string or a list of text parts"),
@@ -99,3 +103,49 @@ def test_bos_added_once_when_the_model_wants_it(tmp_path):
     prompt = encode_chat(model.tokenizer, TURN1)
     assert prompt.ids[:2] == (0, 1) and prompt.ids.count(0) == 1
     assert prompt.history_boundary is not None
+
+
+CALL = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}
+TOOL_TURNS = [
+    {"role": "user", "content": "2 + 3?"},
+    {"role": "assistant", "content": None, "tool_calls": [CALL]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "5"},
+]
+
+
+def test_developer_renders_as_system():
+    tok = tiny_model().tokenizer
+    as_system = encode_chat(tok, [{"role": "system", "content": "Be brief."}, *TURN1])
+    assert encode_chat(tok, [{"role": "developer", "content": "Be brief."}, *TURN1]) == as_system
+
+
+def test_tool_calls_without_template_support_are_written_into_the_turn():
+    tok = tiny_model().tokenizer
+    messages, tools = tool_messages(validate_messages(TOOL_TURNS), None, tool_format(tok))
+    text = tok.decode(list(encode_chat(tok, messages, tools=tools).ids))
+    assert ('<|im_start|>assistant\n<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
+            '<|im_end|>\n<|im_start|>user\n<tool_response>\n5\n</tool_response><|im_end|>') in text
+
+
+class ToolTemplate(NoTemplate):
+    """A template that renders tool_calls itself (like Llama 3.1's or Qwen's)."""
+
+    chat_template = "{% for m in messages %}{{ m.role }}{% for c in m.tool_calls or [] %}|{{ c.function.name }}" \
+                    "({{ c.function.arguments.a }},{{ c.function.arguments.b }}){% endfor %};{% endfor %}"
+
+    def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+        import jinja2
+
+        return jinja2.Template(self.chat_template).render(messages=messages)
+
+
+def test_tool_calls_reach_a_template_that_knows_them():
+    native = dataclasses.replace(tool_format(tiny_model().tokenizer), native=True)
+    messages, _ = tool_messages(validate_messages(TOOL_TURNS), None, native)
+    prompt = encode_chat(ToolTemplate(), messages)
+    assert "".join(map(chr, prompt.ids)) == "user;assistant|add(2,3);tool;"
+
+
+def test_content_may_be_null_only_with_tool_calls():
+    with pytest.raises(RequestError, match=r"messages\[0\]\.content must be a string"):
+        encode_chat(tiny_model().tokenizer, [{"role": "assistant", "content": None}])

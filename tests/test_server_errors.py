@@ -128,6 +128,9 @@ def test_api_key_required_except_health(keyed):
         resp = client.post(CHAT, json={"messages": MSG}, headers={"Authorization": "Bearer nope"})
         assert resp.status_code == 401
         assert client.get("/slots", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+        assert client.get("/openapi.json").status_code == 401
+        schema = client.get("/openapi.json", headers={"Authorization": "Bearer s3cret"}).json()
+        assert schema["security"] == [{"bearer": []}]
     with openai.OpenAI(base_url=keyed.url + "/v1", api_key="s3cret", max_retries=0) as good:
         assert [m.id for m in good.models.list().data] == ["my-model"]
         reply = good.chat.completions.create(model="my-model", messages=MSG, max_tokens=2)

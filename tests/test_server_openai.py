@@ -153,3 +153,29 @@ def test_metrics_exposition(http):
         assert families[name].type == "histogram"
         count = next(s.value for s in families[name].samples if s.name == name + "_count")
         assert count >= 1
+
+
+def test_openapi_schema_declares_the_bodies(http):
+    schema = http.get("/openapi.json").json()
+    assert schema["openapi"].startswith("3.")
+    components = schema["components"]["schemas"]
+    refs = set()
+
+    def walk(node):
+        if isinstance(node, dict):
+            refs.update([node["$ref"]] if "$ref" in node else [])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(schema)
+    assert refs and all(ref.removeprefix("#/components/schemas/") in components for ref in refs)
+    chat = schema["paths"]["/v1/chat/completions"]["post"]
+    assert chat["requestBody"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ChatRequest"}
+    assert {"400", "413", "415", "429", "503"} <= set(chat["responses"])
+    body = components["ChatRequest"]
+    assert body["required"] == ["messages"] and "frequency_penalty" in body["properties"]
+    assert components["CompletionRequest"]["required"] == ["prompt"]
+    assert set(components["ChatMessage"]["properties"]["role"]["enum"]) >= {"developer", "tool"}

@@ -77,6 +77,13 @@ ApiKeyOpt = Annotated[
 LogLevelOpt = Annotated[
     Optional[str], typer.Option("--log-level", help="debug, info, warning, error or critical. Default info.")
 ]
+MaxBodyBytesOpt = Annotated[
+    Optional[int], typer.Option("--max-body-bytes", help="Largest request body; bigger ones get 413. Default 8 MiB.")
+]
+ShutdownGraceOpt = Annotated[
+    Optional[float],
+    typer.Option("--shutdown-grace", help="Seconds in-flight requests may finish after SIGTERM/SIGINT. Default 10."),
+]
 AliasOpt = Annotated[Optional[str], typer.Option("--alias", help="Model name reported by /v1/models.")]
 MaxQueueOpt = Annotated[
     Optional[int], typer.Option("--max-queue", help="Requests that may wait for a slot. Default 64.")

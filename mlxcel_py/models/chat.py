@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ..errors import RequestError
 
-ROLES = ("system", "user", "assistant", "tool")
+ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,10 +42,21 @@ def validate_messages(messages: Any) -> list[dict]:
         role = msg.get("role")
         if role not in ROLES:
             raise RequestError(f"messages[{i}].role must be one of {', '.join(ROLES)} (got {role!r})", param="messages")
-        if "content" not in msg:
+        calls = _tool_calls(msg) if role == "assistant" else []
+        if "content" not in msg and not calls:
             raise RequestError(f"messages[{i}] has no 'content'", param="messages")
-        clean.append({**msg, "content": _content_text(msg["content"], i)})
+        content = msg.get("content")
+        text = "" if content is None and calls else _content_text(content, i)
+        # OpenAI's "developer" is the system turn of newer models; templates know "system".
+        clean.append({**msg, "role": "system" if role == "developer" else role, "content": text})
     return clean
+
+
+def _tool_calls(msg: dict) -> list:
+    calls = msg.get("tool_calls") or []
+    if msg.get("function_call"):  # the deprecated single-call form
+        calls = [*calls, {"type": "function", "function": msg["function_call"]}]
+    return calls
 
 
 def _render(tokenizer, messages: list[dict], add_generation_prompt: bool, tools: Optional[list] = None) -> str:
@@ -73,11 +84,20 @@ def _encode_rendered(tokenizer, text: str) -> list[int]:
     return ids
 
 
-def encode_chat(tokenizer, messages: list[dict], add_generation_prompt: bool = True,
-                tools: Optional[list] = None) -> ChatPrompt:
-    """Render `messages` (and OpenAI `tools`, for templates that take them) and tokenize them."""
+def encode_chat(
+    tokenizer, messages: list[dict], add_generation_prompt: bool = True, tools: Optional[list] = None,
+    before_tokenize: Optional[Callable[[str], None]] = None,
+) -> ChatPrompt:
+    """Render `messages` (and OpenAI `tools`, for templates that take them) and tokenize them.
+
+    `before_tokenize(text)` sees the rendered prompt first and may refuse it (raise) before
+    the costly tokenization of a huge text. Tool calls and results in `messages` are turned
+    into what the template renders by `tool_calls.tool_messages` first."""
     clean = validate_messages(messages)
-    ids = _encode_rendered(tokenizer, _render(tokenizer, clean, add_generation_prompt, tools))
+    text = _render(tokenizer, clean, add_generation_prompt, tools)
+    if before_tokenize is not None:
+        before_tokenize(text)
+    ids = _encode_rendered(tokenizer, text)
     history = _encode_rendered(tokenizer, _render(tokenizer, clean, False, tools))
     strict_prefix = len(history) < len(ids) and ids[: len(history)] == history
     return ChatPrompt(tuple(ids), len(history) if strict_prefix else None)

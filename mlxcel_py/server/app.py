@@ -2,20 +2,34 @@
 
 from __future__ import annotations
 
+import functools
+import gc
+import logging
 import time
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
 
+import anyio
+import anyio.to_thread
 from fastapi import FastAPI, Request
 
+from ..config import DEFAULT_MAX_BODY_BYTES
 from ..engine import EngineStats
+from ..tool_calls.render import ToolFormat, tool_format
 from .auth import Gate
 from .errors import APIError, install_error_handlers, unavailable
 from .metrics import ServerMetrics
+from .prompts import PromptLimit, max_token_chars
 
 if TYPE_CHECKING:
     from ..config import AppConfig
     from ..engine import EngineWorker
     from ..models import LoadedModel
+    from .streaming import Generation
+
+log = logging.getLogger("mlxcel_py.server")
+T = TypeVar("T")
+# Threads that parse, template and tokenize request bodies: the event loop never does.
+PREPARE_THREADS = 4
 
 
 class Runtime:
@@ -27,8 +41,13 @@ class Runtime:
         self.loaded: Optional["LoadedModel"] = None
         self.metrics = ServerMetrics(self._stats, lambda: self.model_id)
         self.vocab_size = 0
+        self.prompt_limit = PromptLimit(1, 1)
+        self.tool_format: Optional[ToolFormat] = None
+        self.max_body_bytes = config.server.max_body_bytes if config.server else DEFAULT_MAX_BODY_BYTES
         self.draining = False
         self.started = int(time.time())
+        self.live: set["Generation"] = set()  # submitted requests whose response is still open
+        self._limiter: Optional[anyio.CapacityLimiter] = None
 
     def _stats(self) -> "EngineStats":
         return self.worker.stats() if self.worker is not None else EngineStats()
@@ -45,7 +64,27 @@ class Runtime:
     def attach(self, worker: "EngineWorker", loaded: "LoadedModel") -> None:
         """Switch from loading to ready."""
         self.vocab_size = vocab_size(loaded)
+        slot_context = worker.stats().slot_context
+        self.prompt_limit = PromptLimit(slot_context, max_token_chars(loaded.tokenizer, self.vocab_size))
+        self.tool_format = tool_format(loaded.tokenizer)  # how this model writes tool calls
         self.worker, self.loaded = worker, loaded
+        # The model's objects live as long as the server: out of the collector's way, a request
+        # that allocates a million objects does not pay for full collections over them (each
+        # one holds the GIL, and with it the event loop, for a quarter of a second).
+        gc.freeze()
+
+    async def off_loop(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run blocking work (parsing, templating, tokenizing) on a bounded thread pool."""
+        if self._limiter is None:
+            self._limiter = anyio.CapacityLimiter(PREPARE_THREADS)
+        return await anyio.to_thread.run_sync(functools.partial(fn, *args), limiter=self._limiter)
+
+    def cut_all(self, error: APIError) -> int:
+        """End every open request from the server's side (the grace period is over)."""
+        live = list(self.live)
+        for gen in live:
+            gen.cut(error)
+        return len(live)
 
     def gate_error(self) -> Optional[APIError]:
         if self.draining:
@@ -90,6 +129,8 @@ def create_app(
     from .status_routes import router as status_router
     from .token_routes import router as token_router
 
+    from .openapi import install_openapi
+
     app = FastAPI(title="mlxcel-py", docs_url=None, redoc_url=None, openapi_url=None)
     state = Runtime(config)
     if worker is not None and loaded is not None:
@@ -100,5 +141,6 @@ def create_app(
     app.include_router(status_router)
     app.include_router(token_router)
     api_key = config.server.api_key if config.server else None
+    install_openapi(app, api_key is not None)
     app.add_middleware(Gate, api_key=api_key, state=lambda: app.state.runtime)
     return app

@@ -6,14 +6,17 @@ disconnects pass through untouched.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
+import logging
 from typing import Callable, Optional
 
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .errors import APIError
+from .errors import APIError, unavailable
 
+log = logging.getLogger("mlxcel_py.server")
 OPEN_PATHS = frozenset({"/health", "/v1/health"})
 
 
@@ -39,9 +42,24 @@ class Gate:
             return
         error = self._check(scope)
         if error is not None:
-            await JSONResponse(error.body(), error.status, headers=error.headers)(scope, receive, send)
+            await _answer(error, scope, receive, send)
             return
-        await self.app(scope, receive, send)
+        started = []
+
+        async def tracked(message: dict) -> None:
+            started.append(True)
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except asyncio.CancelledError:
+            # The server cancels what is left once the grace period (and its margin) is over:
+            # answer 503 if nothing went out yet, and end quietly instead of a traceback.
+            if not self.state().draining:  # type: ignore[attr-defined]
+                raise
+            log.warning("%s %s cut at shutdown", scope.get("method"), scope["path"])
+            if not started:
+                await _answer(unavailable("the server is shutting down", "server_shutting_down"), scope, receive, send)
 
     def _check(self, scope: Scope) -> Optional[APIError]:
         if self.api_key is not None:
@@ -51,3 +69,7 @@ class Gate:
                 return APIError(401, "invalid or missing API key; send 'Authorization: Bearer <key>'",
                                 code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
         return self.state().gate_error()  # type: ignore[attr-defined]
+
+
+async def _answer(error: APIError, scope: Scope, receive: Receive, send: Send) -> None:
+    await JSONResponse(error.body(), error.status, headers=error.headers)(scope, receive, send)

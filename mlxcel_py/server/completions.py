@@ -1,92 +1,58 @@
-"""POST /v1/chat/completions and /v1/completions: tokenize, submit, stream the events back.
+"""POST /v1/chat/completions and /v1/completions: read, prepare off the loop, submit, respond.
 
-Routes never call MLX: tokenizing happens here, generation on the worker's thread.
+On the event loop a request only reads its body (bounded by --max-body-bytes); parsing,
+validation, templating and tokenizing run on the Runtime's threads, generation on the
+engine's. Routes never call MLX.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-import uuid
-from typing import Optional
+from typing import Callable
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 
-from ..engine import Request as EngineRequest
-from ..errors import MlxcelError, RequestError
+from ..errors import MlxcelError
 from .app import Runtime, runtime
-from .errors import APIError, from_error
-from .schemas import (
-    ChatRequest, CompletionRequest, GenerationRequest, completion_prompt_ids, parse_request, sampling_params,
-)
-from .streaming import (
-    EventStreamResponse, Generation, Kind, Reply, collect, failure, final_json, sse_stream, until_disconnect,
-)
+from .body import read_body
+from .errors import from_error, unavailable
+from .prompts import Prepared, prepare_chat, prepare_completion
+from .streaming import CLIENT_CLOSED, EventStream, Generation, complete
 
 router = APIRouter()
-CLIENT_CLOSED = 499  # nginx's "client closed request"; nobody reads it
 
 
 @router.post("/v1/chat/completions")
 @router.post("/chat/completions", include_in_schema=False)
 async def chat_completions(request: Request) -> Response:
-    arrived = time.perf_counter()
-    rt = runtime(request)
-    body = await parse_request(request, ChatRequest)
-    rt.check_model(body.model)
-    from ..models import encode_chat
-
-    try:
-        prompt = encode_chat(rt.loaded.tokenizer, body.messages)
-    except RequestError as exc:
-        raise from_error(exc, "messages") from None
-    return await _generate(request, rt, body, "chat", prompt.ids, prompt.history_boundary, arrived)
+    return await _generate(request, prepare_chat)
 
 
 @router.post("/v1/completions")
 @router.post("/completions", include_in_schema=False)
 async def completions(request: Request) -> Response:
+    return await _generate(request, prepare_completion)
+
+
+async def _generate(request: Request, prepare: Callable[[Runtime, bytes], Prepared]) -> Response:
     arrived = time.perf_counter()
     rt = runtime(request)
-    body = await parse_request(request, CompletionRequest)
-    rt.check_model(body.model)
+    raw = await read_body(request, rt.max_body_bytes)
+    prepared = await rt.off_loop(prepare, rt, raw)
+    del raw  # a large body is not kept alive for the whole generation
+    if rt.draining:  # the shutdown began while the body was being prepared
+        raise unavailable("the server is shutting down", "server_shutting_down")
+    if await request.is_disconnected():  # the client left while its prompt was being tokenized
+        return Response(status_code=CLIENT_CLOSED)
     try:
-        ids = completion_prompt_ids(body.prompt, rt.loaded.tokenizer, rt.vocab_size)
-    except RequestError as exc:  # tokenizer refusals
-        raise from_error(exc, "prompt") from None
-    return await _generate(request, rt, body, "completion", ids, None, arrived)
-
-
-async def _generate(
-    request: Request, rt: Runtime, body: GenerationRequest, kind: Kind,
-    ids: tuple[int, ...], boundary: Optional[int], arrived: float,
-) -> Response:
-    param = "messages" if kind == "chat" else "prompt"
-    sampling = sampling_params(body, rt.config.sampling)
-    prefix = "chatcmpl" if kind == "chat" else "cmpl"
-    request_id = f"{prefix}-{uuid.uuid4().hex[:24]}"
-    stream = bool(body.stream)
-    reply = Reply(kind, request_id, int(time.time()), rt.model_id,
-                  include_usage=stream and body.include_usage, return_progress=bool(body.return_progress))
-    cache_prompt = True if body.cache_prompt is None else body.cache_prompt
-    try:
-        job = EngineRequest(request_id, ids, sampling, boundary, cache_prompt)
-        handle = rt.worker.submit(job, loop=asyncio.get_running_loop())
+        handle = rt.worker.submit(prepared.job, loop=asyncio.get_running_loop())
     except MlxcelError as exc:
-        error = from_error(exc, param)
+        error = from_error(exc, "messages" if prepared.reply.kind == "chat" else "prompt")
         rt.metrics.observe_rejection(error.status)
         raise error from None
-    gen = Generation(handle, rt.worker, rt.metrics, arrived)
-    if stream:
-        return EventStreamResponse(sse_stream(reply, gen), on_close=gen.close)
-    try:
-        result = await until_disconnect(request.receive, collect(gen))
-    finally:
-        gen.close()
-    if result is None:
-        return Response(status_code=CLIENT_CLOSED)
-    text, finished = result
-    if finished.finish_reason not in ("stop", "length"):
-        raise failure(finished)
-    return JSONResponse(final_json(reply, text, finished))
+    gen = Generation(handle, rt.worker, rt.metrics, arrived, rt.live)
+    if prepared.stream:
+        return EventStream(prepared.reply, gen)
+    return await complete(request.receive, prepared.reply, gen)

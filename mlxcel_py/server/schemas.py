@@ -1,19 +1,20 @@
-"""Request bodies (OpenAI fields plus llama-server extras) and their mapping to engine records."""
+"""Request bodies: every field of OpenAI's chat/completions and completions bodies plus the
+llama-server extras, with their real JSON types (a wrong type is a 400 naming the field).
+
+Declaring a field here does not mean it is implemented: unsupported.py refuses the ones
+that would change the output, and docs/SERVER.md lists the ones that are ignored. These
+models are also what /openapi.json publishes.
+Field list: OpenAI's API reference as shipped in openai-python 3.57
+(`types/chat/completion_create_params.py`, `types/completion_create_params.py`).
+"""
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Optional, Sequence, TypeVar, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-from starlette.requests import Request
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
-from ..engine import SamplingParams
-from ..errors import RequestError
-from .errors import APIError
-
-MAX_BODY_BYTES = 32 << 20
-ModelT = TypeVar("ModelT", bound=BaseModel)
+Object = dict[str, Any]  # a JSON object whose inside we do not interpret
 
 
 class _Body(BaseModel):
@@ -23,28 +24,158 @@ class _Body(BaseModel):
 
 class StreamOptions(_Body):
     include_usage: Optional[bool] = None
+    include_obfuscation: Optional[bool] = None
 
 
+# -- messages ------------------------------------------------------------------------------------
+class TextPart(_Body):
+    type: Literal["text"]
+    text: str
+
+
+class CalledFunction(_Body):
+    name: str
+    arguments: str  # JSON text, as the model wrote it
+
+
+class ToolCall(_Body):
+    id: str
+    type: Literal["function"]
+    function: CalledFunction
+
+
+class ChatMessage(_Body):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: Union[str, list[TextPart], None] = None
+    name: Optional[str] = None
+    tool_calls: Optional[list[ToolCall]] = None  # assistant turns
+    function_call: Optional[CalledFunction] = None  # assistant turns, deprecated form of tool_calls
+    tool_call_id: Optional[str] = None  # tool turns
+    refusal: Optional[str] = None  # assistant turns
+
+    @model_validator(mode="after")
+    def _needs_content(self) -> "ChatMessage":
+        if self.content is None and not (self.role == "assistant" and (self.tool_calls or self.function_call)):
+            raise ValueError("content is required (it may be null only in an assistant turn with tool_calls)")
+        return self
+
+
+# -- tools and output formats (refused until implemented; see unsupported.py) -----------------
+class FunctionDefinition(_Body):
+    name: str
+    description: Optional[str] = None
+    parameters: Optional[Object] = None
+    strict: Optional[bool] = None
+
+
+class FunctionTool(_Body):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class CustomTool(_Body):
+    type: Literal["custom"]
+    custom: Object
+
+
+def by_type(*models: type[BaseModel]) -> Any:
+    """A union picked by the object's "type"; error locations name the branch "type=<value>"."""
+    tags = [m.model_fields["type"].annotation.__args__[0] for m in models]  # each model's Literal
+
+    def pick(value: Any) -> str:
+        return f"type={value.get('type') if isinstance(value, dict) else getattr(value, 'type', None)}"
+
+    expected = ", ".join(repr(t) for t in tags)
+    return Annotated[
+        Union[tuple(Annotated[m, Tag(f"type={t}")] for m, t in zip(models, tags))],
+        Discriminator(pick, custom_error_type="invalid_type", custom_error_message=f"type must be one of {expected}"),
+    ]
+
+
+Tool = by_type(FunctionTool, CustomTool)
+
+
+class FunctionName(_Body):
+    name: str
+
+
+class NamedToolChoice(_Body):
+    type: Literal["function"]
+    function: FunctionName
+
+
+class AllowedToolsChoice(_Body):
+    type: Literal["allowed_tools"]
+    allowed_tools: Object
+
+
+class CustomToolChoice(_Body):
+    type: Literal["custom"]
+    custom: Object
+
+
+ToolChoice = Union[Literal["none", "auto", "required"], by_type(NamedToolChoice, AllowedToolsChoice, CustomToolChoice)]
+
+
+class TextFormat(_Body):
+    type: Literal["text"]
+
+
+class JSONObjectFormat(_Body):
+    type: Literal["json_object"]
+
+
+class JSONSchemaSpec(_Body):
+    name: str
+    description: Optional[str] = None
+    schema_: Optional[Object] = Field(default=None, alias="schema")
+    strict: Optional[bool] = None
+
+
+class JSONSchemaFormat(_Body):
+    type: Literal["json_schema"]
+    json_schema: JSONSchemaSpec
+
+
+ResponseFormat = by_type(TextFormat, JSONObjectFormat, JSONSchemaFormat)
+Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
+
+
+# -- the two generation bodies -------------------------------------------------------------------
 class GenerationRequest(_Body):
+    """Fields the chat and completions bodies share (OpenAI's, then llama-server's)."""
+
     model: Optional[str] = None
     max_tokens: Optional[int] = None
-    max_completion_tokens: Optional[int] = None
-    n_predict: Optional[int] = None
     temperature: Optional[float] = None
     top_p: Optional[float] = None
-    top_k: Optional[int] = None
-    min_p: Optional[float] = None
-    repetition_penalty: Optional[float] = None
-    repeat_penalty: Optional[float] = None
     seed: Optional[int] = None
     stop: Union[str, list[str], None] = None
     stream: Optional[bool] = None
     stream_options: Optional[StreamOptions] = None
     n: Optional[int] = None
-    logprobs: Any = None
+    presence_penalty: Optional[Penalty] = None
+    frequency_penalty: Optional[Penalty] = None
+    logit_bias: Optional[dict[str, float]] = None
+    user: Optional[str] = None
+    # llama-server's
+    n_predict: Optional[int] = None
+    top_k: Optional[int] = None
+    min_p: Optional[float] = None
+    repetition_penalty: Optional[float] = None
+    repeat_penalty: Optional[float] = None
+    repeat_last_n: Optional[int] = None
     ignore_eos: Optional[bool] = None
     cache_prompt: Optional[bool] = None
     return_progress: Optional[bool] = None
+    grammar: Optional[str] = None
+    json_schema: Optional[Object] = None
+    n_probs: Optional[int] = None
+    typical_p: Optional[float] = None
+    mirostat: Optional[int] = None
+    dynatemp_range: Optional[float] = None
+    dry_multiplier: Optional[float] = None
+    xtc_probability: Optional[float] = None
 
     @property
     def include_usage(self) -> bool:
@@ -52,11 +183,42 @@ class GenerationRequest(_Body):
 
 
 class ChatRequest(GenerationRequest):
-    messages: Any  # checked by models.encode_chat, whose messages name the bad entry
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: Optional[int] = None
+    logprobs: Optional[bool] = None
+    top_logprobs: Optional[int] = None
+    response_format: Optional[ResponseFormat] = None
+    tools: Optional[list[Tool]] = None
+    tool_choice: Optional[ToolChoice] = None
+    parallel_tool_calls: Optional[bool] = None
+    functions: Optional[list[FunctionDefinition]] = None
+    function_call: Union[Literal["none", "auto"], FunctionName, None] = None
+    modalities: Optional[list[Literal["text", "audio"]]] = None
+    audio: Optional[Object] = None
+    prediction: Optional[Object] = None
+    web_search_options: Optional[Object] = None
+    reasoning_effort: Optional[str] = None
+    verbosity: Optional[Literal["low", "medium", "high"]] = None
+    moderation: Optional[Object] = None
+    metadata: Optional[dict[str, str]] = None
+    store: Optional[bool] = None
+    service_tier: Optional[str] = None
+    safety_identifier: Optional[str] = None
+    prompt_cache_key: Optional[str] = None
+    prompt_cache_retention: Optional[str] = None
+    prompt_cache_options: Optional[Object] = None
+
+
+TokenIds = list[int]
+Prompt = Union[str, list[str], TokenIds, list[TokenIds]]
 
 
 class CompletionRequest(GenerationRequest):
-    prompt: Any  # a string, a list of one string, or token ids
+    prompt: Prompt  # one prompt per request: a string, [string], token ids or [token ids]
+    logprobs: Optional[int] = None
+    echo: Optional[bool] = None
+    suffix: Optional[str] = None
+    best_of: Optional[int] = None
 
 
 class TokenizeRequest(_Body):
@@ -67,91 +229,3 @@ class TokenizeRequest(_Body):
 
 class DetokenizeRequest(_Body):
     tokens: list[int]
-
-
-def _first_error(exc: ValidationError) -> APIError:
-    err = exc.errors()[0]
-    if err["type"] == "json_invalid":
-        return APIError(400, f"malformed JSON body: {err['msg'].removeprefix('Invalid JSON: ')}")
-    if err["type"] == "model_type" and not err["loc"]:
-        return APIError(400, "the request body must be a JSON object")
-    param = str(err["loc"][0])
-    if err["type"] == "missing":
-        return APIError(400, f"missing required field '{param}'", param=param)
-    return APIError(400, f"invalid '{param}': {err['msg']}", param=param)
-
-
-async def parse_request(request: Request, model: type[ModelT]) -> ModelT:
-    """Read the body (refusing more than MAX_BODY_BYTES before buffering it all) and validate it."""
-    raw = bytearray()
-    async for piece in request.stream():
-        raw += piece
-        if len(raw) > MAX_BODY_BYTES:
-            raise APIError(413, f"the request body is larger than {MAX_BODY_BYTES >> 20} MiB")
-    return parse_body(bytes(raw), model)
-
-
-def parse_body(raw: bytes, model: type[ModelT]) -> ModelT:
-    """Validate a JSON body against `model`; any problem is a 400 APIError naming the field."""
-    try:
-        return model.model_validate_json(raw)
-    except ValidationError as exc:
-        raise _first_error(exc) from None
-
-
-def _max_tokens(req: GenerationRequest, default: int) -> int:
-    for value in (req.max_completion_tokens, req.max_tokens):
-        if value is not None:
-            return value
-    # llama-server's n_predict: -1 means "until the context is full", i.e. the default.
-    if req.n_predict is not None and req.n_predict != -1:
-        return req.n_predict
-    return default
-
-
-def sampling_params(req: GenerationRequest, defaults: SamplingParams) -> SamplingParams:
-    """The request's sampling fields over the server's defaults; a bad value is a 400."""
-    if req.n not in (None, 1):
-        raise APIError(400, f"only n=1 is supported (got {req.n})", param="n")
-    if req.logprobs:
-        raise APIError(400, "logprobs are not supported", param="logprobs")
-    stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
-    penalty = req.repetition_penalty if req.repetition_penalty is not None else req.repeat_penalty
-    given = {
-        "temperature": req.temperature, "top_p": req.top_p, "top_k": req.top_k, "min_p": req.min_p,
-        "repetition_penalty": penalty, "seed": req.seed,
-        "max_tokens": _max_tokens(req, defaults.max_tokens), "stop": stop, "ignore_eos": req.ignore_eos,
-    }
-    overrides = {k: v for k, v in given.items() if v is not None}
-    if req.seed == -1:  # llama-server's "random seed"
-        overrides["seed"] = None
-    try:
-        return dataclasses.replace(defaults, **overrides)
-    except RequestError as exc:
-        raise APIError(400, str(exc), param=exc.param) from None
-
-
-def completion_prompt_ids(prompt: Any, tokenizer: Any, vocab_size: int) -> tuple[int, ...]:
-    """A completions `prompt` (string, [string], token ids or [token ids]) -> token ids."""
-    from ..models import encode_text
-
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-        prompt = prompt[0]
-    if isinstance(prompt, str):
-        if not prompt:
-            raise APIError(400, "prompt must not be empty", param="prompt")
-        return encode_text(tokenizer, prompt)
-    if isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt):
-        check_token_ids(prompt, vocab_size, "prompt")
-        return tuple(prompt)
-    if isinstance(prompt, list) and not prompt:
-        raise APIError(400, "prompt must not be empty", param="prompt")
-    if isinstance(prompt, list) and all(isinstance(p, (str, list)) for p in prompt):
-        raise APIError(400, "only one prompt per request is supported", param="prompt")
-    raise APIError(400, "prompt must be a string, a list of one string, or a list of token ids", param="prompt")
-
-
-def check_token_ids(ids: Sequence[int], vocab_size: int, param: str) -> None:
-    for i, t in enumerate(ids):
-        if not 0 <= t < vocab_size:
-            raise APIError(400, f"{param}[{i}] = {t} is not a token id (the vocabulary has {vocab_size})", param=param)

@@ -21,14 +21,18 @@ from ..config import AppConfig, startup_summary
 from ..errors import ServeError
 
 log = logging.getLogger("mlxcel_py.server")
+# After the grace period the server cuts open requests itself; uvicorn's own deadline (which
+# cancels tasks outright) comes this much later, for clients too slow to take their last frames.
+CUT_MARGIN_S = 5.0
 
 
 class GracefulServer(uvicorn.Server):
-    """uvicorn.Server that marks the app as draining on shutdown and exits 0 on SIGINT/SIGTERM."""
+    """uvicorn.Server that drains on SIGINT/SIGTERM: no new requests, the grace period for
+    the open ones, then every remaining one is cut (a stream gets its final frames); exit 0."""
 
-    def __init__(self, config: uvicorn.Config, runtime: Any):
+    def __init__(self, config: uvicorn.Config, runtime: Any, grace_s: float):
         super().__init__(config)
-        self.runtime = runtime
+        self.runtime, self.grace_s = runtime, grace_s
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -44,9 +48,31 @@ class GracefulServer(uvicorn.Server):
             for sig, handler in original.items():
                 signal.signal(sig, handler)
 
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        forced = self.should_exit and sig == signal.SIGINT  # a second Ctrl-C: quit at once
+        super().handle_exit(sig, frame)
+        if forced:
+            with contextlib.suppress(RuntimeError):  # no loop running: nothing is open
+                # The streams still get their final frames in the moment before the loop stops.
+                asyncio.get_running_loop().call_soon_threadsafe(self._cut, "the server was interrupted")
+
     async def shutdown(self, sockets: Optional[list[socket.socket]] = None) -> None:
         self.runtime.draining = True  # requests on kept-alive connections get 503 from here on
-        await super().shutdown(sockets=sockets)
+        if self.runtime.live:
+            log.info("draining: %d requests in flight, %g s to finish", len(self.runtime.live), self.grace_s)
+        timer = asyncio.get_running_loop().call_later(self.grace_s, self._cut, f"grace period {self.grace_s:g} s")
+        try:
+            await super().shutdown(sockets=sockets)
+        finally:
+            timer.cancel()
+
+    def _cut(self, why: str) -> None:
+        from .errors import APIError
+
+        message = f"the server shut down before this request finished ({why})"
+        count = self.runtime.cut_all(APIError(503, message, code="server_shutting_down"))
+        if count:
+            log.warning("%s: cut %d requests", why, count)
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -70,11 +96,12 @@ def bind_socket(host: str, port: int) -> socket.socket:
 def make_server(app: Any, config: AppConfig) -> GracefulServer:
     """The uvicorn server for `app`, with the configured log level and shutdown grace."""
     server_cfg = config.server
+    grace = server_cfg.shutdown_grace_s  # type: ignore[union-attr]
     uv_config = uvicorn.Config(
-        app, log_level=server_cfg.log_level, lifespan="off",
-        timeout_graceful_shutdown=server_cfg.shutdown_grace_s,  # type: ignore[arg-type]
+        app, log_level=server_cfg.log_level, lifespan="off",  # type: ignore[union-attr]
+        timeout_graceful_shutdown=int(grace + CUT_MARGIN_S + 1),
     )
-    return GracefulServer(uv_config, app.state.runtime)
+    return GracefulServer(uv_config, app.state.runtime, grace)
 
 
 def _in_daemon_thread(loop: asyncio.AbstractEventLoop, fn: Callable[[], Any]) -> asyncio.Future:

@@ -1,48 +1,51 @@
-"""Engine events -> OpenAI responses: SSE chunks for streams, one JSON body otherwise.
+"""One submitted request on the HTTP side: watch its client, stream or collect its events.
 
-A request the client stops reading is aborted (`Generation.close`), which frees its slot
-at the engine's next tick.
+From the moment a request is submitted its connection is watched (the ASGI
+`http.disconnect` message), so a client that leaves while its prompt is still being
+prefilled is aborted at once; the scheduler drops the prefill before its next piece.
+At shutdown the server can cut a request (`Generation.cut`): a stream then ends with a
+final chunk, an error frame and `[DONE]`, a non-streaming request with a 503.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
 import time
-from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable, Callable, Literal, Optional
+from typing import Any, AsyncIterator, Awaitable, Callable, MutableSet, Optional
 
-from starlette.responses import StreamingResponse
+import anyio
+from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
-from ..engine import EngineWorker, Finished, PromptProgress, RequestHandle, TokenDelta
-from .errors import APIError, error_body
+from ..engine import EngineWorker, Finished, RequestHandle, TokenDelta
+from .errors import APIError
 from .metrics import ServerMetrics
+from .responses import (
+    CUT_REASON, DONE, Reply, bug_frames, ended_frames, event_frames, failure, final_json, role_frame,
+)
 
 log = logging.getLogger("mlxcel_py.server")
 
-Kind = Literal["chat", "completion"]
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """What a response is labelled with."""
-
-    kind: Kind
-    id: str
-    created: int
-    model: str
-    include_usage: bool = False
-    return_progress: bool = False
+CLIENT_CLOSED = 499  # nginx's "client closed request"; nobody reads it
+FINAL_WRITE_S = 2.0  # a client that stopped reading cannot hold a cut stream open longer than this
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
 
 
 class Generation:
-    """One submitted request: its events with server-side timing, and abort-unless-finished."""
+    """One submitted request: its events with server-side timing, cut and abort-unless-finished."""
 
-    def __init__(self, handle: RequestHandle, worker: EngineWorker, metrics: ServerMetrics, arrived: float):
+    def __init__(self, handle: RequestHandle, worker: EngineWorker, metrics: ServerMetrics, arrived: float,
+                 live: MutableSet["Generation"]):
         self.handle, self.worker, self.metrics, self.arrived = handle, worker, metrics, arrived
         self.finished: Optional[Finished] = None
+        self.cut_error: Optional[APIError] = None
+        self.scope = anyio.CancelScope()  # cancelled by `cut`; the response code runs inside it
+        self._live, self._closed = live, False
+        live.add(self)
 
     async def events(self) -> AsyncIterator[Any]:
         last: Optional[float] = None
@@ -59,124 +62,71 @@ class Generation:
                 self.metrics.observe_finish(event.finish_reason)
             yield event
 
+    def cut(self, error: APIError) -> None:
+        """End the request from the server's side (on the event loop); its response says why."""
+        if self.finished is None and self.cut_error is None:
+            self.cut_error = error
+            self.scope.cancel()
+
     def close(self) -> None:
-        """Abort the request unless it already finished (client gone, server stopping)."""
-        if self.finished is None:
+        """Abort the request unless it already finished (client gone, cut, a bug)."""
+        self._live.discard(self)
+        if self.finished is None and not self._closed:
+            self._closed = True
             self.worker.abort(self.handle.request_id)
             self.metrics.observe_finish("abort")  # nobody reads its Finished event any more
 
 
-# -- response bodies -------------------------------------------------------------------------
-def usage_json(f: Finished) -> dict:
-    u = f.usage
-    return {
-        "prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
-        "total_tokens": u.total_tokens, "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
-    }
+async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
+    # The body has been read: the next message is http.disconnect, whenever the client leaves.
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    scope.cancel()
 
 
-def timings_json(f: Finished) -> dict:
-    """llama-server's `timings` block (prompt_n counts the tokens actually prefilled)."""
-    t, u = f.timings, f.usage
-    prompt_n = u.prompt_tokens - u.cached_tokens
-    return {
-        "cache_n": u.cached_tokens,
-        "prompt_n": prompt_n, "prompt_ms": t.prefill_ms,
-        "prompt_per_token_ms": t.prefill_ms / prompt_n if prompt_n else 0.0, "prompt_per_second": t.prompt_tps,
-        "predicted_n": u.completion_tokens, "predicted_ms": t.decode_ms,
-        "predicted_per_token_ms": t.decode_ms / u.completion_tokens if u.completion_tokens else 0.0,
-        "predicted_per_second": t.decode_tps,
-    }
-
-
-def _choice(reply: Reply, text: Optional[str], finish: Optional[str], role: bool = False) -> dict:
-    if reply.kind == "completion":
-        return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
-    delta: dict = {"role": "assistant", "content": ""} if role else {}
-    if text is not None:
-        delta["content"] = text
-    return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-
-
-def chunk(reply: Reply, choices: list, **extra: Any) -> dict:
-    kind = "chat.completion.chunk" if reply.kind == "chat" else "text_completion"
-    return {"id": reply.id, "object": kind, "created": reply.created, "model": reply.model, "choices": choices, **extra}
-
-
-def final_json(reply: Reply, text: str, f: Finished) -> dict:
-    """The non-streaming response body."""
-    if reply.kind == "chat":
-        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                  "finish_reason": f.finish_reason}
-        kind = "chat.completion"
-    else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": f.finish_reason}
-        kind = "text_completion"
-    return {"id": reply.id, "object": kind, "created": reply.created, "model": reply.model,
-            "choices": [choice], "usage": usage_json(f), "timings": timings_json(f)}
-
-
-def failure(f: Finished) -> APIError:
-    """A request that ended without a normal finish reason."""
-    if f.finish_reason == "abort":
-        return APIError(503, f.error or "the request was aborted", code="server_shutting_down")
-    return APIError(500, f.error or "the engine failed on this request", code="engine_error")
-
-
-def sse(obj: Any) -> str:
-    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
-
-
-# -- streaming ---------------------------------------------------------------------------------
-async def sse_stream(reply: Reply, gen: Generation) -> AsyncIterator[str]:
-    """The SSE frames of one request, ending with `data: [DONE]`."""
+async def _watched(receive: Receive, gen: Generation, work: Callable[[], Awaitable[None]]) -> None:
+    """Run `work` until it ends or the client disconnects; the request is closed either way."""
     try:
-        if reply.kind == "chat":
-            yield sse(chunk(reply, [_choice(reply, None, None, role=True)]))
-        async for event in gen.events():
-            for frame in _frames(reply, event):
-                yield frame
-    except Exception:  # a bug after the 200 went out: tell the client in-band
-        log.exception("stream %s failed", reply.id)
-        yield sse(error_body(500, "internal server error (see the server log)"))
-    yield "data: [DONE]\n\n"
+        async with anyio.create_task_group() as group:
+            group.start_soon(_cancel_on_disconnect, receive, group.cancel_scope)
+            await work()
+            group.cancel_scope.cancel()
+    finally:
+        gen.close()
 
 
-def _frames(reply: Reply, event: Any) -> list[str]:
-    if isinstance(event, PromptProgress):
-        if not reply.return_progress:
-            return []
-        progress = {"total": event.total, "cache": event.cache, "processed": event.processed,
-                    "time_ms": event.time_ms}
-        return [sse(chunk(reply, [_choice(reply, None, None)], prompt_progress=progress))]
-    if isinstance(event, TokenDelta):
-        return [sse(chunk(reply, [_choice(reply, event.text, None)]))] if event.text else []
-    frames = [sse(chunk(reply, [_choice(reply, event.text, None)]))] if event.text else []
-    if event.finish_reason not in ("stop", "length"):
-        return frames + [sse(failure(event).body())]
-    frames.append(sse(chunk(reply, [_choice(reply, None, event.finish_reason)], timings=timings_json(event))))
-    if reply.include_usage:
-        frames.append(sse(chunk(reply, [], usage=usage_json(event))))
-    return frames
+class EventStream(Response):
+    """The SSE response of one request; whatever happens it ends with `data: [DONE]`."""
 
-
-class EventStreamResponse(StreamingResponse):
-    """SSE response that calls `on_close` however it ends (done, client gone, cancelled)."""
-
-    media_type = "text/event-stream"
-
-    def __init__(self, content: AsyncIterator[str], on_close: Callable[[], None]):
-        super().__init__(content, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        self._on_close = on_close
+    def __init__(self, reply: Reply, gen: Generation):
+        super().__init__()  # a Response, so FastAPI passes it through; __call__ writes the stream
+        self.reply, self.gen = reply, gen
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self._on_close()
+        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        await _watched(receive, self.gen, lambda: self._body(send))
+
+    async def _body(self, send: Send) -> None:
+        async def write(frames: list[str]) -> None:
+            for frame in frames:
+                await send({"type": "http.response.body", "body": frame.encode("utf-8"), "more_body": True})
+
+        tail: list[str] = []
+        with self.gen.scope:
+            try:
+                await write(role_frame(self.reply))
+                async for event in self.gen.events():
+                    await write(event_frames(self.reply, event))
+            except Exception:  # a bug after the 200 went out: tell the client in-band
+                log.exception("stream %s failed", self.reply.id)
+                tail = bug_frames()
+        if self.gen.cut_error is not None:
+            tail = ended_frames(self.reply, CUT_REASON, self.gen.cut_error)
+        with anyio.move_on_after(FINAL_WRITE_S):
+            await write(tail + [DONE])
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-# -- non-streaming -----------------------------------------------------------------------------
 async def collect(gen: Generation) -> tuple[str, Finished]:
     """All text of a request and its `Finished` event."""
     parts: list[str] = []
@@ -189,18 +139,20 @@ async def collect(gen: Generation) -> tuple[str, Finished]:
     raise RuntimeError("the event stream ended without Finished")
 
 
-async def until_disconnect(receive: Callable[[], Awaitable[dict]], work: Awaitable[Any]) -> Optional[Any]:
-    """Run `work`; None if the client disconnects first (the caller then aborts)."""
+async def complete(receive: Receive, reply: Reply, gen: Generation) -> Response:
+    """The non-streaming response: the whole text, 503 if the server cut it, 499 if the client left."""
+    result: list[tuple[str, Finished]] = []
 
-    async def gone() -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
+    async def work() -> None:
+        with gen.scope:
+            result.append(await collect(gen))
 
-    task, watch = asyncio.ensure_future(work), asyncio.ensure_future(gone())
-    try:
-        await asyncio.wait((task, watch), return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for t in (task, watch):
-            if not t.done():
-                t.cancel()
-    return task.result() if task.done() and not task.cancelled() else None
+    await _watched(receive, gen, work)
+    if gen.cut_error is not None:
+        raise gen.cut_error
+    if not result:
+        return Response(status_code=CLIENT_CLOSED)
+    text, finished = result[0]
+    if finished.finish_reason not in ("stop", "length"):
+        raise failure(finished)
+    return JSONResponse(final_json(reply, text, finished))

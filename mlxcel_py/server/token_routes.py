@@ -1,23 +1,28 @@
-"""llama-server's tokenizer routes: /tokenize and /detokenize."""
+"""llama-server's tokenizer routes: /tokenize and /detokenize (tokenizing runs off the loop)."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Request
 
 from ..errors import RequestError
 from .app import runtime
+from .body import parse_body, read_body
 from .errors import APIError
-from .schemas import DetokenizeRequest, TokenizeRequest, check_token_ids, parse_request
+from .prompts import check_token_ids
+from .schemas import DetokenizeRequest, TokenizeRequest
+
+if TYPE_CHECKING:
+    from .app import Runtime
 
 router = APIRouter()
 
 
-@router.post("/tokenize")
-async def tokenize(request: Request) -> dict:
+def _tokenize(rt: "Runtime", raw: bytes) -> dict:
     from ..models import encode_text
 
-    rt = runtime(request)
-    body = await parse_request(request, TokenizeRequest)
+    body = parse_body(raw, TokenizeRequest)
     try:
         ids = encode_text(rt.loaded.tokenizer, body.content, add_special_tokens=bool(body.add_special))
     except RequestError as exc:
@@ -28,9 +33,19 @@ async def tokenize(request: Request) -> dict:
     return {"tokens": [{"id": t, "piece": decode([t])} for t in ids]}
 
 
+def _detokenize(rt: "Runtime", raw: bytes) -> dict:
+    body = parse_body(raw, DetokenizeRequest)
+    check_token_ids(body.tokens, rt.vocab_size, "tokens")
+    return {"content": rt.loaded.tokenizer.decode(body.tokens)}
+
+
+@router.post("/tokenize")
+async def tokenize(request: Request) -> dict:
+    rt = runtime(request)
+    return await rt.off_loop(_tokenize, rt, await read_body(request, rt.max_body_bytes))
+
+
 @router.post("/detokenize")
 async def detokenize(request: Request) -> dict:
     rt = runtime(request)
-    body = await parse_request(request, DetokenizeRequest)
-    check_token_ids(body.tokens, rt.vocab_size, "tokens")
-    return {"content": rt.loaded.tokenizer.decode(body.tokens)}
+    return await rt.off_loop(_detokenize, rt, await read_body(request, rt.max_body_bytes))

@@ -1,0 +1,137 @@
+"""Honour or refuse: every request field is type-checked, and one that would change the
+output is either implemented or a 400 naming it; never silently ignored."""
+
+import re
+from pathlib import Path
+
+import pytest
+from openai.types.chat.completion_create_params import CompletionCreateParamsBase as OpenAIChat
+from openai.types.completion_create_params import CompletionCreateParamsBase as OpenAICompletion
+
+from mlxcel_py.server.schemas import ChatRequest, CompletionRequest
+from mlxcel_py.server.unsupported import NOT_SUPPORTED_YET
+from server_helpers import GREEDY, error_of, start_server, stop_server
+
+CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
+MSG = [{"role": "user", "content": "Tell me about foxes."}]
+BASE = {
+    CHAT: {"messages": MSG, "max_tokens": 8, **GREEDY},
+    COMPLETIONS: {"prompt": "Foxes are", "max_tokens": 8, **GREEDY},
+}
+HONOURED = {
+    "model", "messages", "prompt", "max_tokens", "max_completion_tokens", "n_predict", "temperature", "top_p",
+    "top_k", "min_p", "repetition_penalty", "repeat_penalty", "repeat_last_n", "seed", "stop", "stream",
+    "stream_options", "n", "ignore_eos", "cache_prompt", "return_progress",
+}
+# A value that changes the output, per field not implemented yet: each must be a 400.
+CHANGING = {
+    "response_format": {"type": "json_object"}, "tools": [{"type": "function", "function": {"name": "f"}}],
+    "tool_choice": "required", "functions": [{"name": "f"}], "function_call": {"name": "f"},
+    "logprobs": True, "top_logprobs": 2, "n_probs": 3, "logit_bias": {"15": 5}, "presence_penalty": 0.5,
+    "frequency_penalty": -1, "echo": True, "suffix": "The end.", "best_of": 2, "grammar": 'root ::= "a"',
+    "json_schema": {"type": "object"}, "modalities": ["text", "audio"], "audio": {"voice": "alloy", "format": "wav"},
+    "web_search_options": {}, "moderation": {"model": "omni-moderation-latest"}, "verbosity": "low",
+    "reasoning_effort": "high", "typical_p": 0.5, "mirostat": 2, "dynatemp_range": 0.5, "dry_multiplier": 0.8,
+    "xtc_probability": 0.5,
+}
+# Values of those fields that change nothing, and fields that are ignored: all accepted.
+INERT = {
+    "response_format": {"type": "text"}, "tools": [], "tool_choice": "none", "functions": [], "function_call": "auto",
+    "logprobs": False, "top_logprobs": 0, "n_probs": 0, "logit_bias": {}, "presence_penalty": 0,
+    "frequency_penalty": 0.0, "grammar": "", "modalities": ["text"], "verbosity": "medium",
+    "reasoning_effort": "medium", "typical_p": 1.0, "mirostat": 0, "dynatemp_range": 0, "dry_multiplier": 0,
+    "xtc_probability": 0, "user": "u-1", "metadata": {"k": "v"}, "store": True, "service_tier": "auto",
+    "safety_identifier": "s", "prompt_cache_key": "k", "prompt_cache_retention": "24h",
+    "prompt_cache_options": {"mode": "implicit"}, "prediction": {"type": "content", "content": "x"},
+    "parallel_tool_calls": False, "stream_options": {"include_obfuscation": True},
+}
+INERT_COMPLETIONS = {"echo": False, "suffix": "", "best_of": 1, "logprobs": None}
+
+
+@pytest.fixture(scope="module")
+def http():
+    running = start_server(parallel=1)
+    with running.client() as client:
+        yield client
+    stop_server(running)
+
+
+def _ignored_in_docs() -> set[str]:
+    docs = (Path(__file__).parents[1] / "docs" / "SERVER.md").read_text()
+    line = next(line for line in docs.splitlines() if line.startswith("Ignored (they change nothing here):"))
+    return set(re.findall(r"`([a-z_]+)`", line))
+
+
+def test_every_openai_field_is_declared():
+    assert set(OpenAIChat.__annotations__) <= set(ChatRequest.model_fields)
+    assert set(OpenAICompletion.__annotations__) <= set(CompletionRequest.model_fields)
+
+
+def test_every_field_is_honoured_refused_or_documented_as_ignored():
+    refused = {row.field for row in NOT_SUPPORTED_YET}
+    declared = set(ChatRequest.model_fields) | set(CompletionRequest.model_fields)
+    assert declared == HONOURED | refused | _ignored_in_docs()
+    assert not HONOURED & refused and set(CHANGING) == refused
+
+
+def _kind(field):
+    return COMPLETIONS if field not in ChatRequest.model_fields else CHAT
+
+
+@pytest.mark.parametrize("field", sorted(CHANGING))
+def test_a_meaning_changing_field_is_refused(http, field):
+    path = _kind(field)
+    value = 1 if (field, path) == ("logprobs", COMPLETIONS) else CHANGING[field]
+    resp = http.post(path, json={**BASE[path], field: value})
+    assert resp.status_code == 400, resp.text
+    error = error_of(resp)
+    assert error["param"] == field and error["code"] == "unsupported_parameter"
+    assert error["message"].startswith(f"'{field}' is not supported yet")
+
+
+def test_values_that_change_nothing_are_accepted(http):
+    for path, inert in ((CHAT, INERT), (COMPLETIONS, {**INERT_COMPLETIONS, "presence_penalty": 0})):
+        plain = http.post(path, json=BASE[path]).json()["choices"][0]
+        resp = http.post(path, json={**BASE[path], **{k: v for k, v in inert.items() if k in _fields(path)}})
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["choices"][0] == plain
+
+
+def _fields(path):
+    return (ChatRequest if path == CHAT else CompletionRequest).model_fields
+
+
+def _wrong_value(schema: dict):
+    """A JSON value of a type the field's schema does not allow."""
+    types, stack = set(), [schema]
+    while stack:
+        node = stack.pop()
+        types |= {node["type"]} if isinstance(node.get("type"), str) else set(node.get("type", []))
+        types |= {"object"} if "$ref" in node else set()
+        stack += node.get("anyOf", []) + node.get("oneOf", [])
+    for value, kind in (("x", "string"), (True, "boolean"), (7, "integer"), ({"a": 1}, "object")):
+        if kind not in types and not (kind == "integer" and "number" in types):
+            return value
+    raise AssertionError(f"no wrong type for {schema}")
+
+
+@pytest.mark.parametrize("path,field", [(p, f) for p in (CHAT, COMPLETIONS) for f in sorted(_fields(p))])
+def test_every_field_is_type_checked(http, path, field):
+    model = ChatRequest if path == CHAT else CompletionRequest
+    schema = model.model_json_schema()["properties"][field]
+    resp = http.post(path, json={**BASE[path], field: _wrong_value(schema)})
+    assert resp.status_code == 400, (field, resp.text)
+    assert error_of(resp)["param"] == field
+
+
+def test_repeat_last_n_is_honoured(http):
+    body = {**BASE[COMPLETIONS], "max_tokens": 24, "ignore_eos": True, "cache_prompt": False}
+
+    def text(**extra):
+        return http.post(COMPLETIONS, json={**body, **extra}).json()["choices"][0]["text"]
+
+    plain, penalised = text(), text(repeat_penalty=1.8)
+    assert plain != penalised  # the penalty changes this continuation
+    assert text(repeat_penalty=1.8, repeat_last_n=0) == plain  # llama-server's 0: the penalty is off
+    assert text(repeat_penalty=1.8, repeat_last_n=64) == penalised  # 64 is the default window
+    assert error_of(http.post(COMPLETIONS, json={**body, "repeat_last_n": -2}))["param"] == "repeat_last_n"
