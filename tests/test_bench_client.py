@@ -210,7 +210,7 @@ def test_stream_request_reports_http_errors(fake):
 
 def test_admission_round_end_to_end(fake):
     cfg = AdmitConfig(num_streams=2, prompt_tokens=40, stream_prompt_tokens=5, stream_max_tokens=10_000,
-                      quiet_s=0.05, rounds=2, pause_s=0.0)
+                      quiet_s=0.25, rounds=2, pause_s=0.0)  # room for a few tokens on a loaded machine
     prompts = build_round_prompts(words, cfg)
     rounds = asyncio.run(admit_rounds(fake.url, cfg, prompts, words, frozenset({2})))
     assert [r["round"] for r in rounds] == [0, 1]
