@@ -1,6 +1,5 @@
 """The GGUF tokenizer rebuilt with `tokenizers`: round trips, digits, specials, streaming."""
 
-import mlx.core as mx
 import pytest
 
 from mlxcel_py.models import default_model_path
@@ -24,8 +23,11 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def real():
-    _, meta = mx.load(default_model_path(), return_metadata=True)
-    return gguf_tokenizer(meta, "SmolLM2")
+    from pathlib import Path
+
+    from mlxcel_py.models.gguf_file import read_gguf
+
+    return gguf_tokenizer(read_gguf(Path(default_model_path())).metadata, "SmolLM2")
 
 
 def stream(tokenizer, ids):
