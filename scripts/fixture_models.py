@@ -42,7 +42,7 @@ class Spec:
     config: dict
     pre: str  # llama.cpp tokenizer.ggml.pre
     tokenizer_class: str = "PreTrainedTokenizerFast"
-    outtypes: tuple[str, ...] = ("f32",)
+    outtypes: tuple[str, ...] = ("f16",)
     kquants: tuple[str, ...] = ()
     norm_center: float = 1.0  # gemma norms are stored as w with 1 + w applied
     extra: dict = field(default_factory=dict)
@@ -54,13 +54,13 @@ ARCHS = {
         {**SMALL, "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
          "rope_parameters": {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
                              "high_freq_factor": 4.0, "original_max_position_embeddings": 256}},
-        pre="llama-bpe", outtypes=("f32", "f16", "q8_0"),
+        pre="llama-bpe", outtypes=("f16", "q8_0"),
     ),
     "mistral": Spec(
         "MistralConfig", "MistralForCausalLM",
         {**SMALL, "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "sliding_window": None,
          "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}},
-        pre="smollm", outtypes=("f32", "bf16"),
+        pre="smollm", outtypes=("f16", "bf16"),
     ),
     "qwen2": Spec(
         "Qwen2Config", "Qwen2ForCausalLM",
@@ -72,7 +72,7 @@ ARCHS = {
         "Qwen3Config", "Qwen3ForCausalLM",
         {**SMALL, "head_dim": 32, "rms_norm_eps": 1e-6, "tie_word_embeddings": True,
          "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}},
-        pre="qwen2", outtypes=("f32", "q8_0"),
+        pre="qwen2", outtypes=("f16", "q8_0"),
     ),
     "gemma3": Spec(
         "Gemma3TextConfig", "Gemma3ForCausalLM",
@@ -92,9 +92,9 @@ ARCHS = {
     # K-quant blocks are 256 wide: a model whose every matrix row is a multiple of 256.
     "llamaq": Spec(
         "LlamaConfig", "LlamaForCausalLM",
-        {**SMALL, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 1, "rms_norm_eps": 1e-5,
+        {**SMALL, "hidden_size": 256, "intermediate_size": 256, "num_hidden_layers": 1, "rms_norm_eps": 1e-5,
          "tie_word_embeddings": False, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}},
-        pre="llama-bpe", kquants=("Q4_0", "Q4_1", "Q4_K_M", "Q5_K_M", "Q6_K"),
+        pre="llama-bpe", outtypes=(), kquants=("Q4_K_M", "Q5_K_M", "Q6_K"),
     ),
 }
 
@@ -180,6 +180,8 @@ def make_hf_dir(spec: Spec, out: Path, seed: int) -> Path:
     torch.manual_seed(seed)
     model = getattr(transformers, spec.model_class)(config).to(torch.float32)
     _randomize(model, spec, seed)
+    # float16 on disk: half the size, and the converter's f16 GGUF holds the very same values.
+    model = model.to(torch.float16)
     model.save_pretrained(out, safe_serialization=True)
     _add_legacy_rope_keys(out / "config.json")
     _save_tokenizer(spec, out)

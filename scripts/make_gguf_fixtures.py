@@ -21,6 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -62,21 +63,25 @@ def main() -> None:
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     made = []
-    for name, spec in ARCHS.items():
+    for seed, (name, spec) in enumerate(ARCHS.items()):
         if args.only and name not in args.only:
             continue
-        hf_dir = OUT / f"{name}-hf"
-        make_hf_dir(spec, hf_dir, seed=len(made))
+        # A model made only to be K-quantized keeps its HF dir and base GGUF out of the repo.
+        folder = Path(tempfile.mkdtemp()) if not spec.outtypes else OUT
+        hf_dir = make_hf_dir(spec, folder / f"{name}-hf", seed=seed)
         for outtype in spec.outtypes:
             out = OUT / f"{name}-{outtype}.gguf"
             convert(args.llama_cpp, hf_dir, out, outtype, spec.pre)
             made.append(out)
-        if args.quantize and spec.kquants:
-            base = OUT / f"{name}-f32.gguf"
+        if spec.kquants and args.quantize:
+            base = folder / f"{name}-f32.gguf"
+            convert(args.llama_cpp, hf_dir, base, "f32", spec.pre)
             for kind in spec.kquants:
                 out = OUT / f"{name}-{kind.lower()}.gguf"
                 quantize(args.quantize, base, out, kind)
                 made.append(out)
+        elif spec.kquants:
+            print(f"llama-quantize not found: {name} K-quant fixtures not made")
     if args.server:
         record_tokens(args.server, made, OUT / "llama_server_tokens.json", PROMPT)
     else:
