@@ -1,0 +1,104 @@
+"""Each GGUF architecture against two other implementations.
+
+The fixtures were made by transformers (HF checkpoint) and llama.cpp's converter (GGUF):
+our load of the GGUF must give mlx-lm's logits for the HF directory, our tokenizer the
+HF tokenizer's ids, and greedy decoding llama-server's tokens on the same file."""
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from gguf_fixtures import (
+    ARCH_FILES, KQUANT_FILES, LOSSY_FILES, PROMPT, arch_of, fixture_files, fixture_model, hf_reference,
+    hf_tokenizer, llama_server_record,
+)
+from tiny import greedy_tokens
+
+TEXTS = [PROMPT, "Hello world!\n  def main():\n    return 42", "<|im_start|>user\nhi<|im_end|>\n", " 2024 had 366 days"]
+# gemma3 only: its converter adds 1 to the float16 norm weights in float16 (1 + w rounded
+# to 2^-10), values we must read as stored; every other architecture matches exactly.
+LOGIT_ATOL = {"gemma3": 2e-2}
+DESCRIBED = {
+    "llama": "llama 125K", "mistral": "llama 125K", "qwen2": "qwen2 100K", "qwen3": "qwen3 124K",
+    "gemma3": "gemma3 249K", "phi3": "phi3 125K",
+}
+
+
+def _ids(model):
+    return list(model.tokenizer.encode(PROMPT, add_special_tokens=True))
+
+
+@pytest.mark.parametrize("arch", sorted(ARCH_FILES))
+def test_logits_match_mlx_lm_on_the_hf_checkpoint(arch):
+    ours = fixture_model(ARCH_FILES[arch])
+    ids = mx.array([_ids(ours)])
+    want = np.array(hf_reference(arch)(ids))
+    got = np.array(ours.model(ids))
+    assert got.shape == want.shape == (1, ids.shape[1], 400)
+    np.testing.assert_allclose(got, want, atol=LOGIT_ATOL.get(arch, 1e-5), rtol=0)
+
+
+@pytest.mark.parametrize("arch", sorted(ARCH_FILES))
+def test_description_names_the_architecture(arch):
+    ours = fixture_model(ARCH_FILES[arch])
+    assert ours.description.startswith(f"{DESCRIBED[arch]}, gguf F16 -> dense float32")
+    assert (ours.source, ours.weights, ours.context_length) == ("gguf", "dense-float32", 4096)
+    assert ours.eos_token_ids == frozenset({2}) and ours.add_bos is False
+
+
+@pytest.mark.parametrize("arch", sorted(ARCH_FILES))
+@pytest.mark.parametrize("text", TEXTS)
+def test_tokenizer_matches_the_hf_tokenizer(arch, text):
+    ours = fixture_model(ARCH_FILES[arch]).tokenizer
+    assert list(ours.encode(text, add_special_tokens=False)) == hf_tokenizer(arch).encode(text, add_special_tokens=False)
+
+
+@pytest.mark.parametrize("arch", sorted(ARCH_FILES))
+def test_chat_template_comes_from_the_gguf(arch):
+    ours = fixture_model(ARCH_FILES[arch]).tokenizer
+    text = ours.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.mark.parametrize("filename", LOSSY_FILES + KQUANT_FILES)
+def test_quantized_path_matches_the_dense_path(filename):
+    """dense=False keeps MLX-quantized weights (the GPU path); same logits as dequantizing up front."""
+    if filename not in fixture_files():
+        pytest.skip(f"{filename} not generated (needs llama-quantize)")
+    dense, kept = fixture_model(filename), fixture_model(filename, dense=False)
+    expected = "bfloat16" if "bf16" in filename else "quantized"
+    assert (dense.weights, kept.weights) == ("dense-float32", expected)
+    ids = mx.array([_ids(dense)])
+    want = np.array(dense.model(ids))
+    # float16 scales and activations on the kept path: compare at float16 precision.
+    np.testing.assert_allclose(np.array(kept.model(ids).astype(mx.float32)), want, atol=5e-2, rtol=0)
+
+
+@pytest.mark.parametrize("filename", LOSSY_FILES)
+def test_lossy_files_stay_close_to_the_checkpoint(filename):
+    ours = fixture_model(filename)
+    ids = mx.array([_ids(ours)])
+    want = np.array(hf_reference(arch_of(filename))(ids))
+    assert np.abs(np.array(ours.model(ids)) - want).max() < 0.25
+
+
+def _server_cases():
+    record = llama_server_record()
+    return sorted(record["fixtures"]) if record else []
+
+
+@pytest.mark.skipif(llama_server_record() is None, reason="llama_server_tokens.json not recorded yet")
+@pytest.mark.parametrize("filename", _server_cases())
+def test_prompt_ids_and_greedy_tokens_match_llama_server(filename):
+    record = llama_server_record()
+    want = record["fixtures"][filename]
+    ours = fixture_model(filename)
+    assert _ids(ours) == want["prompt_ids"]
+    assert greedy_tokens(ours.model, want["prompt_ids"], record["num_tokens"]) == want["greedy_ids"]
+
+
+def test_every_fixture_has_llama_server_tokens():
+    record = llama_server_record()
+    if record is None:
+        pytest.skip("llama_server_tokens.json not recorded yet")
+    assert sorted(record["fixtures"]) == fixture_files() and record["llama_cpp"]
