@@ -4,7 +4,7 @@ Dense conversion uses the `gguf` package's reference dequantizers (`gguf.quants`
 quantized path (GPU) repacks the types whose blocks are exactly MLX's affine layout
 (32-wide groups, w = scale * q + bias): Q4_0, Q4_1, Q8_0, Q4_K, Q5_K keep their codes
 bit for bit. Types with 16-wide groups (Q6_K, Q3_K, Q2_K) or 5-bit legacy blocks are
-dequantized and requantized to MLX 8-bit (error at most half an 8-bit step of the group)."""
+dequantized and requantized to MLX 8-bit (error within one 8-bit step of the group)."""
 
 from __future__ import annotations
 
