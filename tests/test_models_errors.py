@@ -15,11 +15,6 @@ def test_missing_path():
         load_model("/nonexistent/model.gguf")
 
 
-def test_hub_id_is_not_downloaded():
-    with pytest.raises(ModelLoadError, match="model path not found: HuggingFaceTB/SmolLM2-135M-Instruct"):
-        load_model("HuggingFaceTB/SmolLM2-135M-Instruct")
-
-
 def test_directory_without_config(tmp_path):
     with pytest.raises(ModelLoadError, match=r"not an mlx-lm model directory \(no config.json\)"):
         load_model(str(tmp_path))
