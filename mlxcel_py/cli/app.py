@@ -19,11 +19,12 @@ app = typer.Typer(
 
 def _register() -> None:
     # Command modules import nothing heavy at import time (MLX loads after the BLAS preload).
-    from . import bench, generate, run, serve
+    from . import bench, generate, models, run, serve
 
     app.command("generate")(generate.generate)
     app.command("run")(run.run)
     app.command("serve")(serve.serve)
+    app.command("models")(models.models)
     app.add_typer(bench.app, name="bench", help="Benchmarks against a running or spawned server.")
 
 
