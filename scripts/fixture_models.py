@@ -45,7 +45,7 @@ class Spec:
     outtypes: tuple[str, ...] = ("f16",)
     kquants: tuple[str, ...] = ()
     norm_center: float = 1.0  # gemma norms are stored as w with 1 + w applied
-    extra: dict = field(default_factory=dict)
+    sentencepiece: bool = False  # a tokenizer.model (SPM BPE, byte fallback) instead of tokenizer.json
 
 
 ARCHS = {
@@ -89,6 +89,13 @@ ARCHS = {
          "sliding_window": None, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}},
         pre="gpt2", tokenizer_class="GPT2Tokenizer",
     ),
+    # Mistral v0.1-v0.3, Gemma and Phi-3 GGUFs carry a sentencepiece vocabulary (tokenizer.ggml.model "llama").
+    "llamaspm": Spec(
+        "LlamaConfig", "LlamaForCausalLM",
+        {**SMALL, "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
+         "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}},
+        pre="default", tokenizer_class="LlamaTokenizer", sentencepiece=True,
+    ),
     # K-quant blocks are 256 wide: a model whose every matrix row is a multiple of 256.
     "llamaq": Spec(
         "LlamaConfig", "LlamaForCausalLM",
@@ -122,9 +129,29 @@ def _tokenizer(pre: str):
     return tok
 
 
+def _save_sentencepiece(out: Path) -> None:
+    """A sentencepiece BPE model with byte fallback, as Llama 2 / Mistral ship (unk 0, bos 1, eos 2)."""
+    import io
+
+    import sentencepiece as spm
+
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(TEXT.splitlines()), model_writer=model, vocab_size=VOCAB_SIZE, model_type="bpe",
+        byte_fallback=True, character_coverage=1.0, unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
+        minloglevel=2,
+    )
+    (out / "tokenizer.model").write_bytes(model.getvalue())
+    config = {"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+              "add_bos_token": True, "add_eos_token": False, "chat_template": CHAT_TEMPLATE, "legacy": False}
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+
+
 def _save_tokenizer(spec: Spec, out: Path) -> None:
     from transformers import PreTrainedTokenizerFast
 
+    if spec.sentencepiece:
+        return _save_sentencepiece(out)
     hf = PreTrainedTokenizerFast(tokenizer_object=_tokenizer(spec.pre), bos_token=SPECIALS[1],
                                  eos_token=SPECIALS[2], pad_token=SPECIALS[0], unk_token=SPECIALS[0])
     hf.chat_template = CHAT_TEMPLATE
