@@ -68,6 +68,14 @@ ARCHS = {
          "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}},
         pre="qwen2",
     ),
+    # Qwen2.5's long-context setting: YaRN over a 4x longer window.
+    "qwen2yarn": Spec(
+        "Qwen2Config", "Qwen2ForCausalLM",
+        {**SMALL, "rms_norm_eps": 1e-6, "tie_word_embeddings": True, "max_position_embeddings": 4096,
+         "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                             "original_max_position_embeddings": 1024}},
+        pre="qwen2",
+    ),
     "qwen3": Spec(
         "Qwen3Config", "Qwen3ForCausalLM",
         {**SMALL, "head_dim": 32, "rms_norm_eps": 1e-6, "tie_word_embeddings": True,

@@ -18,6 +18,7 @@ ARCH_FILES = {
     "llama": "llama-f16.gguf", "mistral": "mistral-f16.gguf", "qwen2": "qwen2-f16.gguf",
     "qwen3": "qwen3-f16.gguf", "gemma3": "gemma3-f16.gguf", "phi3": "phi3-f16.gguf",
     "llamaspm": "llamaspm-f16.gguf",  # a sentencepiece vocabulary (tokenizer.ggml.model "llama")
+    "qwen2yarn": "qwen2yarn-f16.gguf",  # YaRN rope scaling
 }
 # Converted with a lossy type: compared with llama-server and with their own quantized path.
 LOSSY_FILES = ("llama-q8_0.gguf", "qwen3-q8_0.gguf", "mistral-bf16.gguf")

@@ -21,6 +21,7 @@ LOGIT_ATOL = {"gemma3": 2e-2}
 DESCRIBED = {
     "llama": "llama 125K", "mistral": "llama 125K", "qwen2": "qwen2 100K", "qwen3": "qwen3 124K",
     "gemma3": "gemma3 249K", "phi3": "phi3 125K", "llamaspm": "llama 125K",
+    "qwen2yarn": "qwen2 100K",
 }
 
 
