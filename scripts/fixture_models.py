@@ -95,7 +95,7 @@ ARCHS = {
         "Phi3Config", "Phi3ForCausalLM",
         {**SMALL, "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "original_max_position_embeddings": 4096,
          "sliding_window": None, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}},
-        pre="gpt2", tokenizer_class="GPT2Tokenizer",
+        pre="gpt-2", tokenizer_class="GPT2Tokenizer",
     ),
     # Mistral v0.1-v0.3, Gemma and Phi-3 GGUFs carry a sentencepiece vocabulary (tokenizer.ggml.model "llama").
     "llamaspm": Spec(
@@ -103,6 +103,16 @@ ARCHS = {
         {**SMALL, "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
          "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}},
         pre="default", tokenizer_class="LlamaTokenizer", sentencepiece=True,
+    ),
+    # Phi-3.5-mini / Phi-4-mini: LongRoPE over a 4x longer window.
+    "phi3long": Spec(
+        "Phi3Config", "Phi3ForCausalLM",
+        {**SMALL, "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "original_max_position_embeddings": 1024,
+         "sliding_window": None, "rope_parameters": {
+             "rope_type": "longrope", "rope_theta": 10000.0,
+             "long_factor": [1.0, 1.2, 1.6, 2.4, 4.0, 7.0, 11.0, 16.0],
+             "short_factor": [1.0, 1.0, 1.1, 1.2, 1.4, 1.6, 1.9, 2.2]}},
+        pre="gpt-2", tokenizer_class="GPT2Tokenizer",
     ),
     # K-quant blocks are 256 wide: a model whose every matrix row is a multiple of 256.
     "llamaq": Spec(
@@ -126,7 +136,7 @@ def _tokenizer(pre: str):
             pre_tokenizers.Split(Regex(SPLITS[pre]), behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ])
-    else:
+    else:  # gpt-2
         tok.pre_tokenizer = byte_level
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE, special_tokens=list(SPECIALS), show_progress=False,
@@ -196,7 +206,7 @@ def _add_legacy_rope_keys(path: Path) -> None:
     params = params.get("full_attention", params)
     config["rope_theta"] = params["rope_theta"]
     if params.get("rope_type", "default") != "default":
-        config["rope_scaling"] = {k: v for k, v in params.items() if k != "rope_theta"}
+        config["rope_scaling"] = {"type": params["rope_type"], **{k: v for k, v in params.items() if k != "rope_theta"}}
     if local:
         config["rope_local_base_freq"] = local["rope_theta"]
     path.write_text(json.dumps(config, indent=2) + "\n")

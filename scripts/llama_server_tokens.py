@@ -44,7 +44,7 @@ def _wait_ready(port: int, proc: subprocess.Popen) -> None:
 
 def greedy(server: str, gguf: Path, prompt: str) -> dict:
     port = _free_port()
-    cmd = [server, "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-c", "512", "-np", "1",
+    cmd = [server, "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-c", "4096", "-np", "1",
            "-t", "2", "--no-repack", "--no-warmup"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -71,4 +71,4 @@ def record_tokens(server: str, ggufs: list[Path], out: Path, prompt: str) -> Non
     for gguf in ggufs:
         existing["fixtures"][gguf.name] = greedy(server, gguf, prompt)
         print(f"llama-server {gguf.name}: {existing['fixtures'][gguf.name]['greedy_ids']}")
-    out.write_text(json.dumps(existing, indent=1) + "\n")
+        out.write_text(json.dumps(existing, indent=1) + "\n")

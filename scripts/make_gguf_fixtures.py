@@ -44,7 +44,9 @@ convert_hf_to_gguf.main()
 
 def convert(llama_cpp: Path, hf_dir: Path, out: Path, outtype: str, pre: str) -> None:
     env = {**os.environ, "LLAMA_CPP_DIR": str(llama_cpp), "FIXTURE_PRE": pre}
-    cmd = [sys.executable, "-c", CONVERT, str(hf_dir), "--outfile", str(out), "--outtype", outtype]
+    # A neutral general.name: llama.cpp changes token attributes for names containing "phi3".
+    cmd = [sys.executable, "-c", CONVERT, str(hf_dir), "--outfile", str(out), "--outtype", outtype,
+           "--model-name", "tiny"]
     subprocess.run(cmd, env=env, check=True, capture_output=True)
     print(f"converted {hf_dir.name} -> {out.name} ({out.stat().st_size} bytes)")
 

@@ -19,6 +19,7 @@ ARCH_FILES = {
     "qwen3": "qwen3-f16.gguf", "gemma3": "gemma3-f16.gguf", "phi3": "phi3-f16.gguf",
     "llamaspm": "llamaspm-f16.gguf",  # a sentencepiece vocabulary (tokenizer.ggml.model "llama")
     "qwen2yarn": "qwen2yarn-f16.gguf",  # YaRN rope scaling
+    "phi3long": "phi3long-f16.gguf",  # Phi-3.5's LongRoPE (rope_factors_long/short tensors)
 }
 # Converted with a lossy type: compared with llama-server and with their own quantized path.
 LOSSY_FILES = ("llama-q8_0.gguf", "qwen3-q8_0.gguf", "mistral-bf16.gguf")

@@ -50,7 +50,8 @@ def test_missing_hyperparameter(tmp_path):
 
 def test_unknown_tokenizer_model(tmp_path):
     path = write_tiny_gguf(tmp_path / "wp.gguf", metadata={"tokenizer.ggml.model": "bert"})
-    with pytest.raises(ModelLoadError, match=r"^unsupported GGUF tokenizer model 'bert' in wp\.gguf \(supported: gpt2 byte-level BPE, llama sentencepiece\)$"):
+    message = r"^unsupported GGUF tokenizer model 'bert' in wp\.gguf \(supported: gpt2 byte-level BPE, llama sentencepiece\)$"
+    with pytest.raises(ModelLoadError, match=message):
         load_model(str(path))
 
 

@@ -18,10 +18,11 @@ TEXTS = [PROMPT, "Hello world!\n  def main():\n    return 42", "<|im_start|>user
 # gemma3 only: its converter adds 1 to the float16 norm weights in float16 (1 + w rounded
 # to 2^-10), values we must read as stored; every other architecture matches exactly.
 LOGIT_ATOL = {"gemma3": 2e-2}
+NEAR_TIE = 0.01  # logits; llama.cpp's float16/8-bit activation rounding is ~1e-3 here
 DESCRIBED = {
     "llama": "llama 125K", "mistral": "llama 125K", "qwen2": "qwen2 100K", "qwen3": "qwen3 124K",
     "gemma3": "gemma3 249K", "phi3": "phi3 125K", "llamaspm": "llama 125K",
-    "qwen2yarn": "qwen2 100K",
+    "qwen2yarn": "qwen2 100K", "phi3long": "phi3 125K",
 }
 
 
@@ -92,11 +93,20 @@ def _server_cases():
 @pytest.mark.skipif(llama_server_record() is None, reason="llama_server_tokens.json not recorded yet")
 @pytest.mark.parametrize("filename", _server_cases())
 def test_prompt_ids_and_greedy_tokens_match_llama_server(filename):
+    """Same prompt ids; llama-server's greedy tokens are ours, step by step on its sequence.
+
+    llama.cpp multiplies with float16 (F16 files) or 8-bit (Q8_0) activations, which moves
+    logits by ~1e-3: where our two best tokens are closer than NEAR_TIE, its pick may be
+    either; everywhere else it must be our argmax."""
     record = llama_server_record()
     want = record["fixtures"][filename]
     ours = fixture_model(filename)
     assert _ids(ours) == want["prompt_ids"]
-    assert greedy_tokens(ours.model, want["prompt_ids"], record["num_tokens"]) == want["greedy_ids"]
+    prompt, tokens = want["prompt_ids"], want["greedy_ids"]
+    assert len(tokens) == record["num_tokens"]
+    logits = np.array(ours.model(mx.array([prompt + tokens[:-1]])))[0, len(prompt) - 1 :]
+    gaps = [float(row.max() - row[token]) for row, token in zip(logits, tokens)]
+    assert max(gaps) <= NEAR_TIE, f"llama-server's token is {max(gaps):.4f} below our best at step {np.argmax(gaps)}"
 
 
 def test_every_fixture_has_llama_server_tokens():

@@ -15,15 +15,24 @@ NUM_TOKENS = 6
 ARCHS = sorted(ARCH_FILES)
 
 
-def expected_text(loaded, ids) -> str:
-    """The greedy continuation, cut where the engine stops (an end-of-sequence token)."""
+def expected_text(loaded, ids, same_as_decode: bool = True) -> str:
+    """The greedy continuation, cut where the engine stops (an end-of-sequence token), as the
+    model's streaming detokenizer spells it (for byte-level BPE that is exactly `decode`; a
+    sentencepiece vocabulary's byte tokens are raw bytes, as llama.cpp streams them)."""
     tokens = greedy_tokens(loaded.model, ids, NUM_TOKENS)
     for i, token in enumerate(tokens):
         if token in loaded.eos_token_ids:
             tokens = tokens[:i]
             break
     assert tokens, "the reference stops at once: the comparison would prove nothing"
-    return loaded.tokenizer.decode(tokens)
+    detok = loaded.tokenizer.detokenizer
+    detok.reset()
+    for token in tokens:
+        detok.add_token(token)
+    detok.finalize()
+    if same_as_decode and not loaded.add_bos:  # the byte-level GGUFs: streaming equals decode
+        assert detok.text == loaded.tokenizer.decode(tokens)
+    return detok.text
 
 
 @pytest.fixture
@@ -78,3 +87,17 @@ def test_serve(arch, monkeypatch):
     ids = encode_chat(loaded.tokenizer, [{"role": "user", "content": "Hello world"}]).ids
     assert chat.json()["choices"][0]["message"]["content"] == expected_text(loaded, ids)
     assert raw.json()["choices"][0]["text"] == expected_text(loaded, encode_text(loaded.tokenizer, "Hello world"))
+
+
+def test_generate_from_the_hf_directory_with_llama3_rope(monkeypatch):
+    """The mlx-lm path too: its Llama 3 rope table must be evaluated before the engine thread runs."""
+    from mlxcel_py.models import load_model
+
+    path = str(FIXTURES / "llama-hf")
+    loaded = load_model(path)
+    monkeypatch.setattr("mlxcel_py.models.load_model", lambda spec, **kwargs: loaded)
+    result = CliRunner().invoke(app, ["generate", "--model", path, "--raw", "Hello world", "-n", str(NUM_TOKENS)])
+    assert result.exit_code == 0, result.output
+    # mlx-lm's own detokenizer for the directory trims the leading space that decode keeps.
+    want = expected_text(loaded, encode_text(loaded.tokenizer, "Hello world"), same_as_decode=False)
+    assert result.stdout.rstrip("\n") == want

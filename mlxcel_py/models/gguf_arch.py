@@ -54,8 +54,8 @@ class Arch:
 class Meta:
     """`{arch}.*` hyperparameters of one file, with errors that name the key and file."""
 
-    def __init__(self, metadata: dict, arch: str, source: str, num_tensors: dict[str, tuple]):
-        self.metadata, self.arch, self.source, self.shapes = metadata, arch, source, num_tensors
+    def __init__(self, metadata: dict, arch: str, source: str, tensors: dict):
+        self.metadata, self.arch, self.source, self.tensors = metadata, arch, source, tensors
 
     def get(self, key: str, default: Any = None) -> Any:
         value = self.metadata.get(f"{self.arch}.{key}", default)
@@ -67,8 +67,8 @@ class Meta:
         return f"{self.arch}.{key}" in self.metadata
 
     def vocab_size(self) -> int:
-        if "token_embd.weight" in self.shapes:
-            return int(self.shapes["token_embd.weight"][0])
+        if "token_embd.weight" in self.tensors:
+            return int(self.tensors["token_embd.weight"].shape[0])
         return int(self.get("vocab_size"))
 
 
@@ -103,7 +103,7 @@ def _common(meta: Meta) -> dict[str, Any]:
         "rms_norm_eps": float(meta.get("attention.layer_norm_rms_epsilon")),
         "vocab_size": meta.vocab_size(), "rope_theta": float(meta.get("rope.freq_base", 10000.0)),
         "max_position_embeddings": int(meta.get("context_length", 4096)),
-        "rope_scaling": _rope_scaling(meta), "tie_word_embeddings": "output.weight" not in meta.shapes,
+        "rope_scaling": _rope_scaling(meta), "tie_word_embeddings": "output.weight" not in meta.tensors,
     }
 
 
@@ -122,9 +122,24 @@ def _gemma3(meta: Meta) -> dict[str, Any]:
     # llama.cpp's rule: the 27B (62 layers) scales queries by hidden/heads, the others by head_dim.
     scalar = config["hidden_size"] // config["num_attention_heads"] if layers == 62 else config["head_dim"]
     config.update(
-        sliding_window=window or config["max_position_embeddings"], sliding_window_pattern=int(pattern) if window else 1,
+        sliding_window=window or config["max_position_embeddings"],
+        sliding_window_pattern=int(pattern) if window else 1,
         rope_local_base_freq=float(meta.get("rope.freq_base_swa", 10000.0)), query_pre_attn_scalar=scalar,
     )
+    return config
+
+
+def _phi3(meta: Meta) -> dict[str, Any]:
+    """Phi-3.5/Phi-4-mini's LongRoPE: the converter stores its factors as two tensors."""
+    from . import gguf_tensors
+
+    config = _common(meta)
+    config["original_max_position_embeddings"] = int(
+        meta.get("rope.scaling.original_context_length", config["max_position_embeddings"])
+    )
+    if "rope_factors_long.weight" in meta.tensors:
+        factors = {k: gguf_tensors.dense(meta.tensors[f"rope_factors_{k}.weight"]).tolist() for k in ("long", "short")}
+        config["rope_scaling"] = {"type": "longrope", "long_factor": factors["long"], "short_factor": factors["short"]}
     return config
 
 
@@ -133,7 +148,7 @@ ARCHS = {
     "qwen2": Arch("qwen2", "qwen2", IN_BLOCK, _common),
     "qwen3": Arch("qwen3", "qwen3", IN_BLOCK, _common),
     "gemma3": Arch("gemma3", "gemma3_text", GEMMA3_BLOCK, _gemma3, norm_offset=1.0),
-    "phi3": Arch("phi3", "phi3", PHI3_BLOCK, _common),
+    "phi3": Arch("phi3", "phi3", PHI3_BLOCK, _phi3),
 }
 SUPPORTED_ARCHS = ", ".join(ARCHS)
 

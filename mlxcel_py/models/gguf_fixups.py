@@ -58,8 +58,7 @@ def apply_fixups(model, gguf: GGUFFile, arch: Arch, args) -> None:
         if arch.name != "llama":
             raise ModelLoadError(f"unsupported tensor 'rope_freqs.weight' in {gguf.path.name} ({arch.name})")
         _rope_freqs(model, gguf, args)
-    for name in ("rope_factors_long.weight", "rope_factors_short.weight"):
-        if name in gguf.tensors:
-            raise ModelLoadError(f"unsupported GGUF rope scaling 'longrope' ({name}) in {gguf.path.name}")
+    if "rope_factors_long.weight" in gguf.tensors and arch.name != "phi3":
+        raise ModelLoadError(f"unsupported tensor 'rope_factors_long.weight' in {gguf.path.name} ({arch.name})")
     if arch.name == "gemma3":
         _full_kv_caches(model)

@@ -38,7 +38,8 @@ class Quantized:
 def check_supported(info: TensorInfo, source: str) -> None:
     if info.qtype not in SUPPORTED:
         raise ModelLoadError(
-            f"unsupported GGUF tensor type {info.type_name} for {info.name!r} in {source} (supported: {SUPPORTED_NAMES})"
+            f"unsupported GGUF tensor type {info.type_name} for {info.name!r} in {source} "
+            f"(supported: {SUPPORTED_NAMES})"
         )
 
 

@@ -64,7 +64,7 @@ def _call(hub: HubId, fn, *args, **kwargs) -> Path:
 
     try:
         return Path(fn(*args, revision=hub.revision, local_files_only=True, **kwargs))
-    except (errors.LocalEntryNotFoundError, errors.EntryNotFoundError, errors.IncompleteSnapshotError, FileNotFoundError):
+    except (errors.LocalEntryNotFoundError, errors.EntryNotFoundError, FileNotFoundError):
         if _offline():
             raise _missing(hub, "") from None
     try:

@@ -60,6 +60,7 @@ def load_model(
         raise ModelLoadError(f"not a model: {path} (expected a .gguf file or an mlx-lm model directory)")
     if hub_name:
         loaded = replace(loaded, name=hub_name)
+    _materialize(loaded.model)
     if use_dense and cpu_is_default():
         from .cpu_kernels import install
 
@@ -67,6 +68,17 @@ def load_model(
             loaded = replace(loaded, description=loaded.description + ", prefill attention+SwiGLU in numpy")
     log.info("loaded %s: %s", loaded.name, loaded.description)
     return loaded
+
+
+def _materialize(model) -> None:
+    """Evaluate every array the model holds, parameters or not (rope frequency tables are
+    `_freqs` attributes): a graph left lazy here would be evaluated by the engine thread,
+    which MLX refuses ("There is no Stream(cpu, 0) in current thread")."""
+    import mlx.core as mx
+
+    # nn.Module keeps array attributes as dict entries, underscored ones included.
+    arrays = [v for m in model.modules() for v in m.values() if isinstance(v, mx.array)]
+    mx.eval(arrays)
 
 
 def _local_path(spec: str) -> tuple[Path, Optional[str]]:

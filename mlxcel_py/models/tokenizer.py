@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from mlx_lm.tokenizer_utils import (
-    BPEStreamingDetokenizer, NaiveStreamingDetokenizer, TokenizerWrapper, _byte_decoder,
+    BPEStreamingDetokenizer, SPMStreamingDetokenizer, TokenizerWrapper, _byte_decoder,
 )
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 
@@ -24,8 +24,15 @@ QWEN2_REGEX = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
-SPLIT_REGEXES = {"llama-bpe": LLAMA3_REGEX, "llama3": LLAMA3_REGEX, "qwen2": QWEN2_REGEX,
-                 "deepseek-r1-qwen": QWEN2_REGEX}
+GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
+# Each name's regexes, applied one after the other as llama.cpp does (llm_tokenizer_bpe).
+SPLIT_REGEXES = {
+    "llama-bpe": (LLAMA3_REGEX,), "llama3": (LLAMA3_REGEX,), "qwen2": (QWEN2_REGEX,),
+    "deepseek-r1-qwen": (QWEN2_REGEX,), "gpt-2": (GPT2_REGEX,), "mpt": (GPT2_REGEX,), "olmo": (GPT2_REGEX,),
+    "smollm": (r"\p{N}", GPT2_REGEX), "starcoder": (r"\p{N}", GPT2_REGEX), "refact": (r"\p{N}", GPT2_REGEX),
+    # a BPE vocabulary that names no pre-tokenizer: llama.cpp's fallback rules
+    "default": (r"[\p{P}\$\+<=>\^~\|]+", GPT2_REGEX, r"\p{N}+", r"[0-9][0-9][0-9]"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,21 +71,12 @@ class ByteLevelDetokenizer(BPEStreamingDetokenizer):
 
 
 def _pre_tokenizer(pre: str, source: str):
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    if pre in ("gpt2", "default", "mpt", "olmo"):
-        return byte_level
-    if pre in ("smollm", "starcoder", "refact", "codeshell"):
-        # llama.cpp splits every digit on its own before the GPT-2 regex.
-        return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
-    if pre in SPLIT_REGEXES:
-        return pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(SPLIT_REGEXES[pre]), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ])
-    raise ModelLoadError(
-        f"unsupported GGUF tokenizer pre-tokenizer {pre!r} in {source} "
-        f"(supported: gpt2, default, smollm, starcoder, {', '.join(SPLIT_REGEXES)})"
-    )
+    if pre not in SPLIT_REGEXES:
+        raise ModelLoadError(
+            f"unsupported GGUF tokenizer pre-tokenizer {pre!r} in {source} (supported: {', '.join(SPLIT_REGEXES)})"
+        )
+    splits = [pre_tokenizers.Split(Regex(regex), behavior="isolated") for regex in SPLIT_REGEXES[pre]]
+    return pre_tokenizers.Sequence([*splits, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
 
 
 def _metadata_int(meta: dict, key: str) -> Optional[int]:
@@ -145,7 +143,11 @@ def _sentencepiece(meta: dict, source: str):
     except (ValueError, KeyError) as exc:
         raise ModelLoadError(f"cannot build the sentencepiece tokenizer of {source}: {exc}") from None
     tokens = meta["tokenizer.ggml.tokens"]
-    name = lambda key: tokens[i] if (i := _metadata_int(meta, key)) is not None and i < len(tokens) else None  # noqa: E731
+
+    def name(key: str) -> Optional[str]:
+        i = _metadata_int(meta, key)
+        return tokens[i] if i is not None and i < len(tokens) else None
+
     return PreTrainedTokenizerFast(
         tokenizer_object=backend, bos_token=name("tokenizer.ggml.bos_token_id"),
         eos_token=name("tokenizer.ggml.eos_token_id"), unk_token=name("tokenizer.ggml.unknown_token_id"),
@@ -169,7 +171,8 @@ def gguf_tokenizer(meta: dict, source: str) -> TokenizerInfo:
     else:
         # llama.cpp adds BOS to a sentencepiece vocabulary unless the file says otherwise.
         add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", True))
-        hf, detokenizer = _sentencepiece(meta, source), NaiveStreamingDetokenizer
+        # mlx-lm's SPM detokenizer: byte-fallback tokens as raw bytes, as llama.cpp streams them.
+        hf, detokenizer = _sentencepiece(meta, source), SPMStreamingDetokenizer
         hf.add_bos_token = add_bos
     eos_ids = {eos} if eos is not None else set()
     eot = _metadata_int(meta, "tokenizer.ggml.eot_token_id")
