@@ -7,7 +7,11 @@ GGUF made from it by llama.cpp's own `convert_hf_to_gguf.py`; then, when llama-s
 installed, its greedy tokens on a fixed prompt, recorded in llama_server_tokens.json.
 
     /work/venvs/models/bin/python scripts/make_gguf_fixtures.py \
-        --llama-cpp /work/peers/llama_cpp_python-0.3.36/vendor/llama.cpp [--server llama-server]
+        --llama-cpp /work/peers/llama_cpp_python-0.3.36/vendor/llama.cpp \
+        [--server llama-server] [--quantize llama-quantize] [--only ARCH ...]
+
+llama-quantize makes the K-quant files (`cmake --build BUILD --target llama-quantize` in the
+same llama.cpp tree); without it, or without llama-server, those steps are skipped.
 
 The converter recognises a tokenizer by hashing its output on a test string; ours are
 new, so the script tells it which llama.cpp pre-tokenizer each one is (the only
