@@ -125,3 +125,37 @@ def test_cli_generates_from_a_cached_id_and_fails_fast_on_a_missing_one(cache):
     assert missing.returncode == 1
     assert missing.stderr.startswith("error: model 'tiny/missing' not found: it is not in the Hugging Face cache")
     assert missing.stderr.count("\n") == 1 and "Traceback" not in missing.stderr
+
+
+def test_online_the_cache_is_asked_first_then_the_hub(cache, monkeypatch):
+    """With the network allowed, a cache miss becomes one download call (the Hub is faked)."""
+    import huggingface_hub
+    from huggingface_hub import constants, errors
+
+    calls = []
+
+    def fake_download(repo, filename, *, revision=None, local_files_only=False):
+        calls.append((repo, filename, local_files_only))
+        if local_files_only:
+            raise errors.LocalEntryNotFoundError("not cached")
+        return str(FIXTURES / "qwen3-q8_0.gguf")
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    loaded = load_model("elsewhere/model-GGUF:model.Q8_0.gguf")
+    assert loaded.description.startswith("qwen3 124K, gguf Q8_0")
+    assert calls == [("elsewhere/model-GGUF", "model.Q8_0.gguf", True), ("elsewhere/model-GGUF", "model.Q8_0.gguf", False)]
+
+
+def test_online_failure_is_one_line_with_the_reason(cache, monkeypatch):
+    import huggingface_hub
+    from huggingface_hub import constants, errors
+
+    def fake_download(repo, filename, *, revision=None, local_files_only=False):
+        raise errors.LocalEntryNotFoundError("not cached" if local_files_only else "connection refused\nmore")
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    message = r"^model 'x/y:f\.gguf' not found: cannot download it \(connection refused\); get it with `hf download x/y`$"
+    with pytest.raises(ModelLoadError, match=message):
+        load_model("x/y:f.gguf")
