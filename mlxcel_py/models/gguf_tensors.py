@@ -69,8 +69,11 @@ def _pack(codes: np.ndarray, bits: int) -> np.ndarray:
     if bits == 4:
         pairs = codes.reshape(*codes.shape[:-1], -1, 2)
         return (pairs[..., 0] | (pairs[..., 1] << 4)).astype(np.uint8).view(np.uint32)
-    stream = np.unpackbits(codes[..., None], axis=-1, count=bits, bitorder="little")
-    return np.packbits(stream.reshape(*codes.shape[:-1], -1), axis=-1, bitorder="little").view(np.uint32)
+    # Any other width: 8 codes fill `bits` bytes; build each 8-code run in a uint64.
+    runs = codes.reshape(*codes.shape[:-1], -1, 8).astype(np.uint64)
+    word = np.bitwise_or.reduce(runs << (np.arange(8, dtype=np.uint64) * np.uint64(bits)), axis=-1)
+    packed = word[..., None].view(np.uint8)[..., :bits]
+    return np.ascontiguousarray(packed).reshape(*codes.shape[:-1], -1).view(np.uint32)
 
 
 def _f16(raw: np.ndarray) -> np.ndarray:
