@@ -48,8 +48,10 @@ def test_description_names_the_architecture(arch):
     ours = fixture_model(ARCH_FILES[arch])
     assert ours.description.startswith(f"{DESCRIBED[arch]}, gguf F16 -> dense float32")
     assert (ours.source, ours.weights, ours.context_length) == ("gguf", "dense-float32", 4096)
-    # A sentencepiece vocabulary asks for BOS (llama.cpp's default and the file's flag).
-    assert ours.eos_token_ids == frozenset({2}) and ours.add_bos is (arch == "llamaspm")
+    # A sentencepiece vocabulary asks for BOS (llama.cpp's default and the file's flag); the
+    # byte-level ones end on <|im_end|> (eos, 2) and <|endoftext|> (0), as llama.cpp does.
+    spm = arch == "llamaspm"
+    assert ours.eos_token_ids == frozenset({2} if spm else {0, 2}) and ours.add_bos is spm
 
 
 @pytest.mark.parametrize("arch", sorted(ARCH_FILES))
@@ -120,3 +122,12 @@ def test_every_fixture_has_llama_server_tokens():
     if record is None:
         pytest.skip("llama_server_tokens.json not recorded yet")
     assert sorted(record["fixtures"]) == fixture_files() and record["llama_cpp"]
+
+
+def test_turn_end_tokens_end_generation_like_llama_cpp():
+    from mlxcel_py.models.tokenizer import end_of_generation_ids
+
+    tokens = ["<bos>", "<eos>", "hi", "<end_of_turn>", "<|end|>", "<|eot_id|>", "end_of_turn"]
+    meta = {"tokenizer.ggml.tokens": tokens, "tokenizer.ggml.eos_token_id": 1}
+    assert end_of_generation_ids(meta) == {1, 3, 4, 5}
+    assert end_of_generation_ids({**meta, "tokenizer.ggml.eot_token_id": 2}) == {1, 2, 3, 4, 5}

@@ -24,6 +24,11 @@ QWEN2_REGEX = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
+# Token texts llama.cpp ends generation on whatever the eos id says (llama-vocab.cpp).
+EOG_TEXTS = frozenset({
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>",
+    "<|end_of_text|>", "<\uff5cend\u2581of\u2581sentence\uff5c>",
+})
 GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
 # Each name's regexes, applied one after the other as llama.cpp does (llm_tokenizer_bpe).
 SPLIT_REGEXES = {
@@ -103,6 +108,14 @@ def _build_tokenizer(meta: dict, source: str) -> Tokenizer:
     return tok
 
 
+def end_of_generation_ids(meta: dict) -> set[int]:
+    """llama.cpp's end-of-generation set: the eos/eot/eom ids, and every token spelled like a
+    turn end (Gemma's <end_of_turn> and Phi-3's <|end|> are not the files' eos)."""
+    keys = ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id")
+    ids = {i for key in keys if (i := _metadata_int(meta, key)) is not None}
+    return ids | {i for i, text in enumerate(meta["tokenizer.ggml.tokens"]) if text in EOG_TEXTS}
+
+
 def _byte_level(meta: dict, source: str, bos: Optional[int], eos: Optional[int], add_bos: bool):
     from transformers import PreTrainedTokenizerFast  # slow import, only when loading
 
@@ -174,9 +187,5 @@ def gguf_tokenizer(meta: dict, source: str) -> TokenizerInfo:
         # mlx-lm's SPM detokenizer: byte-fallback tokens as raw bytes, as llama.cpp streams them.
         hf, detokenizer = _sentencepiece(meta, source), SPMStreamingDetokenizer
         hf.add_bos_token = add_bos
-    eos_ids = {eos} if eos is not None else set()
-    eot = _metadata_int(meta, "tokenizer.ggml.eot_token_id")
-    if eot is not None:
-        eos_ids.add(eot)
-    wrapper = TokenizerWrapper(hf, detokenizer_class=detokenizer, eos_token_ids=eos_ids)
+    wrapper = TokenizerWrapper(hf, detokenizer_class=detokenizer, eos_token_ids=end_of_generation_ids(meta))
     return TokenizerInfo(wrapper, bos, frozenset(wrapper.eos_token_ids), add_bos)
