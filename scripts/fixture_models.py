@@ -91,6 +91,17 @@ ARCHS = {
          "hidden_activation": "gelu_pytorch_tanh", "final_logit_softcapping": None, "attn_logit_softcapping": None},
         pre="smollm", norm_center=0.0,
     ),
+    # Gemma 3 as Google ships it: a sentencepiece vocabulary without a dummy prefix.
+    "gemma3spm": Spec(
+        "Gemma3TextConfig", "Gemma3ForCausalLM",
+        {**SMALL, "num_hidden_layers": 6, "head_dim": 16, "query_pre_attn_scalar": 16, "rms_norm_eps": 1e-6,
+         "sliding_window": 8, "layer_types": ["sliding_attention"] * 5 + ["full_attention"],
+         "hidden_activation": "gelu_pytorch_tanh",
+         "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+                             "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+         "final_logit_softcapping": None, "attn_logit_softcapping": None},
+        pre="default", norm_center=0.0, tokenizer_class="GemmaTokenizer", sentencepiece=True,
+    ),
     "phi3": Spec(
         "Phi3Config", "Phi3ForCausalLM",
         {**SMALL, "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "original_max_position_embeddings": 4096,
@@ -147,7 +158,7 @@ def _tokenizer(pre: str):
     return tok
 
 
-def _save_sentencepiece(out: Path) -> None:
+def _save_sentencepiece(out: Path, tokenizer_class: str) -> None:
     """A sentencepiece BPE model with byte fallback, as Llama 2 / Mistral ship (unk 0, bos 1, eos 2)."""
     import io
 
@@ -157,10 +168,11 @@ def _save_sentencepiece(out: Path) -> None:
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(TEXT.splitlines()), model_writer=model, vocab_size=VOCAB_SIZE, model_type="bpe",
         byte_fallback=True, character_coverage=1.0, unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
+        add_dummy_prefix=tokenizer_class != "GemmaTokenizer",
         minloglevel=2,
     )
     (out / "tokenizer.model").write_bytes(model.getvalue())
-    config = {"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+    config = {"tokenizer_class": tokenizer_class, "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
               "add_bos_token": True, "add_eos_token": False, "chat_template": CHAT_TEMPLATE, "legacy": False}
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
 
@@ -169,7 +181,7 @@ def _save_tokenizer(spec: Spec, out: Path) -> None:
     from transformers import PreTrainedTokenizerFast
 
     if spec.sentencepiece:
-        return _save_sentencepiece(out)
+        return _save_sentencepiece(out, spec.tokenizer_class)
     hf = PreTrainedTokenizerFast(tokenizer_object=_tokenizer(spec.pre), bos_token=SPECIALS[1],
                                  eos_token=SPECIALS[2], pad_token=SPECIALS[0], unk_token=SPECIALS[0])
     hf.chat_template = CHAT_TEMPLATE

@@ -20,6 +20,7 @@ ARCH_FILES = {
     "llamaspm": "llamaspm-f16.gguf",  # a sentencepiece vocabulary (tokenizer.ggml.model "llama")
     "qwen2yarn": "qwen2yarn-f16.gguf",  # YaRN rope scaling
     "phi3long": "phi3long-f16.gguf",  # Phi-3.5's LongRoPE (rope_factors_long/short tensors)
+    "gemma3spm": "gemma3spm-f16.gguf",  # Gemma's sentencepiece vocabulary
 }
 # Converted with a lossy type: compared with llama-server and with their own quantized path.
 LOSSY_FILES = ("llama-q8_0.gguf", "qwen3-q8_0.gguf", "mistral-bf16.gguf")

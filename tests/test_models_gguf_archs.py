@@ -18,14 +18,14 @@ from mlxcel_py.models.gguf_file import read_gguf
 TEXTS = [PROMPT, "Hello world!\n  def main():\n    return 42", "<|im_start|>user\nhi<|im_end|>\n", " 2024 had 366 days"]
 # gemma3 only: its converter adds 1 to the float16 norm weights in float16 (1 + w rounded
 # to 2^-10), values we must read as stored; every other architecture matches exactly.
-LOGIT_ATOL = {"gemma3": 2e-2}
+LOGIT_ATOL = {"gemma3": 2e-2, "gemma3spm": 2e-2}
 # Logits within which llama.cpp's pick may differ from our argmax: it rounds activations to
 # float16 for F16 weights (~1e-3 here) and to 8 bits for Q8_0 and K-quant weights (~1e-2).
 NEAR_TIE = {"F16": 0.01, "BF16": 0.01, "Q8_0": 0.03, "Q4_K_M": 0.03, "Q5_K_M": 0.03, "Q6_K": 0.03}
 DESCRIBED = {
     "llama": "llama 125K", "mistral": "llama 125K", "qwen2": "qwen2 100K", "qwen3": "qwen3 124K",
     "gemma3": "gemma3 249K", "phi3": "phi3 125K", "llamaspm": "llama 125K",
-    "qwen2yarn": "qwen2 100K", "phi3long": "phi3 125K",
+    "qwen2yarn": "qwen2 100K", "phi3long": "phi3 125K", "gemma3spm": "gemma3 249K",
 }
 
 
@@ -50,7 +50,7 @@ def test_description_names_the_architecture(arch):
     assert (ours.source, ours.weights, ours.context_length) == ("gguf", "dense-float32", 4096)
     # A sentencepiece vocabulary asks for BOS (llama.cpp's default and the file's flag); the
     # byte-level ones end on <|im_end|> (eos, 2) and <|endoftext|> (0), as llama.cpp does.
-    spm = arch == "llamaspm"
+    spm = arch in ("llamaspm", "gemma3spm")
     assert ours.eos_token_ids == frozenset({2} if spm else {0, 2}) and ours.add_bos is spm
 
 
