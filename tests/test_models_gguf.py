@@ -14,7 +14,8 @@ QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 def test_tiny_model_record():
     m = tiny_model()
     assert (m.name, m.source, m.weights, m.context_length) == ("tiny-0", "gguf", "dense-float32", 4096)
-    assert m.eos_token_ids == frozenset({2}) and m.bos_token_id == 1 and m.add_bos is False
+    # eos <|im_end|> (2), and <|endoftext|> (0), which llama.cpp also ends generation on.
+    assert m.eos_token_ids == frozenset({0, 2}) and m.bos_token_id == 1 and m.add_bos is False
     assert m.description.startswith("llama ") and "gguf F32 -> dense float32, BLAS" in m.description
     assert m.blas in ("openblas", "reference", "off", "system")
 

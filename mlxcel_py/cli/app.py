@@ -19,11 +19,12 @@ app = typer.Typer(
 
 def _register() -> None:
     # Command modules import nothing heavy at import time (MLX loads after the BLAS preload).
-    from . import bench, chat, generate, serve
+    from . import bench, chat, generate, models, serve
 
     app.command("generate")(generate.generate)
     app.command("run")(chat.run)
     app.command("serve")(serve.serve)
+    app.command("models")(models.models)
     app.add_typer(bench.app, name="bench", help="Benchmarks against a running or spawned server.")
 
 

@@ -15,7 +15,8 @@ ModelOpt = Annotated[
     typer.Option(
         "--model",
         "-m",
-        help="Path to an mlx-lm model directory or a .gguf file. Default: the embedded SmolLM2-135M-Instruct.",
+        help="An mlx-lm model directory, a .gguf file, or a Hugging Face id org/name[@rev][:FILE.gguf|:Q4_K_M] "
+        "(from the HF cache first). Default: the embedded SmolLM2-135M-Instruct.",
     ),
 ]
 PrefillChunkOpt = Annotated[

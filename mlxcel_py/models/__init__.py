@@ -1,4 +1,4 @@
-"""Model loading: GGUF files and mlx-lm directories, tokenizers, chat prompts.
+"""Model loading: GGUF files, mlx-lm directories and Hugging Face ids, tokenizers, chat prompts.
 
 Importing this package does not import mlx.core (the BLAS preload must come first)."""
 

@@ -1,32 +1,25 @@
-"""Build an mlx-lm llama model from a GGUF file, in memory."""
+"""Build an mlx-lm model from a GGUF file, in memory (architectures in `gguf_arch`)."""
 
 from __future__ import annotations
 
+import importlib
 import logging
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.llama import Model, ModelArgs
+from gguf.constants import LlamaFileType
 
+from . import gguf_tensors
+from .gguf_arch import ROPE_TENSORS, Arch, Meta, arch_for
+from .gguf_file import GGUFFile, TensorInfo, read_gguf
 from .tokenizer import TokenizerInfo, gguf_tokenizer
 from ..errors import ModelLoadError
 
 log = logging.getLogger("mlxcel_py.models")
-
-GROUP_SIZE = 32  # every GGUF quant type mx.load understands uses 32-wide blocks
-FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 32: "BF16"}
-TOP_LEVEL = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
-IN_BLOCK = {
-    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
-}
-BLOCK_RE = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|scales|biases)$")
-TOP_RE = re.compile(r"(\w+)\.(weight|scales|biases)$")
+GROUP_SIZE = gguf_tensors.GROUP_SIZE
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,47 +31,6 @@ class GGUFModel:
     weights: str
 
 
-def _meta_num(meta: dict, key: str, source: str, default=None):
-    if key in meta:
-        return meta[key].item()
-    if default is None:
-        raise ModelLoadError(f"GGUF metadata key {key!r} missing in {source}")
-    return default
-
-
-def model_args(meta: dict, has_output: bool, source: str) -> ModelArgs:
-    """ModelArgs from `llama.*` metadata."""
-    arch = meta.get("general.architecture")
-    if arch != "llama":
-        raise ModelLoadError(f"unsupported GGUF architecture {arch!r} in {source} (supported: llama)")
-    num = lambda k, d=None: _meta_num(meta, f"llama.{k}", source, d)  # noqa: E731
-    hidden, heads = int(num("embedding_length")), int(num("attention.head_count"))
-    scaling = meta.get("llama.rope.scaling.type")
-    if scaling not in (None, "none", "linear"):
-        raise ModelLoadError(f"unsupported GGUF rope scaling {scaling!r} in {source} (supported: linear)")
-    rope_scaling = {"type": "linear", "factor": float(num("rope.scaling.factor"))} if scaling == "linear" else None
-    vocab = len(meta["tokenizer.ggml.tokens"]) if "tokenizer.ggml.tokens" in meta else int(num("vocab_size"))
-    return ModelArgs(
-        model_type="llama", hidden_size=hidden, num_hidden_layers=int(num("block_count")),
-        intermediate_size=int(num("feed_forward_length")), num_attention_heads=heads,
-        num_key_value_heads=int(num("attention.head_count_kv", heads)),
-        head_dim=int(num("attention.key_length", hidden // heads)),
-        rms_norm_eps=float(num("attention.layer_norm_rms_epsilon")), vocab_size=vocab,
-        rope_theta=float(num("rope.freq_base", 10000.0)), rope_scaling=rope_scaling,
-        max_position_embeddings=int(num("context_length", 2048)), tie_word_embeddings=not has_output,
-    )
-
-
-def _mlx_name(name: str, source: str) -> str:
-    if match := BLOCK_RE.match(name):
-        layer, part, kind = match.groups()
-        if part in IN_BLOCK:
-            return f"model.layers.{layer}.{IN_BLOCK[part]}.{kind}"
-    elif (match := TOP_RE.match(name)) and match.group(1) in TOP_LEVEL:
-        return f"{TOP_LEVEL[match.group(1)]}.{match.group(2)}"
-    raise ModelLoadError(f"unsupported tensor {name!r} in {source} (not a plain llama layout)")
-
-
 def unpermute_rows(x: mx.array, n_head: int) -> mx.array:
     """Undo llama.cpp's Q/K row permutation for RoPE (pairs interleaved -> halves).
 
@@ -88,38 +40,52 @@ def unpermute_rows(x: mx.array, n_head: int) -> mx.array:
     return x.reshape(n_head, rows // n_head // 2, 2, *x.shape[1:]).swapaxes(1, 2).reshape(x.shape)
 
 
-def _bits(weight: mx.array, scales: mx.array) -> int:
-    return weight.shape[-1] * 32 // (scales.shape[-1] * GROUP_SIZE)
+def model_args(gguf: GGUFFile, arch: Arch):
+    """The mlx-lm ModelArgs for this file (the config dict mlx-lm would read from config.json)."""
+    config = arch.config(Meta(gguf.metadata, arch.name, gguf.path.name, gguf.tensors))
+    module = importlib.import_module(f"mlx_lm.models.{arch.model_type}")
+    return module, module.ModelArgs.from_dict({"model_type": arch.model_type, **config})
 
 
-def _convert(raw: dict, args: ModelArgs, dense: bool, source: str) -> tuple[dict, dict]:
-    """Rename, unpermute Q/K, and (dense) dequantize to float32; returns (weights, bits)."""
-    weights = {}
-    for name, value in raw.items():
-        key = _mlx_name(name, source)
-        if ".q_proj." in key or ".k_proj." in key:
-            heads = args.num_attention_heads if ".q_proj." in key else args.num_key_value_heads
-            value = unpermute_rows(value, heads)
-        weights[key] = value
-    bits = {}
-    for key in [k for k in weights if k.endswith(".scales")]:
-        base = key[: -len(".scales")]
-        bits[base] = _bits(weights[f"{base}.weight"], weights[key])
-        if dense:
-            # float32 scales make dequantize emit float32 directly (a float16 pass costs ~1.5 s).
-            scales = weights.pop(key).astype(mx.float32)
-            biases = weights.pop(f"{base}.biases").astype(mx.float32)
-            weights[f"{base}.weight"] = mx.dequantize(
-                weights[f"{base}.weight"], scales, biases, group_size=GROUP_SIZE, bits=bits[base]
-            )
-    if dense:
-        half = (mx.float16, mx.bfloat16)
-        weights = {k: v.astype(mx.float32) if v.dtype in half else v for k, v in weights.items()}
-    return weights, ({} if dense else bits)
+def _tensor(info: TensorInfo, key: str, dense: bool, arch: Arch, args) -> dict[str, mx.array]:
+    """One GGUF tensor as MLX arrays under `key` (.weight, or .weight/.scales/.biases)."""
+    quant = None if dense else gguf_tensors.quantized_or_none(info)
+    if quant is None:
+        out = {key: gguf_tensors.dense(info) if dense else gguf_tensors.native(info)}
+    else:
+        base = key.rsplit(".", 1)[0]
+        out = {key: quant.weight, f"{base}.scales": quant.scales, f"{base}.biases": quant.biases}
+    if arch.permuted_qk and (".q_proj." in key or ".k_proj." in key):
+        heads = args.num_attention_heads if ".q_proj." in key else args.num_key_value_heads
+        out = {k: unpermute_rows(v, heads) for k, v in out.items()}
+    if arch.norm_offset and key.endswith("norm.weight"):
+        out[key] = out[key] - arch.norm_offset
+    return out
 
 
-def _build(args: ModelArgs, weights: dict, bits: dict, source: str) -> nn.Module:
-    model = Model(args)
+def _convert(gguf: GGUFFile, arch: Arch, args, dense: bool) -> tuple[dict, dict]:
+    """Every weight tensor renamed and converted; returns (weights, bits per quantized module)."""
+    source = gguf.path.name
+    weights: dict[str, mx.array] = {}
+    bits: dict[str, int] = {}
+    for name, info in gguf.tensors.items():
+        if name in ROPE_TENSORS:
+            continue
+        gguf_tensors.check_supported(info, source)
+        key = arch.mlx_name(name, source)
+        converted = _tensor(info, key, dense, arch, args)
+        if len(converted) == 3:
+            base = key.rsplit(".", 1)[0]
+            bits[base] = converted[key].shape[-1] * 32 // (converted[f"{base}.scales"].shape[-1] * GROUP_SIZE)
+        weights.update(converted)
+        mx.eval(list(converted.values()))  # free each numpy intermediate as we go
+    return weights, bits
+
+
+def _build(module, args, weights: dict, bits: dict, source: str) -> nn.Module:
+    model = module.Model(args)
+    if hasattr(model, "sanitize"):
+        weights = model.sanitize(weights)
     if bits:
         nn.quantize(
             model,
@@ -128,30 +94,25 @@ def _build(args: ModelArgs, weights: dict, bits: dict, source: str) -> nn.Module
     try:
         model.load_weights(list(weights.items()), strict=True)
     except ValueError as exc:
-        raise ModelLoadError(f"GGUF tensors do not fit a llama model in {source}: {exc}") from None
+        raise ModelLoadError(f"GGUF tensors do not fit a {args.model_type} model in {source}: {exc}") from None
     mx.eval(model.parameters())
     return model
 
 
-def _read(path: Path) -> tuple[dict, dict]:
+def _file_type(metadata: dict) -> str:
     try:
-        return mx.load(str(path), return_metadata=True)
-    except (RuntimeError, ValueError) as exc:
-        msg = str(exc)
-        if "tensor_to_f16" in msg or "unexpected type" in msg:
-            raise ModelLoadError(
-                f"unsupported GGUF tensor type in {path}: {msg} (supported: F32, F16, BF16, Q4_0, Q4_1, Q8_0)"
-            ) from None
-        raise ModelLoadError(f"not a readable GGUF file: {path} ({msg})") from None
+        return LlamaFileType(int(metadata["general.file_type"])).name.removeprefix("MOSTLY_").removeprefix("ALL_")
+    except (KeyError, ValueError):
+        return "?"
 
 
 def _param_count(weights: dict, bits: dict) -> int:
     total = 0
     for key, value in weights.items():
         base = key.rsplit(".", 1)[0]
-        if key.endswith((".scales", ".biases")):
+        if key.endswith((".scales", ".biases")) and base in bits:
             continue
-        total += value.size * 32 // bits[base] if base in bits else value.size
+        total += value.size * 32 // bits[base] if base in bits and key.endswith(".weight") else value.size
     return total
 
 
@@ -162,22 +123,25 @@ def _size_label(n: int) -> str:
 
 
 def load_gguf(path: Path, dense: bool, on_progress: Optional[Callable[[str], None]] = None) -> GGUFModel:
-    """Load a llama GGUF; `dense` dequantizes everything to float32 (the CPU fast path)."""
+    """Load a GGUF; `dense` dequantizes everything to float32 (the CPU fast path)."""
+    from .gguf_fixups import apply_fixups
+
     progress = on_progress or (lambda _msg: None)
-    source = path.name
-    progress(f"reading {source}")
-    raw, meta = _read(path)
-    args = model_args(meta, has_output="output.weight" in raw, source=source)
-    tokenizer = gguf_tokenizer(meta, source)
+    progress(f"reading {path.name}")
+    gguf = read_gguf(path)
+    arch = arch_for(gguf.metadata, path.name)
+    module, args = model_args(gguf, arch)
+    tokenizer = gguf_tokenizer(gguf.metadata, path.name)
     progress("dequantizing to float32" if dense else "building quantized model")
-    weights, bits = _convert(raw, args, dense, source)
-    model = _build(args, weights, bits, source)
-    file_type = FILE_TYPES.get(int(meta["general.file_type"].item()), "?") if "general.file_type" in meta else "?"
+    weights, bits = _convert(gguf, arch, args, dense)
+    size = _size_label(_param_count(weights, bits))
+    model = _build(module, args, weights, bits, path.name)
+    apply_fixups(model, gguf, arch, args)
     if bits:
         kind = "quantized"
     elif dense:
         kind = "dense-float32"
     else:
         kind = str(weights["model.embed_tokens.weight"].dtype).removeprefix("mlx.core.")
-    size = _size_label(_param_count(weights, bits))
-    return GGUFModel(model, tokenizer, args.max_position_embeddings, f"llama {size}, gguf {file_type}", kind)
+    description = f"{arch.name} {size}, gguf {_file_type(gguf.metadata)}"
+    return GGUFModel(model, tokenizer, args.max_position_embeddings, description, kind)

@@ -49,9 +49,7 @@ def load_model(
 
     dense=None picks dense float32 weights on the CPU (BLAS matmuls) and keeps quantized
     weights on a GPU; True/False forces either."""
-    path = Path(spec_path or default_model_path()).expanduser()
-    if not path.exists():
-        raise ModelLoadError(f"model path not found: {path}")
+    path, hub_name = _local_path(spec_path or default_model_path())
     use_dense = cpu_is_default() if dense is None else dense
     if path.is_file():
         if path.suffix.lower() != ".gguf":
@@ -61,6 +59,9 @@ def load_model(
         loaded = _load_mlx_dir(path, use_dense, on_progress)
     else:
         raise ModelLoadError(f"not a model: {path} (expected a .gguf file or an mlx-lm model directory)")
+    if hub_name:
+        loaded = replace(loaded, name=hub_name)
+    _materialize(loaded.model)
     if use_dense and cpu_is_default():
         from .cpu_kernels import install
 
@@ -68,6 +69,30 @@ def load_model(
             loaded = replace(loaded, description=loaded.description + ", prefill attention+SwiGLU in numpy")
     log.info("loaded %s: %s", loaded.name, loaded.description)
     return loaded
+
+
+def _materialize(model) -> None:
+    """Evaluate every array the model holds, parameters or not (rope frequency tables are
+    `_freqs` attributes): a graph left lazy here would be evaluated by the engine thread,
+    which MLX refuses ("There is no Stream(cpu, 0) in current thread")."""
+    import mlx.core as mx
+
+    # nn.Module keeps array attributes as dict entries, underscored ones included.
+    arrays = [v for m in model.modules() for v in m.values() if isinstance(v, mx.array)]
+    mx.eval(arrays)
+
+
+def _local_path(spec: str) -> tuple[Path, Optional[str]]:
+    """(local path, hub id or None): an existing path as is, else `org/name[@rev][:sel]` via the HF cache."""
+    from .hub import parse_hub_id, resolve_hub_id
+
+    path = Path(spec).expanduser()
+    if path.exists():
+        return path, None
+    hub = None if spec.lower().endswith(".gguf") and ":" not in spec else parse_hub_id(spec)
+    if hub is None:
+        raise ModelLoadError(f"model path not found: {path}")
+    return resolve_hub_id(hub), spec
 
 
 def _describe(base: str, weights: str) -> str:

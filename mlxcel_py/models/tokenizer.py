@@ -1,22 +1,43 @@
-"""Rebuild a GGUF's byte-level BPE tokenizer with `tokenizers`, wrapped for mlx-lm."""
+"""Rebuild a GGUF's tokenizer (byte-level BPE with `tokenizers`, sentencepiece through
+transformers' GGUF support), wrapped for mlx-lm."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from mlx_lm.tokenizer_utils import BPEStreamingDetokenizer, TokenizerWrapper, _byte_decoder
+from mlx_lm.tokenizer_utils import (
+    BPEStreamingDetokenizer, SPMStreamingDetokenizer, TokenizerWrapper, _byte_decoder,
+)
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 
 from ..errors import ModelLoadError
 
 CONTROL, USER_DEFINED = 3, 4
 _BYTE_DECODER = _byte_decoder()
-# llama.cpp's LLAMA3 split regex (tokenizer.ggml.pre "llama-bpe").
+# llama.cpp's split regexes (llama-vocab.cpp) for tokenizer.ggml.pre "llama-bpe" and "qwen2".
 LLAMA3_REGEX = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
+QWEN2_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+# Token texts llama.cpp ends generation on whatever the eos id says (llama-vocab.cpp).
+EOG_TEXTS = frozenset({
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>",
+    "<|end_of_text|>", "<\uff5cend\u2581of\u2581sentence\uff5c>",
+})
+GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
+# Each name's regexes, applied one after the other as llama.cpp does (llm_tokenizer_bpe).
+SPLIT_REGEXES = {
+    "llama-bpe": (LLAMA3_REGEX,), "llama3": (LLAMA3_REGEX,), "qwen2": (QWEN2_REGEX,),
+    "deepseek-r1-qwen": (QWEN2_REGEX,), "gpt-2": (GPT2_REGEX,), "mpt": (GPT2_REGEX,), "olmo": (GPT2_REGEX,),
+    "smollm": (r"\p{N}", GPT2_REGEX), "starcoder": (r"\p{N}", GPT2_REGEX), "refact": (r"\p{N}", GPT2_REGEX),
+    # a BPE vocabulary that names no pre-tokenizer: llama.cpp's fallback rules
+    "default": (r"[\p{P}\$\+<=>\^~\|]+", GPT2_REGEX, r"\p{N}+", r"[0-9][0-9][0-9]"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,26 +76,17 @@ class ByteLevelDetokenizer(BPEStreamingDetokenizer):
 
 
 def _pre_tokenizer(pre: str, source: str):
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    if pre in ("gpt2", "default", "mpt", "olmo"):
-        return byte_level
-    if pre in ("smollm", "starcoder", "refact", "codeshell"):
-        # llama.cpp splits every digit on its own before the GPT-2 regex.
-        return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
-    if pre in ("llama-bpe", "llama3"):
-        return pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(LLAMA3_REGEX), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ])
-    raise ModelLoadError(
-        f"unsupported GGUF tokenizer pre-tokenizer {pre!r} in {source} "
-        "(supported: gpt2, default, smollm, starcoder, llama-bpe)"
-    )
+    if pre not in SPLIT_REGEXES:
+        raise ModelLoadError(
+            f"unsupported GGUF tokenizer pre-tokenizer {pre!r} in {source} (supported: {', '.join(SPLIT_REGEXES)})"
+        )
+    splits = [pre_tokenizers.Split(Regex(regex), behavior="isolated") for regex in SPLIT_REGEXES[pre]]
+    return pre_tokenizers.Sequence([*splits, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
 
 
 def _metadata_int(meta: dict, key: str) -> Optional[int]:
     value = meta.get(key)
-    return None if value is None else int(value.item())
+    return None if value is None else int(value)
 
 
 def _build_tokenizer(meta: dict, source: str) -> Tokenizer:
@@ -84,8 +96,7 @@ def _build_tokenizer(meta: dict, source: str) -> Tokenizer:
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
     tok.pre_tokenizer = _pre_tokenizer(str(meta.get("tokenizer.ggml.pre", "default")), source)
     tok.decoder = decoders.ByteLevel()
-    types = meta.get("tokenizer.ggml.token_type")
-    kinds = types.tolist() if types is not None else [1] * len(tokens)
+    kinds = meta.get("tokenizer.ggml.token_type") or [1] * len(tokens)
     # Control tokens (e.g. <|im_start|>) must encode as one id and never be split.
     tok.add_special_tokens([
         AddedToken(tokens[i], special=True, normalized=False) for i, k in enumerate(kinds) if k == CONTROL
@@ -97,38 +108,84 @@ def _build_tokenizer(meta: dict, source: str) -> Tokenizer:
     return tok
 
 
-def gguf_tokenizer(meta: dict, source: str) -> TokenizerInfo:
-    """Build the tokenizer a GGUF describes; `source` names the file in error messages."""
+def end_of_generation_ids(meta: dict) -> set[int]:
+    """llama.cpp's end-of-generation set: the eos/eot/eom ids, and every token spelled like a
+    turn end (Gemma's <end_of_turn> and Phi-3's <|end|> are not the files' eos)."""
+    keys = ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id")
+    ids = {i for key in keys if (i := _metadata_int(meta, key)) is not None}
+    return ids | {i for i, text in enumerate(meta["tokenizer.ggml.tokens"]) if text in EOG_TEXTS}
+
+
+def _byte_level(meta: dict, source: str, bos: Optional[int], eos: Optional[int], add_bos: bool):
     from transformers import PreTrainedTokenizerFast  # slow import, only when loading
 
-    kind = meta.get("tokenizer.ggml.model")
-    if kind != "gpt2" or "tokenizer.ggml.tokens" not in meta:
-        raise ModelLoadError(
-            f"unsupported GGUF tokenizer model {kind!r} in {source} (supported: gpt2 byte-level BPE)"
-        )
     tokens = meta["tokenizer.ggml.tokens"]
     tok = _build_tokenizer(meta, source)
-    bos = _metadata_int(meta, "tokenizer.ggml.bos_token_id")
-    eos = _metadata_int(meta, "tokenizer.ggml.eos_token_id")
-    pad = _metadata_int(meta, "tokenizer.ggml.padding_token_id")
-    add_bos = "tokenizer.ggml.add_bos_token" in meta and bool(meta["tokenizer.ggml.add_bos_token"].item())
     if add_bos and bos is not None:
         tok.post_processor = processors.TemplateProcessing(
             single=f"{tokens[bos]} $A", pair=f"{tokens[bos]} $A $B", special_tokens=[(tokens[bos], bos)]
         )
     name = lambda i: tokens[i] if i is not None and i < len(tokens) else None  # noqa: E731
-    hf = PreTrainedTokenizerFast(
+    return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token=name(bos),
         eos_token=name(eos),
-        pad_token=name(pad),
+        pad_token=name(_metadata_int(meta, "tokenizer.ggml.padding_token_id")),
         add_bos_token=add_bos,  # transformers 5 rebuilds the post-processor from this flag
         add_eos_token=False,
         chat_template=meta.get("tokenizer.chat_template"),
     )
-    eos_ids = {eos} if eos is not None else set()
-    eot = _metadata_int(meta, "tokenizer.ggml.eot_token_id")
-    if eot is not None:
-        eos_ids.add(eot)
-    wrapper = TokenizerWrapper(hf, detokenizer_class=ByteLevelDetokenizer, eos_token_ids=eos_ids)
+
+
+def _sentencepiece(meta: dict, source: str):
+    """A sentencepiece vocabulary (tokenizer.ggml.model "llama"), rebuilt by transformers' GGUF builders.
+
+    Its public GGUF entry point reads the file through torch; the builders themselves need
+    only the metadata we already parsed."""
+    try:
+        from transformers.integrations.gguf.gguf_tokenizer_mapping import (
+            GGUF_TOKENIZER_MAPPING, convert_gguf_tokenizer,
+        )
+        from transformers import PreTrainedTokenizerFast
+    except ImportError as exc:
+        raise ModelLoadError(f"sentencepiece GGUF tokenizer in {source} needs transformers>=5.0 ({exc})") from None
+    renames = GGUF_TOKENIZER_MAPPING["tokenizer"]
+    info = {name: meta[f"tokenizer.{key}"] for key, name in renames.items() if f"tokenizer.{key}" in meta}
+    try:
+        backend, _ = convert_gguf_tokenizer(meta.get("general.architecture", "llama"), info)
+    except (ValueError, KeyError) as exc:
+        raise ModelLoadError(f"cannot build the sentencepiece tokenizer of {source}: {exc}") from None
+    tokens = meta["tokenizer.ggml.tokens"]
+
+    def name(key: str) -> Optional[str]:
+        i = _metadata_int(meta, key)
+        return tokens[i] if i is not None and i < len(tokens) else None
+
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, bos_token=name("tokenizer.ggml.bos_token_id"),
+        eos_token=name("tokenizer.ggml.eos_token_id"), unk_token=name("tokenizer.ggml.unknown_token_id"),
+        pad_token=name("tokenizer.ggml.padding_token_id"), chat_template=meta.get("tokenizer.chat_template"),
+    )
+
+
+def gguf_tokenizer(meta: dict, source: str) -> TokenizerInfo:
+    """Build the tokenizer a GGUF describes; `source` names the file in error messages."""
+    kind = meta.get("tokenizer.ggml.model")
+    if kind not in ("gpt2", "llama") or "tokenizer.ggml.tokens" not in meta:
+        raise ModelLoadError(
+            f"unsupported GGUF tokenizer model {kind!r} in {source} "
+            "(supported: gpt2 byte-level BPE, llama sentencepiece)"
+        )
+    bos = _metadata_int(meta, "tokenizer.ggml.bos_token_id")
+    eos = _metadata_int(meta, "tokenizer.ggml.eos_token_id")
+    if kind == "gpt2":
+        add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", False))
+        hf, detokenizer = _byte_level(meta, source, bos, eos, add_bos), ByteLevelDetokenizer
+    else:
+        # llama.cpp adds BOS to a sentencepiece vocabulary unless the file says otherwise.
+        add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", True))
+        # mlx-lm's SPM detokenizer: byte-fallback tokens as raw bytes, as llama.cpp streams them.
+        hf, detokenizer = _sentencepiece(meta, source), SPMStreamingDetokenizer
+        hf.add_bos_token = add_bos
+    wrapper = TokenizerWrapper(hf, detokenizer_class=detokenizer, eos_token_ids=end_of_generation_ids(meta))
     return TokenizerInfo(wrapper, bos, frozenset(wrapper.eos_token_ids), add_bos)
