@@ -82,21 +82,8 @@ def round_seed(base: int, round_index: int, role: str, index: int = 0) -> int:
 def load_encoder(model: Optional[str]) -> tuple[Encode, frozenset[int]]:
     """(encode, EOS ids) of a model's tokenizer without loading its weights.
 
-    `model` is a GGUF file or an mlx-lm directory; None is the bundled default model."""
-    from pathlib import Path
+    `model` is a GGUF file, an mlx-lm directory or a Hugging Face id; None is the bundled default model."""
+    from ..models import load_tokenizer
 
-    from ..models import default_model_path
-
-    path = Path(model or default_model_path()).expanduser()
-    if path.is_dir():
-        from mlx_lm.utils import load_tokenizer
-
-        tok = load_tokenizer(path)
-        return tok.encode, frozenset(tok.eos_token_ids)
-    import mlx.core as mx
-
-    from ..models.tokenizer import gguf_tokenizer
-
-    _, meta = mx.load(str(path), return_metadata=True)
-    info = gguf_tokenizer(meta, path.name)
-    return info.wrapper.encode, info.eos_token_ids
+    tokenizer, eos = load_tokenizer(model)
+    return tokenizer.encode, eos

@@ -74,38 +74,48 @@ def scaled_tensors(d: ScaledDims, vocab: int, seed: int = 0) -> dict[str, np.nda
     return out
 
 
-def _metadata(d: ScaledDims, tokens: list[str], merges: list[str]) -> dict:
-    import mlx.core as mx
+def _write(path: Path, d: ScaledDims, tokens: list[str], merges: list[str], tensors: dict[str, np.ndarray]) -> None:
+    """A llama GGUF through gguf-py's writer (llama.cpp's own), metadata as its converter writes it."""
+    import gguf
 
-    u32 = lambda v: mx.array(v, dtype=mx.uint32)  # noqa: E731
-    types = [3 if t in SPECIALS else 1 for t in tokens]
-    return {
-        "general.architecture": "llama", "general.name": "bench-scaled", "general.file_type": u32(0),
-        "llama.context_length": u32(d.context), "llama.embedding_length": u32(d.hidden),
-        "llama.block_count": u32(d.layers), "llama.feed_forward_length": u32(d.ffn),
-        "llama.attention.head_count": u32(d.heads), "llama.attention.head_count_kv": u32(d.kv_heads),
-        "llama.attention.layer_norm_rms_epsilon": mx.array(1e-5, dtype=mx.float32),
-        "llama.rope.freq_base": mx.array(10000.0, dtype=mx.float32), "llama.vocab_size": u32(len(tokens)),
-        "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "smollm",
-        "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.merges": merges,
-        "tokenizer.ggml.token_type": mx.array(types, dtype=mx.int32),
-        "tokenizer.ggml.bos_token_id": u32(1), "tokenizer.ggml.eos_token_id": u32(2),
-        "tokenizer.ggml.padding_token_id": u32(2), "tokenizer.ggml.unknown_token_id": u32(0),
-        "tokenizer.ggml.add_bos_token": mx.array(False),
-    }
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name("bench-scaled")
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_context_length(d.context)
+    writer.add_embedding_length(d.hidden)
+    writer.add_block_count(d.layers)
+    writer.add_feed_forward_length(d.ffn)
+    writer.add_head_count(d.heads)
+    writer.add_head_count_kv(d.kv_heads)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_vocab_size(len(tokens))
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("smollm")
+    writer.add_token_list(tokens)
+    writer.add_token_merges(merges)
+    writer.add_token_types([3 if t in SPECIALS else 1 for t in tokens])
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_pad_token_id(2)
+    writer.add_unk_token_id(0)
+    writer.add_add_bos_token(False)
+    for name, array in tensors.items():
+        writer.add_tensor(name, array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
 
 
 def write_scaled_gguf(path: Path, dims: ScaledDims = ScaledDims(), seed: int = 0) -> Path:
     """Write the model to `path` (float32 GGUF) unless it is already there."""
-    import mlx.core as mx
-
     path = Path(path)
     if path.is_file():
         return path
     tokens, merges = scaled_vocab(dims.vocab, seed)
-    arrays = {k: mx.array(v) for k, v in scaled_tensors(dims, len(tokens), seed).items()}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.gguf")
-    mx.save_gguf(str(tmp), arrays, _metadata(dims, tokens, merges))
+    _write(tmp, dims, tokens, merges, scaled_tensors(dims, len(tokens), seed))
     tmp.replace(path)
     return path

@@ -6,7 +6,7 @@ import importlib.util
 import logging
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from .blas import loaded_blas
 from ..errors import ModelLoadError
@@ -69,6 +69,21 @@ def load_model(
             loaded = replace(loaded, description=loaded.description + ", prefill attention+SwiGLU in numpy")
     log.info("loaded %s: %s", loaded.name, loaded.description)
     return loaded
+
+
+def load_tokenizer(spec_path: Optional[str]) -> tuple[Any, frozenset[int]]:
+    """(tokenizer, end-of-generation ids) of a model without loading its weights (no MLX)."""
+    path, _ = _local_path(spec_path or default_model_path())
+    if path.is_dir():
+        from mlx_lm.utils import load_tokenizer as load_dir_tokenizer
+
+        tok = load_dir_tokenizer(path)
+        return tok, frozenset(tok.eos_token_ids)
+    from .gguf_file import read_gguf
+    from .tokenizer import gguf_tokenizer
+
+    info = gguf_tokenizer(read_gguf(path).metadata, path.name)
+    return info.wrapper, info.eos_token_ids
 
 
 def _materialize(model) -> None:
