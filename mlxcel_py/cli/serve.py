@@ -6,7 +6,7 @@ from ..errors import MlxcelError
 from .common import fail, resolve_or_exit
 from .options import (
     AliasOpt, ApiKeyOpt, BatchSizeOpt, CacheMaxBytesOpt, CacheMaxEntriesOpt, CacheMinPrefixOpt, CtxSizeOpt,
-    HostOpt, LogLevelOpt, MaxQueueOpt, MaxTokensOpt, MinPOpt, ModelOpt, ParallelOpt, PortOpt, PrefillChunkOpt,
+    DistributedOpt, DistributedTimeoutOpt, HostOpt, LogLevelOpt, MaxQueueOpt, MaxTokensOpt, MinPOpt, ModelOpt, ParallelOpt, PortOpt, PrefillChunkOpt,
     PromptCacheOpt, RepeatPenaltyOpt, SeedOpt, TempOpt, TopKOpt, TopPOpt,
 )
 
@@ -34,6 +34,8 @@ def serve(
     api_key: ApiKeyOpt = None,
     log_level: LogLevelOpt = None,
     alias: AliasOpt = None,
+    distributed: DistributedOpt = None,
+    distributed_timeout: DistributedTimeoutOpt = None,
 ) -> None:
     """Serve the model over an OpenAI-compatible HTTP API (chat, completions, metrics, slots)."""
     cfg = resolve_or_exit(
@@ -42,7 +44,7 @@ def serve(
         prompt_cache=prompt_cache, cache_max_bytes=cache_max_bytes, cache_max_entries=cache_max_entries,
         cache_min_prefix=cache_min_prefix, temp=temp, top_p=top_p, top_k=top_k, min_p=min_p,
         repeat_penalty=repeat_penalty, seed=seed, max_tokens=max_tokens, api_key=api_key,
-        log_level=log_level, model_alias=alias,
+        log_level=log_level, model_alias=alias, distributed=distributed, distributed_timeout=distributed_timeout,
     )
     # Imported here: the server pulls in MLX, which must load after the BLAS preload.
     from ..server.serving import serve_forever

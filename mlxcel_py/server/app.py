@@ -28,6 +28,7 @@ class Runtime:
         self.metrics = ServerMetrics(self._stats, lambda: self.model_id)
         self.vocab_size = 0
         self.draining = False
+        self.failure: Optional[str] = None  # why the engine can no longer serve (a lost distributed rank)
         self.started = int(time.time())
 
     def _stats(self) -> "EngineStats":
@@ -47,7 +48,13 @@ class Runtime:
         self.vocab_size = vocab_size(loaded)
         self.worker, self.loaded = worker, loaded
 
+    def fail(self, message: str) -> None:
+        """The engine is gone for good: /health and every request answer 503 from now on."""
+        self.failure = message
+
     def gate_error(self) -> Optional[APIError]:
+        if self.failure is not None:
+            return unavailable(self.failure, "engine_error")
         if self.draining:
             return unavailable("the server is shutting down", "server_shutting_down")
         if not self.ready:
