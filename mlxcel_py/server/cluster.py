@@ -73,8 +73,9 @@ class Cluster:
         for rank, peer in enumerate(everyone):
             if self.rank == 0 or rank == self.rank:
                 log.info("%s (%.1f MiB of weights)", peer["holds"], peer["bytes"] / 2**20)
-        mode = everyone[0]["mode"]
-        note = f", {mode} parallel over {self.size} ranks"
+        note = f"{everyone[0]['mode']} parallel over {self.size} ranks"
+        log.info("rank %d: %s", self.rank, note)
+        note = ", " + note
         return dataclasses.replace(loaded, description=loaded.description + note)
 
     def leader_runner(self, loaded: "LoadedModel"):
