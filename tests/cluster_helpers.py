@@ -149,3 +149,51 @@ def start_cluster(folder: Path, model: str, *args: str) -> LocalCluster:
         if reason is not None:
             pytest.skip(f"the MLX ring backend cannot run here: {reason}")
         raise
+
+
+QWEN2_LAYERS = 3
+
+
+def tiny_qwen2():
+    """A qwen2 model (mlx-lm has both shard() and a pipeline split for it) with the tiny llama's
+    weights and random q/k/v biases, so its greedy text is not degenerate."""
+    import mlx.core as mx
+    import numpy as np
+    from mlx_lm.models.qwen2 import Model, ModelArgs
+
+    from tiny import CONTEXT, FFN, HEADS, HIDDEN, KV_HEADS, tiny_model, tiny_weights
+
+    vocab = len(tiny_model().tokenizer)
+    args = ModelArgs(model_type="qwen2", hidden_size=HIDDEN, num_hidden_layers=QWEN2_LAYERS,
+                     intermediate_size=FFN, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
+                     rms_norm_eps=1e-5, vocab_size=vocab, rope_theta=10000.0,
+                     max_position_embeddings=CONTEXT, tie_word_embeddings=True)
+    model = Model(args)
+    weights = {k: mx.array(v) for k, v in tiny_weights(vocab, seed=1).items()}
+    rng = np.random.default_rng(2)
+    for i in range(QWEN2_LAYERS):
+        src = f"model.layers.{i % 2}."  # the tiny llama has 2 layers; the third reuses the first's
+        for name, value in list(weights.items()):
+            if name.startswith(src) and i >= 2:
+                weights[name.replace(src, f"model.layers.{i}.", 1)] = value
+        for proj, rows in (("q_proj", HEADS), ("k_proj", KV_HEADS), ("v_proj", KV_HEADS)):
+            bias = rng.standard_normal(rows * (HIDDEN // HEADS)).astype(np.float32) * 0.1
+            weights[f"model.layers.{i}.self_attn.{proj}.bias"] = mx.array(bias)
+    model.load_weights(list(weights.items()), strict=True)
+    mx.eval(model.parameters())
+    return model
+
+
+def write_qwen2_dir(folder: Path) -> Path:
+    """`tiny_qwen2` as an mlx-lm model directory (config.json, safetensors, tokenizer)."""
+    from mlx_lm.utils import save_model
+
+    from tiny import tiny_model
+
+    model = tiny_qwen2()
+    folder.mkdir(parents=True, exist_ok=True)
+    save_model(folder, model)
+    config = {k: v for k, v in vars(model.args).items() if isinstance(v, (int, float, str, bool))}
+    (folder / "config.json").write_text(json.dumps(config))
+    tiny_model().tokenizer._tokenizer.save_pretrained(str(folder))
+    return folder

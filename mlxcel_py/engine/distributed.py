@@ -65,9 +65,10 @@ class LeaderRunner(ShardRunner):
 
     def idle(self) -> None:
         """Called by the worker while there is nothing to do: ping the others now and then."""
-        if time.monotonic() - self._last_sent >= self.keepalive_s:
-            with self._guarded("a keepalive"):
-                self.link.send(("ping", None))
+        if self._lost is None and time.monotonic() - self._last_sent < self.keepalive_s:
+            return
+        with self._guarded("a keepalive"):
+            self.link.send(("ping", None))
 
     def close(self) -> None:
         """Tell the other ranks to exit, then free this rank's KV."""
@@ -92,6 +93,8 @@ class LeaderRunner(ShardRunner):
             raise RankLostError(self._lost) from None
         finally:
             self._last_sent = time.monotonic()
+        if self._lost is not None:  # the watchdog gave up on this record while it ran: distrust it
+            raise RankLostError(self._lost)
 
     def _expired(self, what: str, seconds: float) -> None:
         self._lose(f"no answer from the other ranks for {seconds:.1f} s during {what} "
