@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PROMPT ?= What is the capital of France?
 ARGS ?=
 
-.PHONY: setup test generate serve chat bench blas clean
+.PHONY: setup test test-distributed generate serve chat bench blas clean
 
 setup: $(VENV)/.setup-stamp blas
 
@@ -24,6 +24,11 @@ blas:
 
 test: setup
 	$(BIN)/python -m pytest $(ARGS)
+
+# The slower multi-process cases of docs/DISTRIBUTED.md (a stalled rank, a clean stop,
+# pipeline parallelism, the mlx.launch recipe); make test runs the core ones.
+test-distributed: setup
+	$(BIN)/python -m pytest -m 'cluster_extended or not cluster_extended' tests/test_distributed.py tests/test_distributed_extended.py $(ARGS)
 
 generate: setup
 	$(BIN)/mlxcel-py generate "$(PROMPT)" $(ARGS)

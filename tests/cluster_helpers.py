@@ -87,8 +87,11 @@ class LocalCluster:
         script = str(Path(sys.executable).parent / "mlxcel-py")
         cmd = [script, "serve", "-m", self.model, "--port", str(self.port), "--log-level", "info", *self.args]
         for rank in range(self.size):
+            env = rank_env(rank, hostfile)
+            if self.size == 1:  # one plain process: no launcher variables at all
+                env = {k: v for k, v in env.items() if not k.startswith("MLX_")}
             log = open(self.log_path(rank), "w")
-            self.procs.append(subprocess.Popen(cmd, env=rank_env(rank, hostfile), stdout=log, stderr=log))
+            self.procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=log))
         self.wait_ready()
         return self
 
