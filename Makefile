@@ -26,9 +26,9 @@ test: setup
 	$(BIN)/python -m pytest $(ARGS)
 
 # The slower multi-process cases of docs/DISTRIBUTED.md (a stalled rank, a clean stop,
-# pipeline parallelism, the mlx.launch recipe); make test runs the core ones.
+# pipeline parallelism, the mlx.launch recipe, deploy/nginx.conf); make test runs the core ones.
 test-distributed: setup
-	$(BIN)/python -m pytest -m 'cluster_extended or not cluster_extended' tests/test_distributed.py tests/test_distributed_extended.py $(ARGS)
+	$(BIN)/python -m pytest -m 'cluster_extended or not cluster_extended' tests/test_distributed.py tests/test_distributed_extended.py tests/test_deploy_nginx.py $(ARGS)
 
 generate: setup
 	$(BIN)/mlxcel-py generate "$(PROMPT)" $(ARGS)
