@@ -78,10 +78,16 @@ class LocalCluster:
     model: str
     args: tuple[str, ...] = ()
     size: int = 2
+    rank_args: dict[int, tuple[str, ...]] = field(default_factory=dict)  # appended for one rank
     procs: list[subprocess.Popen] = field(default_factory=list)
     port: int = 0
 
     def start(self) -> "LocalCluster":
+        self.spawn()
+        self.wait_ready()
+        return self
+
+    def spawn(self) -> None:
         hostfile = write_hostfile(self.folder, self.size)
         self.port = free_ports(1)[0]
         script = str(Path(sys.executable).parent / "mlxcel-py")
@@ -91,9 +97,8 @@ class LocalCluster:
             if self.size == 1:  # one plain process: no launcher variables at all
                 env = {k: v for k, v in env.items() if not k.startswith("MLX_")}
             log = open(self.log_path(rank), "w")
-            self.procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=log))
-        self.wait_ready()
-        return self
+            argv = cmd + list(self.rank_args.get(rank, ()))
+            self.procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=log))
 
     @property
     def url(self) -> str:

@@ -15,7 +15,7 @@ import pytest
 
 import tiny
 from cluster_helpers import start_cluster
-from server_helpers import GREEDY, long_prompt, start_server, stop_server
+from server_helpers import GREEDY, long_prompt, start_server, stop_server, wait_for
 
 PROMPTS = [
     {"prompt": "The quick brown fox", "max_tokens": 24},
@@ -62,7 +62,8 @@ def test_startup_logs_world_backend_and_shards(cluster):
     assert "distributed: rank 0 of 2, backend ring, --distributed auto" in log
     for rank in (0, 1):
         assert f"rank {rank}/2: all 2 layers with 2 of 4 query heads, 1 of 2 key/value heads" in log
-    assert "rank 1: following rank 0" in cluster.log(1)
+    # Rank 1 logs this after the handshake, possibly after rank 0 is already serving.
+    wait_for(lambda: "rank 1: following rank 0" in cluster.log(1), 30, "rank 1 to follow")
     assert "rank 0: tensor parallel over 2 ranks" in log
 
 

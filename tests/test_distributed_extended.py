@@ -63,6 +63,19 @@ def test_a_stalled_follower_fails_requests_within_the_timeout(tiny_path, tmp_pat
         cluster.stop()
 
 
+def test_a_rank_that_cannot_load_stops_every_rank_with_its_reason(tiny_path, tmp_path):
+    missing = str(tmp_path / "missing.gguf")
+    cluster = LocalCluster(tmp_path, tiny_path, rank_args={1: ("-m", missing)})
+    cluster.spawn()
+    try:
+        reason = f"cannot serve on every rank: rank 1: model path not found: {missing}"
+        for rank in (0, 1):
+            assert cluster.wait_exit(rank, timeout=90) == 1
+            assert f"error: {reason}" in " ".join(cluster.log(rank).split())  # rich wraps long lines
+    finally:
+        cluster.stop()
+
+
 def test_ctrl_c_stops_rank_0_cleanly_and_it_stops_the_followers(tiny_path, tmp_path):
     cluster = start_cluster(tmp_path, tiny_path)
     try:

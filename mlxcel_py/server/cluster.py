@@ -40,13 +40,11 @@ def _exit_now(message: str) -> None:
 class Cluster:
     """This process's place in the group, and the steps every rank takes to serve one model."""
 
-    def __init__(self, config: "DistributedConfig", link: Any):
-        from ..engine.dist_link import Watchdog
-
+    def __init__(self, config: "DistributedConfig", link: Any, startup: Any):
         self.config = config
         self.link = link
         self.rank, self.size = link.rank, link.size
-        self._startup = Watchdog(lambda what, s: _exit_now(f"rank {self.rank}: {what} took over {s:.0f} s"))
+        self._startup = startup  # the Watchdog that bounded joining bounds the handshake too
 
     def load(self, config: "AppConfig") -> "LoadedModel":
         """Load and shard on this rank, then learn what every rank holds; ModelLoadError if any failed."""
@@ -124,7 +122,7 @@ def join(config: "DistributedConfig") -> Optional[Cluster]:
 
     from ..engine.dist_link import Link, Watchdog
 
-    watchdog = Watchdog(lambda what, s: _exit_now(f"{what} took over {s:.0f} s: are all ranks started?"))
+    watchdog = Watchdog(lambda what, s: _exit_now(f"{what} took over {s:.0f} s: did every rank start?"))
     try:
         with watchdog.guard(f"joining the {config.backend} group", STARTUP_TIMEOUT_S):
             group = mx.distributed.init(strict=config.backend != "any", backend=config.backend)
@@ -135,5 +133,5 @@ def join(config: "DistributedConfig") -> Optional[Cluster]:
         return None
     log.info("distributed: rank %d of %d, backend %s, --distributed %s, timeout %g s",
              group.rank(), group.size(), config.backend, config.mode, config.timeout_s)
-    return Cluster(config, Link(group))
+    return Cluster(config, Link(group), watchdog)
 
