@@ -212,7 +212,7 @@ def test_worker_pings_while_idle_and_ends_requests_when_the_engine_is_lost():
     engine, runner = make_engine(num_slots=2, slot_context=100_000)
     pinged = threading.Event()
     runner.idle = pinged.set
-    engine._idle = runner.idle  # noqa: SLF001 - bound at construction, like a distributed runner's
+    engine.idle = runner.idle  # bound at construction, like a distributed runner's
     worker = EngineWorker(engine).start()
     try:
         assert pinged.wait(TIMEOUT)

@@ -17,7 +17,9 @@ class Engine:
     def __init__(self, scheduler: Scheduler, runner):
         self.scheduler = scheduler
         self.runner = runner
-        self._idle = getattr(runner, "idle", None)  # only a distributed runner has one
+        # The worker calls this when it has nothing to do: a distributed runner's keepalive
+        # to the other ranks. None in one process, so the worker calls nothing at all.
+        self.idle: Optional[Callable[[], None]] = getattr(runner, "idle", None)
         self._peak_memory = 0  # read from the runner after each tick, on the engine thread
 
     def step(self, on_admitted: Optional[Callable[[], None]] = None) -> list[Event]:
@@ -37,11 +39,6 @@ class Engine:
         if peak is not None:
             self._peak_memory = peak()
         return events
-
-    def idle(self) -> None:
-        """Called by the worker when there is no work: a distributed runner pings the other ranks."""
-        if self._idle is not None:
-            self._idle()
 
     def add_request(self, request: Request) -> None:
         self.scheduler.add(request)
