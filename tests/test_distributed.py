@@ -46,7 +46,9 @@ def reference():
 
 @pytest.fixture(scope="module")
 def cluster(tiny_path, tmp_path_factory):
-    running = start_cluster(tmp_path_factory.mktemp("cluster"), tiny_path)
+    # MLX's ring usually fails the pending collective at once when a peer dies, but can leave
+    # the next one waiting forever (seen ~1 run in 10 here): the timeout is the bound then.
+    running = start_cluster(tmp_path_factory.mktemp("cluster"), tiny_path, "--distributed-timeout", "5")
     yield running
     running.stop()
 
@@ -59,7 +61,7 @@ def complete(client, body: dict) -> str:
 
 def test_startup_logs_world_backend_and_shards(cluster):
     log = cluster.log(0)
-    assert "distributed: rank 0 of 2, backend ring, --distributed auto" in log
+    assert "distributed: rank 0 of 2, backend ring, --distributed auto, timeout 5 s" in log
     for rank in (0, 1):
         assert f"rank {rank}/2: all 2 layers with 2 of 4 query heads, 1 of 2 key/value heads" in log
     # Rank 1 logs this after the handshake, possibly after rank 0 is already serving.
@@ -109,10 +111,12 @@ def test_a_killed_follower_ends_the_server_with_an_error(cluster):
         rest = [line[len("data: "):] for line in lines if line.startswith("data: ")]
     assert rest[-1] == "[DONE]"
     error = json.loads(rest[-2])["error"]
-    assert error["code"] == "engine_error" and "a distributed rank was lost" in error["message"], error
+    lost = ("a distributed rank was lost during a step: [ring] connection to a peer was lost",
+            "no answer from the other ranks for 5.")
+    assert error["code"] == "engine_error" and error["message"].startswith(lost), error
     health = cluster.client().get("/health")
-    assert health.status_code == 503 and health.json()["status"] == "error", health.text
+    assert health.status_code == 503 and health.json() == {"status": "error", "error": error["message"]}
     assert cluster.wait_exit(0, timeout=30) == 1
     elapsed = time.monotonic() - killed
-    assert elapsed < 15, f"rank 0 took {elapsed:.1f} s to exit"
-    assert "error: a distributed rank was lost during a step: [ring] connection to a peer was lost" in cluster.log(0)
+    assert elapsed < 5 + 2 + 5, f"rank 0 took {elapsed:.1f} s to exit"  # timeout + linger + slack
+    assert f"error: {error['message']}" in cluster.log(0)
