@@ -99,13 +99,14 @@ def test_pipeline_parallel_equals_one_process_and_followers_leave_with_rank_0(tm
     finally:
         single.stop()
     (tmp_path / "pipe").mkdir()
-    cluster = start_cluster(tmp_path / "pipe", model, "--distributed", "pipeline")
+    cluster = start_cluster(tmp_path / "pipe", model, "--distributed", "pipeline", "--distributed-timeout", "5")
     try:
         assert "rank 0/2: layers 1-2 of 3" in cluster.log(0) and "rank 1/2: layers 0-0 of 3" in cluster.log(0)
         assert texts(cluster.url) == expected
         cluster.signal(0, signal.SIGKILL)
         assert cluster.wait_exit(1, timeout=20) == 1
-        assert "rank 1 stopped following rank 0" in cluster.log(1)
+        # The ring's error at once, or (when MLX's ring leaves the wait hanging) the watchdog.
+        assert "rank 1 stopped following rank 0" in cluster.log(1) or "no record from rank 0" in cluster.log(1)
     finally:
         cluster.stop()
 
