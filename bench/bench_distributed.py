@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/bench_distributed.py                  # the ~180M random llama, then the tiny one
     .venv/bin/python bench/bench_distributed.py --models tiny    # protocol overhead only
+    OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/bench_distributed.py   # one core per process
+    .venv/bin/python bench/bench_distributed.py --ranks 2 --rank-threads 1  # one BLAS thread per rank
 
 Each arm starts `mlxcel-py serve` (one plain process, or two ranks the way `mlx.launch
 --backend ring` starts them), then measures, with medians over --reps runs: single-stream
@@ -43,7 +45,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(model: str, ranks: int, folder: Path) -> tuple[list[subprocess.Popen], str]:
+def launch(model: str, ranks: int, folder: Path, threads: int = 0) -> tuple[list[subprocess.Popen], str]:
     port = free_port()
     hostfile = folder / f"hosts{ranks}.json"
     hostfile.write_text(json.dumps([[f"127.0.0.1:{free_port()}"] for _ in range(ranks)]))
@@ -53,6 +55,8 @@ def launch(model: str, ranks: int, folder: Path) -> tuple[list[subprocess.Popen]
     procs = []
     for rank in range(ranks):
         env = base if ranks == 1 else base | {"MLX_RANK": str(rank), "MLX_HOSTFILE": str(hostfile)}
+        if threads and ranks > 1:  # ranks sharing one host's cores: split the BLAS threads
+            env = env | {"OPENBLAS_NUM_THREADS": str(threads)}
         log = open(folder / f"arm{ranks}-rank{rank}.log", "w")
         procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=log))
     url = f"http://127.0.0.1:{port}"
@@ -107,6 +111,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="medium,tiny", help="comma list of: medium, tiny")
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--ranks", default="1,2", help="comma list of rank counts to run")
+    parser.add_argument("--rank-threads", type=int, default=0,
+                        help="OPENBLAS_NUM_THREADS for each rank of a multi-rank arm (0: OpenBLAS's default)")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="mlxcel-bench-dist-"))
     import tiny
@@ -117,8 +124,8 @@ def main() -> None:
     print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; logs in {folder}")
     rows = []
     for name in args.models.split(","):
-        for ranks in (1, 2):
-            procs, url = launch(paths[name], ranks, folder)
+        for ranks in (int(r) for r in args.ranks.split(",")):
+            procs, url = launch(paths[name], ranks, folder, args.rank_threads)
             try:
                 rows.append((name, ranks, measure(url, args.reps, prompt)))
             finally:
