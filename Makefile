@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PROMPT ?= What is the capital of France?
 ARGS ?=
 
-.PHONY: setup test stress generate serve chat bench blas clean
+.PHONY: setup test stress test-distributed generate serve chat bench blas clean
 
 setup: $(VENV)/.setup-stamp blas
 
@@ -33,6 +33,11 @@ stress: setup $(VENV)/.stress-stamp
 $(VENV)/.stress-stamp: pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test,bench,stress]'
 	touch $@
+
+# The slower multi-process cases of docs/DISTRIBUTED.md (a stalled rank, a clean stop,
+# pipeline parallelism, the mlx.launch recipe, deploy/nginx.conf); make test runs the core ones.
+test-distributed: setup
+	$(BIN)/python -m pytest -m 'cluster_extended or not cluster_extended' tests/test_distributed.py tests/test_distributed_extended.py tests/test_deploy_nginx.py $(ARGS)
 
 generate: setup
 	$(BIN)/mlxcel-py generate "$(PROMPT)" $(ARGS)

@@ -101,3 +101,19 @@ CacheMaxEntriesOpt = Annotated[
 CacheMinPrefixOpt = Annotated[
     Optional[int], typer.Option("--cache-min-prefix", help="Shortest prefix (tokens) worth caching. Default 32.")
 ]
+DistributedOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--distributed",
+        help="Under mlx.launch: tensor (shard every layer), pipeline (split the layers) or auto "
+        "(tensor where the model supports it). Default auto when launched. See docs/DISTRIBUTED.md.",
+    ),
+]
+DistributedTimeoutOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--distributed-timeout",
+        help="Seconds one decode step or prefill piece may take on every rank before the server "
+        "counts a rank as lost and exits. Default 60.",
+    ),
+]

@@ -6,8 +6,9 @@ from ..errors import MlxcelError
 from .common import fail, resolve_or_exit
 from .options import (
     AliasOpt, ApiKeyOpt, BatchSizeOpt, CacheMaxBytesOpt, CacheMaxEntriesOpt, CacheMinPrefixOpt, CtxSizeOpt,
-    HostOpt, ItlBudgetOpt, LogLevelOpt, MaxBodyBytesOpt, MaxQueueOpt, MaxTokensOpt, MinPOpt, ModelOpt, ParallelOpt,
-    PortOpt, PrefillChunkOpt, PromptCacheOpt, RepeatPenaltyOpt, SeedOpt, ShutdownGraceOpt, TempOpt, TopKOpt, TopPOpt,
+    DistributedOpt, DistributedTimeoutOpt, HostOpt, ItlBudgetOpt, LogLevelOpt, MaxBodyBytesOpt, MaxQueueOpt,
+    MaxTokensOpt, MinPOpt, ModelOpt, ParallelOpt, PortOpt, PrefillChunkOpt, PromptCacheOpt, RepeatPenaltyOpt, SeedOpt,
+    ShutdownGraceOpt, TempOpt, TopKOpt, TopPOpt,
 )
 
 
@@ -37,6 +38,8 @@ def serve(
     alias: AliasOpt = None,
     max_body_bytes: MaxBodyBytesOpt = None,
     shutdown_grace: ShutdownGraceOpt = None,
+    distributed: DistributedOpt = None,
+    distributed_timeout: DistributedTimeoutOpt = None,
 ) -> None:
     """Serve the model over an OpenAI-compatible HTTP API (chat, completions, metrics, slots)."""
     cfg = resolve_or_exit(
@@ -46,7 +49,7 @@ def serve(
         cache_min_prefix=cache_min_prefix, temp=temp, top_p=top_p, top_k=top_k, min_p=min_p,
         repeat_penalty=repeat_penalty, seed=seed, max_tokens=max_tokens, api_key=api_key,
         log_level=log_level, model_alias=alias, itl_budget_ms=itl_budget_ms, max_body_bytes=max_body_bytes,
-        shutdown_grace=shutdown_grace,
+        shutdown_grace=shutdown_grace, distributed=distributed, distributed_timeout=distributed_timeout,
     )
     # Imported here: the server pulls in MLX, which must load after the BLAS preload.
     from ..server.serving import serve_forever

@@ -31,8 +31,10 @@ def slot_context(ctx_size: int | None, num_slots: int, model_context: int) -> in
     return max(1, min(ctx_size // num_slots, model_context))
 
 
-def build_engine(config: "EngineConfig", loaded: "LoadedModel") -> Engine:
-    """The engine for a loaded model; every front end builds it through here."""
+def build_engine(config: "EngineConfig", loaded: "LoadedModel", runner=None) -> Engine:
+    """The engine for a loaded model; every front end builds it through here.
+
+    `runner`: one built by the caller (rank 0's distributed runner); default a local Runner."""
     from .runner import Runner, kv_bytes_per_token  # the only import of the model-calling code
 
     per_slot = slot_context(config.ctx_size, config.num_slots, loaded.context_length)
@@ -56,9 +58,13 @@ def build_engine(config: "EngineConfig", loaded: "LoadedModel") -> Engine:
         log.info("prompt cache: up to %d entries, %d MiB, min prefix %d", pc.max_entries, pc.max_bytes >> 20, pc.min_prefix)
     else:
         log.info("prompt cache: off")
-    vocab = logits_width(loaded)
-    compiler = ConstraintCompiler(loaded.tokenizer, vocab_size=vocab, eos_token_ids=loaded.eos_token_ids)
-    return Engine(scheduler, Runner(loaded.model, compiler), itl_budget_ms=config.itl_budget_ms, vocab_size=vocab)
+    runner = runner if runner is not None else Runner(loaded.model, constraint_compiler(loaded))
+    return Engine(scheduler, runner, itl_budget_ms=config.itl_budget_ms, vocab_size=logits_width(loaded))
+
+
+def constraint_compiler(loaded: "LoadedModel") -> ConstraintCompiler:
+    """The model's grammar compiler (its tokenizer tables are built on the first constrained request)."""
+    return ConstraintCompiler(loaded.tokenizer, vocab_size=logits_width(loaded), eos_token_ids=loaded.eos_token_ids)
 
 
 def logits_width(loaded: "LoadedModel") -> int:
@@ -67,9 +73,9 @@ def logits_width(loaded: "LoadedModel") -> int:
 
 
 @contextlib.contextmanager
-def engine_session(config: "EngineConfig", loaded: "LoadedModel") -> Iterator[EngineWorker]:
+def engine_session(config: "EngineConfig", loaded: "LoadedModel", runner=None) -> Iterator[EngineWorker]:
     """Build the engine, run its worker thread for the body, and stop it however the body ends."""
-    worker = EngineWorker(build_engine(config, loaded)).start()
+    worker = EngineWorker(build_engine(config, loaded, runner)).start()
     try:
         yield worker
     finally:

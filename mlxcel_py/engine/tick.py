@@ -26,6 +26,9 @@ class Engine:
         self.scheduler = scheduler
         self.runner = runner
         self.itl_budget_ms, self.vocab_size = itl_budget_ms, vocab_size
+        # The worker calls this when it has nothing to do: a distributed runner's keepalive
+        # to the other ranks. None in one process, so the worker calls nothing at all.
+        self.idle: Optional[Callable[[], None]] = getattr(runner, "idle", None)
         self._peak_memory = 0  # read from the runner after each tick, on the engine thread
 
     def prepare(self) -> None:

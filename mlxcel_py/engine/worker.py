@@ -12,7 +12,7 @@ import queue
 import threading
 from typing import AsyncIterator, Callable, Iterator, Optional, Protocol
 
-from ..errors import EngineStoppedError, QueueFullError, RequestError
+from ..errors import EngineError, EngineStoppedError, QueueFullError, RequestError
 from .events import Event, Finished, empty_finish
 from .request import Request
 from .scheduler import check_fits
@@ -88,6 +88,7 @@ class EngineWorker:
         self._limits = engine.limits
         self._stats = engine.stats()
         self._stopping = threading.Event()
+        self._idle = getattr(engine, "idle", None)
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
 
     # -- public API (any thread) -------------------------------------------------------
@@ -153,7 +154,13 @@ class EngineWorker:
                     break
                 if self._engine.has_work():
                     self._dispatch(self._engine.step(on_admitted=self._publish_stats))
+                elif self._idle is not None:
+                    self._idle()  # a distributed engine's keepalive to its other ranks
                 self._publish_stats()
+        except EngineError as exc:  # the engine cannot go on (a lost distributed rank): no abort pass
+            log.error("engine stopped: %s", exc)
+            self._fail_all(str(exc))
+            return
         except Exception:  # a bug in the engine: fail every request instead of hanging them
             log.exception("engine thread crashed")
             self._fail_all("internal engine error (see server log)")
@@ -208,6 +215,10 @@ class EngineWorker:
         except Exception:
             log.exception("engine failed while aborting")
         self._fail_all("the server is shutting down", reason="abort")
+
+    def fail_all(self, message: str) -> None:
+        """End every outstanding request with an error, from any thread (the engine may be stuck)."""
+        self._fail_all(message)
 
     def _fail_all(self, message: str, reason: str = "error") -> None:
         with self._lock:

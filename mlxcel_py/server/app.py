@@ -45,6 +45,7 @@ class Runtime:
         self.tool_format: Optional[ToolFormat] = None
         self.max_body_bytes = config.server.max_body_bytes if config.server else DEFAULT_MAX_BODY_BYTES
         self.draining = False
+        self.failure: Optional[str] = None  # why the engine can no longer serve (a lost distributed rank)
         self.started = int(time.time())
         self.live: set["Generation"] = set()  # submitted requests whose response is still open
         self._limiter: Optional[anyio.CapacityLimiter] = None
@@ -86,7 +87,13 @@ class Runtime:
             gen.cut(error)
         return len(live)
 
+    def fail(self, message: str) -> None:
+        """The engine is gone for good: /health and every request answer 503 from now on."""
+        self.failure = message
+
     def gate_error(self) -> Optional[APIError]:
+        if self.failure is not None:
+            return unavailable(self.failure, "engine_error")
         if self.draining:
             return unavailable("the server is shutting down", "server_shutting_down")
         if not self.ready:

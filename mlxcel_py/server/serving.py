@@ -126,12 +126,17 @@ def _in_daemon_thread(loop: asyncio.AbstractEventLoop, fn: Callable[[], Any]) ->
     return future
 
 
-async def _serve(server: GracefulServer, sock: socket.socket, config: AppConfig, url: str) -> None:
+async def _serve(server: GracefulServer, sock: socket.socket, config: AppConfig, url: str, cluster=None) -> None:
+    """Serve `config`; with a `cluster` (rank 0 of several) the model is sharded and the runner leads."""
     from ..engine import engine_session
     from ..models import load_model
 
     serving = asyncio.ensure_future(server.serve(sockets=[sock]))
-    loading = _in_daemon_thread(asyncio.get_running_loop(), lambda: load_model(config.model.path, on_progress=log.info))
+    if cluster is None:
+        load = lambda: load_model(config.model.path, on_progress=log.info)  # noqa: E731
+    else:
+        load = lambda: cluster.load(config)  # noqa: E731
+    loading = _in_daemon_thread(asyncio.get_running_loop(), load)
     await asyncio.wait({serving, loading}, return_when=asyncio.FIRST_COMPLETED)
     if not loading.done():  # stopped by a signal while loading
         loading.cancel()
@@ -140,8 +145,11 @@ async def _serve(server: GracefulServer, sock: socket.socket, config: AppConfig,
     ready = False
     try:
         loaded = loading.result()
-        with engine_session(config.engine, loaded) as worker:
+        runner = None if cluster is None else cluster.leader_runner(loaded)
+        with engine_session(config.engine, loaded, runner) as worker:
             server.runtime.attach(worker, loaded)
+            if cluster is not None:
+                cluster.watch(runner, server.runtime, worker)
             # The loader and build_engine have logged the weights path and the context per slot.
             log.info("ready: serving %s on %s", server.runtime.model_id, url)
             ready = True
@@ -161,6 +169,14 @@ def serve_forever(config: AppConfig) -> None:
         raise ServeError("serve_forever needs a serve config")
     setup_logging(config.server.log_level)
     preload_blas(config.blas)
+    cluster = None
+    if config.distributed is not None:  # under mlx.launch: only rank 0 binds the port
+        from .cluster import join
+
+        cluster = join(config.distributed)
+        if cluster is not None and cluster.rank != 0:
+            cluster.follow(config)
+            return
     sock = bind_socket(config.server.host, config.server.port)
     bound = dataclasses.replace(config.server, port=sock.getsockname()[1])
     for line in startup_summary(dataclasses.replace(config, server=bound)):
@@ -170,5 +186,5 @@ def serve_forever(config: AppConfig) -> None:
     app = create_app(None, None, config)
     log.info("loading the model; /health answers 503 until it is ready")
     url = f"http://{bound.host}:{bound.port}"
-    asyncio.run(_serve(make_server(app, config), sock, config, url))
+    asyncio.run(_serve(make_server(app, config), sock, config, url, cluster))
     log.info("stopped")

@@ -15,6 +15,8 @@ router = APIRouter()
 @router.get("/v1/health", include_in_schema=False)
 async def health(request: Request) -> JSONResponse:
     rt = runtime(request)
+    if rt.failure is not None:
+        return JSONResponse({"status": "error", "error": rt.failure}, status_code=503)
     if rt.draining:
         return JSONResponse({"status": "shutting_down"}, status_code=503)
     if not rt.ready:
