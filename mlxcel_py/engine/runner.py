@@ -48,6 +48,7 @@ class Runner:
     def __init__(self, model):
         self.model = model
         self._project = _project_fn(model)
+        self._fast_decode = getattr(model, "mlxcel_decode", None)  # models/cpu_decode.py, CPU only
         self._prefill: dict[int, list] = {}
         self._samplers: dict[int, SequenceSampler] = {}
         self._last: dict[int, int] = {}
@@ -123,8 +124,11 @@ class Runner:
     def decode(self, work: DecodeWork) -> tuple[int, ...]:
         if tuple(self._rows) != work.seq_ids:
             raise RuntimeError(f"runner rows {self._rows} do not match the decode batch {work.seq_ids}")
-        inputs = mx.array([[self._last[s]] for s in self._rows])
-        logits = self.model(inputs, cache=self._batch)[:, -1, :]
+        last = [self._last[s] for s in self._rows]
+        if self._fast_decode is not None:
+            logits = self._fast_decode(last, self._batch)
+        else:
+            logits = self.model(mx.array(last)[:, None], cache=self._batch)[:, -1, :]
         tokens = sample_rows(logits, [self._samplers[s] for s in self._rows]).tolist()
         for seq_id, token in zip(self._rows, tokens):
             self._note(seq_id, token)

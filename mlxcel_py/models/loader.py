@@ -61,12 +61,21 @@ def load_model(
     else:
         raise ModelLoadError(f"not a model: {path} (expected a .gguf file or an mlx-lm model directory)")
     if use_dense and cpu_is_default():
-        from .cpu_kernels import install
-
-        if install(loaded.model):
-            loaded = replace(loaded, description=loaded.description + ", prefill attention+SwiGLU in numpy")
+        loaded = _install_cpu_kernels(loaded)
     log.info("loaded %s: %s", loaded.name, loaded.description)
     return loaded
+
+
+def _install_cpu_kernels(loaded: LoadedModel) -> LoadedModel:
+    """numpy prefill attention/SwiGLU and the numpy decode step (docs/CPU_FAST_PATH.md)."""
+    from . import cpu_decode, cpu_kernels
+
+    notes = []
+    if cpu_kernels.install(loaded.model):
+        notes.append("prefill attention+SwiGLU in numpy")
+    if cpu_decode.install(loaded.model) is not None:
+        notes.append("decode in numpy")
+    return replace(loaded, description=", ".join([loaded.description, *notes]))
 
 
 def _describe(base: str, weights: str) -> str:
