@@ -36,8 +36,7 @@ from mlx_lm.models.cache import make_prompt_cache  # noqa: E402
 from mlx.utils import tree_flatten  # noqa: E402
 
 from mlxcel_py.models import cpu_decode, load_model  # noqa: E402
-from mlxcel_py.models.cpu_decode import _rms_norm, _rotate, _silu_mul, attend  # noqa: E402
-from mlxcel_py.models.cpu_linear import linear  # noqa: E402
+from mlxcel_py.models import cpu_decode_kernels as K  # noqa: E402
 
 CLASSES = ("q/k/v proj", "o proj", "gate/up proj", "down proj", "LM head", "attention + KV write",
            "norms, rope, SwiGLU, residuals", "step setup (embed, mask, KV)", "sampling (greedy)")
@@ -59,7 +58,7 @@ def read_bandwidth() -> float:
     big = np.ones((1 << 18, 1024), dtype=np.float32)
     x, out = np.ones((1, 1024), np.float32), np.empty((1, 1 << 18), np.float32)
     best = 0.0
-    for fn in (lambda: big.sum(), lambda: linear(x, big, out)):
+    for fn in (lambda: big.sum(), lambda: K.linear(x, big, out)):
         fn()
         for _ in range(3):
             start = time.perf_counter()
@@ -140,45 +139,39 @@ def mlx_step(model, tokens: list[int], caches: list, tm: Timer) -> mx.array:
 
 
 def numpy_step(dec, tokens: list[int], caches: list, tm: Timer) -> mx.array:
-    """CpuDecoder.__call__, the same calls, timed per class."""
+    """CpuDecoder.__call__ with its layer_step taken apart into the same kernels, timed per class."""
     rows, ew = len(tokens), "norms, rope, SwiGLU, residuals"
-    nq, nk, hd = dec.heads * dec.head_dim, dec.kv_heads * dec.head_dim, dec.head_dim
     with tm("step setup (embed, mask, KV)"):
-        positions, mask = dec._kv.begin(caches, rows)
+        positions, left_pad, views = dec._kv.begin(caches, rows)
         cos, sin = dec._rope.at(positions)
         h = dec._embed[np.asarray(tokens)]
-    for i, w in enumerate(dec._layers):
+        idx = caches[0]._idx
+    for w, (keys, values) in zip(dec._layers, views):
         with tm(ew):
-            x = _rms_norm(h, w.norm1, dec.eps)
+            x = K.rms_norm(h, w.norm1, dec.eps)
         with tm("q/k/v proj"):
-            qkv = linear(x, w.qkv)
+            qkv = K.product(x, w.qkv)
         with tm(ew):
-            q = _rotate(qkv[:, :nq].reshape(rows, dec.heads, hd), cos, sin)
-            k = _rotate(qkv[:, nq : nq + nk].reshape(rows, dec.kv_heads, hd), cos, sin)
-            v = qkv[:, nq + nk :].reshape(rows, dec.kv_heads, hd)
+            K.rope(qkv, cos, sin, dec.heads + dec.kv_heads, dec.head_dim)
         with tm("attention + KV write"):
-            keys, values = dec._kv.append(i, k, v)
-            o = attend(q, keys, values, mask, dec.scale)
+            K.write_kv(qkv, keys, values, idx, dec.heads)
+            o = K.attend(qkv, keys, values, idx + 1, left_pad, dec.heads, dec.scale)
         with tm("o proj"):
-            o = linear(o, w.o)
+            h += K.product(o, w.o)
         with tm(ew):
-            h = h + o
-            x = _rms_norm(h, w.norm2, dec.eps)
+            x = K.rms_norm(h, w.norm2, dec.eps)
         with tm("gate/up proj"):
-            gu = linear(x, w.gate_up)
+            gu = K.product(x, w.gate_up)
         with tm(ew):
-            ffn = gu.shape[1] // 2
-            s = _silu_mul(gu[:, :ffn], gu[:, ffn:])
+            s = K.silu_mul(gu)
         with tm("down proj"):
-            d = linear(s, w.down)
-        with tm(ew):
-            h = h + d
+            h += K.product(s, w.down)
     with tm("step setup (embed, mask, KV)"):
         dec._kv.end(caches, positions)
     with tm(ew):
-        h = _rms_norm(h, dec._norm, dec.eps)
+        h = K.rms_norm(h, dec._norm, dec.eps)
     with tm("LM head"):
-        logits = mx.array(linear(h, dec._head))
+        logits = mx.array(K.linear(h, dec._head))
     return logits
 
 

@@ -8,7 +8,8 @@ import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
 from mlxcel_py.models import cpu_decode
-from mlxcel_py.models.cpu_linear import MAX_STREAM_ROWS, linear
+from mlxcel_py.models import cpu_decode_kernels as K
+from mlxcel_py.models.cpu_decode_kernels import MAX_STREAM_ROWS, linear
 
 from tiny import reference_model, tiny_model
 
@@ -98,15 +99,41 @@ def test_extracted_row_is_a_private_copy():
     np.testing.assert_array_equal(np.array(snap.keys), before)
 
 
-@pytest.mark.parametrize("rows", [1, 3, MAX_STREAM_ROWS, MAX_STREAM_ROWS + 1])
-def test_linear_matches_matmul_and_a_row_does_not_depend_on_its_batch(rows):
+@pytest.mark.parametrize("rows", [1, 3, 4, 6, MAX_STREAM_ROWS, MAX_STREAM_ROWS + 1])
+@pytest.mark.parametrize("out_rows", [64, 70])  # 70: rows past the last 4-row tile
+def test_linear_matches_matmul(rows, out_rows):
     rng = np.random.default_rng(rows)
     x = rng.standard_normal((rows, 96), dtype=np.float32)
-    w = rng.standard_normal((70, 96), dtype=np.float32)
-    out = linear(x, w)
-    np.testing.assert_allclose(out, x @ w.T, rtol=1e-5, atol=1e-5)
-    if rows <= MAX_STREAM_ROWS:
-        np.testing.assert_array_equal(linear(x[-1:], w)[0], out[-1])
+    w = rng.standard_normal((out_rows, 96), dtype=np.float32)
+    np.testing.assert_allclose(linear(x, w), x @ w.T, rtol=1e-5, atol=1e-4)
+
+
+def test_layer_kernels_match_numpy():
+    rng = np.random.default_rng(0)
+    h = rng.standard_normal((3, 32), dtype=np.float32)
+    weight = rng.standard_normal(32, dtype=np.float32)
+    want = h / np.sqrt(np.mean(h * h, axis=-1, keepdims=True) + 1e-5) * weight
+    np.testing.assert_allclose(K.rms_norm(h, weight, 1e-5), want, rtol=1e-5, atol=1e-6)
+    gu = rng.standard_normal((3, 40), dtype=np.float32)
+    silu = gu[:, :20] / (1 + np.exp(-gu[:, :20])) * gu[:, 20:]
+    np.testing.assert_allclose(K.silu_mul(gu), silu, rtol=1e-5, atol=1e-6)
+
+
+def test_attention_kernel_masks_each_rows_left_padding():
+    rng = np.random.default_rng(1)
+    rows, heads, kv_heads, dim, end = 2, 4, 2, 8, 6
+    qkv = rng.standard_normal((rows, (heads + 2 * kv_heads) * dim), dtype=np.float32)
+    keys = rng.standard_normal((rows, kv_heads, 10, dim), dtype=np.float32)
+    values = rng.standard_normal((rows, kv_heads, 10, dim), dtype=np.float32)
+    pad = np.array([0, 3])
+    got = K.attend(qkv, keys, values, end, pad, heads, 0.5)
+    for b in range(rows):
+        for h in range(heads):
+            q, kv = qkv[b, h * dim : (h + 1) * dim], h // (heads // kv_heads)
+            s = keys[b, kv, pad[b] : end] @ q * 0.5
+            p = np.exp(s - s.max())
+            want = p @ values[b, kv, pad[b] : end] / p.sum()
+            np.testing.assert_allclose(got[b, h * dim : (h + 1) * dim], want, rtol=1e-5, atol=1e-5)
 
 
 def test_unsupported_models_keep_mlx_lms_decode():

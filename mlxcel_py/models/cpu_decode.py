@@ -1,11 +1,12 @@
-"""Batched decode steps for dense float32 llama models on the CPU, in numpy.
+"""Batched decode steps for dense float32 llama models on the CPU, outside MLX.
 
 A decode step runs 30 layers x 7 small products plus the LM head; through MLX each one is an
 OpenBLAS GEMM that packs (copies) the whole weight, and the graph costs ~2 ms a step to build.
-Here the step is plain numpy over views of the model's own weights (no copies), with the
-products in `cpu_linear` (each weight streamed once) and the new keys/values written in place
-into the runner's mlx-lm `BatchKVCache`, whose bookkeeping (offsets, left padding) is kept
-exactly as `update_and_fetch` keeps it. Prefill, and every other device or model, is mlx-lm's.
+Here each layer is one numba call (`cpu_decode_kernels.layer_step`) over numpy views of the
+model's own weights (q/k/v and gate/up fused once at install, no copies kept), streaming each
+weight once, and writing the new keys/values in place into the runner's mlx-lm
+`BatchKVCache`, whose bookkeeping (offsets, left padding) is advanced exactly as
+`update_and_fetch` advances it. Prefill, and every other device or model, is mlx-lm's.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx_lm.models.cache import BatchKVCache
 
-from .cpu_linear import linear
+from .cpu_decode_kernels import layer_step, linear, rms_norm
 
 log = logging.getLogger("mlxcel_py.models")
 
@@ -82,37 +83,16 @@ class _Rope:
         self.cos = self.sin = np.zeros((0, self._half), np.float32)
 
     def at(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(B, 1, half) cos and sin for one position per row."""
+        """(B, head_dim / 2) cos and sin for one position per row."""
         need = int(positions.max()) + 1
         if need > self._len:
             self._grow(max(need, 2 * self._len, 512))
-        return self.cos[positions][:, None], self.sin[positions][:, None]
+        return self.cos[positions], self.sin[positions]
 
     def _grow(self, length: int) -> None:
         unit = mx.concatenate([mx.ones((self._half,)), mx.zeros((self._half,))])
         table = np.array(self._rope(mx.broadcast_to(unit, (1, 1, length, 2 * self._half)), offset=0)[0, 0])
         self.cos, self.sin, self._len = table[:, : self._half].copy(), table[:, self._half :].copy(), length
-
-
-def _rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
-    """Rotate-half RoPE of x (B, heads, D) with (B, 1, D/2) cos/sin."""
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]
-    return np.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)
-
-
-def _rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
-    scale = 1.0 / np.sqrt(np.mean(np.square(x), axis=-1, keepdims=True) + np.float32(eps))
-    return (x * scale) * weight
-
-
-def _silu_mul(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
-    out = np.negative(gate)
-    np.exp(out, out=out)
-    out += 1.0
-    np.divide(gate, out, out=out)
-    out *= up
-    return out
 
 
 class CpuDecoder:
@@ -140,64 +120,36 @@ class CpuDecoder:
         )
 
     def __call__(self, tokens: Sequence[int], caches: list) -> mx.array:
-        rows = len(tokens)
-        positions, mask = self._kv.begin(caches, rows)
+        positions, left_pad, views = self._kv.begin(caches, len(tokens))
         cos, sin = self._rope.at(positions)
         h = self._embed[np.asarray(tokens)]
-        nq, nk = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        for i, w in enumerate(self._layers):
-            qkv = linear(_rms_norm(h, w.norm1, self.eps), w.qkv)
-            q = _rotate(qkv[:, :nq].reshape(rows, self.heads, self.head_dim), cos, sin)
-            k = _rotate(qkv[:, nq : nq + nk].reshape(rows, self.kv_heads, self.head_dim), cos, sin)
-            v = qkv[:, nq + nk :].reshape(rows, self.kv_heads, self.head_dim)
-            keys, values = self._kv.append(i, k, v)
-            h = h + linear(attend(q, keys, values, mask, self.scale), w.o)
-            gu = linear(_rms_norm(h, w.norm2, self.eps), w.gate_up)
-            ffn = gu.shape[1] // 2
-            h = h + linear(_silu_mul(gu[:, :ffn], gu[:, ffn:]), w.down)
+        idx = caches[0]._idx
+        for w, (keys, values) in zip(self._layers, views):
+            layer_step(h, w.norm1, w.qkv, w.o, w.norm2, w.gate_up, w.down, keys, values, idx, left_pad,
+                       cos, sin, self.heads, self.scale, self.eps)
         self._kv.end(caches, positions)
-        return mx.array(linear(_rms_norm(h, self._norm, self.eps), self._head))
-
-
-def attend(q: np.ndarray, keys: np.ndarray, values: np.ndarray, mask: np.ndarray, scale: float) -> np.ndarray:
-    """One query per row: q (B, H, D), keys/values (B, KV, S, D), additive mask (B, 1, 1, S)."""
-    rows, heads, dim = q.shape
-    kv_heads = keys.shape[1]
-    qg = (q * np.float32(scale)).reshape(rows, kv_heads, heads // kv_heads, dim)
-    scores = np.matmul(qg, keys.transpose(0, 1, 3, 2))
-    scores += mask
-    scores -= scores.max(axis=-1, keepdims=True)
-    np.exp(scores, out=scores)
-    out = np.matmul(scores, values)
-    out /= scores.sum(axis=-1, keepdims=True)
-    return out.reshape(rows, heads * dim)
+        return mx.array(linear(rms_norm(h, self._norm, self.eps), self._head))
 
 
 class _KvWriter:
-    """Writes one position per row into each layer's BatchKVCache, in place.
+    """Hands out each layer's BatchKVCache buffers as writable numpy views, and afterwards
+    advances the caches' bookkeeping exactly as `update_and_fetch` would.
 
     Writing in place needs buffers nobody else holds: a buffer the cache got from mlx-lm (a
     merge, extend, filter or its own growth) is copied once into a fresh one with spare
     capacity, and remembered on the cache; later steps write into it directly."""
 
-    def __init__(self):
-        self._views: list[tuple[np.ndarray, np.ndarray]] = []
-        self._idx = 0
-
-    def begin(self, caches: list, rows: int) -> tuple[np.ndarray, np.ndarray]:
-        """(positions (B,), additive mask (B, 1, 1, idx + 1)) for this step."""
+    def begin(self, caches: list, rows: int) -> tuple[np.ndarray, np.ndarray, list]:
+        """(positions (B,), left padding (B,), per-layer (keys, values) views) for this step."""
         first = caches[0]
         idx = first._idx
         if any(type(c) is not BatchKVCache or c._idx != idx or c.keys is None for c in caches):
             raise RuntimeError("decode needs one filled BatchKVCache per layer, all at one position")
-        self._views = [self._own(c, idx) for c in caches]
-        self._idx = idx
         positions = np.asarray(first.offset).astype(np.int64)
-        pad = np.asarray(first.left_padding)
         if positions.shape[0] != rows:
             raise RuntimeError(f"KV cache has {positions.shape[0]} rows, the step {rows}")
-        mask = np.where(np.arange(idx + 1)[None, :] < pad[:, None], -np.inf, 0.0).astype(np.float32)
-        return positions, mask[:, None, None, :]
+        left_pad = np.asarray(first.left_padding).astype(np.int64)
+        return positions, left_pad, [self._own(c, idx) for c in caches]
 
     @staticmethod
     def _own(cache: BatchKVCache, idx: int) -> tuple[np.ndarray, np.ndarray]:
@@ -215,19 +167,12 @@ class _KvWriter:
         cache._mlxcel_kv = (cache.keys, cache.values, kview, vview)
         return kview, vview
 
-    def append(self, layer: int, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        kview, vview = self._views[layer]
-        kview[:, :, self._idx] = k
-        vview[:, :, self._idx] = v
-        end = self._idx + 1
-        return kview[:, :, :end], vview[:, :, :end]
-
-    def end(self, caches: list, positions: np.ndarray) -> None:
+    @staticmethod
+    def end(caches: list, positions: np.ndarray) -> None:
         offset = mx.array((positions + 1).astype(np.int32))
         for cache in caches:
-            cache._idx = self._idx + 1
+            cache._idx += 1
             cache.offset = offset
-        self._views = []
 
 
 def install(model) -> Optional[CpuDecoder]:
