@@ -63,6 +63,12 @@ def test_decode_matches_mlx_lm_at_batch_1_and_ragged_batch_3(lengths):
     assert compare(model, [prompt(n, i) for i, n in enumerate(lengths)], 12) < ATOL
 
 
+def test_untied_lm_head_decodes_like_mlx_lm():
+    model = reference_model(400, seed=3, tied=False)
+    assert cpu_decode.install(model) is not None
+    assert compare(model, [prompt(7, 7), prompt(3, 8)], 6) < ATOL
+
+
 def test_decode_grows_kv_and_rope_tables_past_their_first_size():
     model = tiny_model().model
     # rows cross the KV capacity step (256) and the first rope table (512 positions)

@@ -20,7 +20,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx_lm.models.cache import BatchKVCache
 
-from .cpu_decode_kernels import layer_step, linear, rms_norm
+from .cpu_decode_kernels import layer_step, linear, rms_norm, warm_up
 
 log = logging.getLogger("mlxcel_py.models")
 
@@ -181,6 +181,7 @@ def install(model) -> Optional[CpuDecoder]:
     if why is not None:
         log.info("decode stays in mlx-lm: %s", why)
         return None
+    warm_up()
     decoder = CpuDecoder(model)
     model.mlxcel_decode = decoder
     return decoder

@@ -194,3 +194,15 @@ def layer_step(h, norm1, wqkv, wo, norm2, wgu, wd, keys, values, idx, left_pad, 
     write_kv(qkv, keys, values, idx, heads)
     h += product(attend(qkv, keys, values, idx + 1, left_pad, heads, scale), wo)
     h += product(silu_mul(product(rms_norm(h, norm2, eps), wgu)), wd)
+
+
+def warm_up() -> None:
+    """Compile (or load from numba's cache) every kernel for the types a decode step passes,
+    so the first request does not pay for it (~10 s uncached on a busy 2-core machine)."""
+    f32 = np.float32
+    h, w = np.zeros((1, 8), f32), np.zeros((8, 8), f32)
+    kv = np.zeros((1, 1, 4, 4), f32)
+    trig = np.zeros((1, 2), f32)
+    layer_step(h, h[0], np.zeros((16, 8), f32), w, h[0], np.zeros((16, 8), f32), w, kv, kv.copy(), 0,
+               np.zeros(1, np.int64), trig, trig, 2, 0.5, 1e-5)
+    linear(rms_norm(h, h[0], 1e-5), w)
