@@ -60,6 +60,7 @@ class Runner:
         self.model = model
         self.compiler = compiler  # grammars for constrained sequences (built lazily per model)
         self._project = _project_fn(model)
+        self._fast_decode = getattr(model, "mlxcel_decode", None)  # models/cpu_decode.py, CPU only
         self._prefill: dict[int, list] = {}
         self._samplers: dict[int, SequenceSampler] = {}
         self._last: dict[int, int] = {}  # the latest sampled token of each decode row
@@ -163,8 +164,11 @@ class Runner:
     def _decode(self, seq_ids: tuple[int, ...]) -> list[SampledToken]:
         if tuple(self._rows) != seq_ids:
             self._reorder(seq_ids)
-        inputs = mx.array([[self._last[s]] for s in seq_ids])
-        logits = self.model(inputs, cache=self._batch)[:, -1, :]
+        last = [self._last[s] for s in seq_ids]
+        if self._fast_decode is not None:  # the CPU decode step (models/cpu_decode.py), same contract
+            logits = self._fast_decode(last, self._batch)
+        else:
+            logits = self.model(mx.array(last)[:, None], cache=self._batch)[:, -1, :]
         sampled = self._sample(logits, seq_ids)
         for seq_id, s in zip(seq_ids, sampled):
             self._last[seq_id] = s.token_id

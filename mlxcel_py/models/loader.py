@@ -63,10 +63,7 @@ def load_model(
         loaded = replace(loaded, name=hub_name)
     _materialize(loaded.model)
     if use_dense and cpu_is_default():
-        from .cpu_kernels import install
-
-        if install(loaded.model):
-            loaded = replace(loaded, description=loaded.description + ", prefill attention+SwiGLU in numpy")
+        loaded = _install_cpu_kernels(loaded)
     log.info("loaded %s: %s", loaded.name, loaded.description)
     return loaded
 
@@ -108,6 +105,18 @@ def _local_path(spec: str) -> tuple[Path, Optional[str]]:
     if hub is None:
         raise ModelLoadError(f"model path not found: {path}")
     return resolve_hub_id(hub), spec
+
+
+def _install_cpu_kernels(loaded: LoadedModel) -> LoadedModel:
+    """numpy prefill attention/SwiGLU and the numpy decode step (docs/CPU_FAST_PATH.md)."""
+    from . import cpu_decode, cpu_kernels
+
+    notes = []
+    if cpu_kernels.install(loaded.model):
+        notes.append("prefill attention+SwiGLU in numpy")
+    if cpu_decode.install(loaded.model) is not None:
+        notes.append("decode in numpy")
+    return replace(loaded, description=", ".join([loaded.description, *notes]))
 
 
 def _describe(base: str, weights: str) -> str:

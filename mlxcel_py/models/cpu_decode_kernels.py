@@ -1,0 +1,208 @@
+"""numba kernels for one decode step of a llama layer on the CPU (models/cpu_decode.py).
+
+The products: a decode step multiplies 1-8 rows by each weight matrix. OpenBLAS (through MLX
+or numpy) packs the whole weight for such a GEMM and reads it two or three times; a GEMV
+streams it once, but only for one row. `_stream` reads 4 weight rows at a time and multiplies
+them with 4 input rows at once (16 accumulators, each a SIMD register once LLVM vectorizes
+the k loop), so the weight crosses the memory bus once and the FMA units stay busy; leftover
+input rows take a 4x1 kernel. Everything is one thread: on a shared 2-core machine a second
+thread's barrier, once per product, costs more than its bandwidth gives (docs/CPU_FAST_PATH.md).
+
+The rest of the layer (RMS norms, RoPE, the KV write, attention, SwiGLU, residuals) is small
+but is 20-odd numpy calls a layer; `layer_step` runs it all in one call.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+# Rows above which OpenBLAS's GEMM (its packing amortized) is as fast as `_stream`.
+MAX_STREAM_ROWS = 16
+
+
+@njit(fastmath=True, cache=True, nogil=True)
+def _tile4(x, w, out, b, n):  # pragma: no cover - jitted
+    a00 = a01 = a02 = a03 = a10 = a11 = a12 = a13 = np.float32(0.0)
+    a20 = a21 = a22 = a23 = a30 = a31 = a32 = a33 = np.float32(0.0)
+    for k in range(x.shape[1]):
+        w0, w1, w2, w3 = w[n, k], w[n + 1, k], w[n + 2, k], w[n + 3, k]
+        x0, x1, x2, x3 = x[b, k], x[b + 1, k], x[b + 2, k], x[b + 3, k]
+        a00 += x0 * w0
+        a01 += x0 * w1
+        a02 += x0 * w2
+        a03 += x0 * w3
+        a10 += x1 * w0
+        a11 += x1 * w1
+        a12 += x1 * w2
+        a13 += x1 * w3
+        a20 += x2 * w0
+        a21 += x2 * w1
+        a22 += x2 * w2
+        a23 += x2 * w3
+        a30 += x3 * w0
+        a31 += x3 * w1
+        a32 += x3 * w2
+        a33 += x3 * w3
+    out[b, n], out[b, n + 1], out[b, n + 2], out[b, n + 3] = a00, a01, a02, a03
+    out[b + 1, n], out[b + 1, n + 1], out[b + 1, n + 2], out[b + 1, n + 3] = a10, a11, a12, a13
+    out[b + 2, n], out[b + 2, n + 1], out[b + 2, n + 2], out[b + 2, n + 3] = a20, a21, a22, a23
+    out[b + 3, n], out[b + 3, n + 1], out[b + 3, n + 2], out[b + 3, n + 3] = a30, a31, a32, a33
+
+
+@njit(fastmath=True, cache=True, nogil=True)
+def _row4(x, w, out, b, n):  # pragma: no cover - jitted
+    a0 = a1 = a2 = a3 = np.float32(0.0)
+    for k in range(x.shape[1]):
+        xv = x[b, k]
+        a0 += xv * w[n, k]
+        a1 += xv * w[n + 1, k]
+        a2 += xv * w[n + 2, k]
+        a3 += xv * w[n + 3, k]
+    out[b, n], out[b, n + 1], out[b, n + 2], out[b, n + 3] = a0, a1, a2, a3
+
+
+@njit(fastmath=True, cache=True, nogil=True)
+def _row1(x, w, out, b, n):  # pragma: no cover - jitted
+    acc = np.float32(0.0)
+    for k in range(x.shape[1]):
+        acc += x[b, k] * w[n, k]
+    out[b, n] = acc
+
+
+@njit(fastmath=True, cache=True, nogil=True)
+def _stream(x, w, out):  # pragma: no cover - jitted
+    rows, n_dim = x.shape[0], w.shape[0]
+    rows4, n4 = rows - rows % 4, n_dim - n_dim % 4
+    for n in range(0, n4, 4):  # 4 weight rows stay in L1 while every input row passes them
+        for b in range(0, rows4, 4):
+            _tile4(x, w, out, b, n)
+        for b in range(rows4, rows):
+            _row4(x, w, out, b, n)
+    for n in range(n4, n_dim):
+        for b in range(rows):
+            _row1(x, w, out, b, n)
+
+
+def linear(x: np.ndarray, w: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """`x @ w.T` for float32 x (B, K) and a C-contiguous float32 w (N, K); returns (B, N)."""
+    if x.shape[0] > MAX_STREAM_ROWS:
+        return np.matmul(x, w.T, out=out)
+    if out is None:
+        out = np.empty((x.shape[0], w.shape[0]), dtype=np.float32)
+    _stream(np.ascontiguousarray(x), w, out)
+    return out
+
+
+@njit(fastmath=True, cache=True, nogil=True)
+def rms_norm(h, weight, eps):  # pragma: no cover - jitted
+    out = np.empty_like(h)
+    for b in range(h.shape[0]):
+        total = np.float32(0.0)
+        for i in range(h.shape[1]):
+            total += h[b, i] * h[b, i]
+        scale = np.float32(1.0) / np.sqrt(total / np.float32(h.shape[1]) + np.float32(eps))
+        for i in range(h.shape[1]):
+            out[b, i] = h[b, i] * scale * weight[i]
+    return out
+
+
+@njit(fastmath=True, cache=True, nogil=True)
+def rope(qkv, cos, sin, num_heads, head_dim):  # pragma: no cover - jitted
+    """Rotate-half RoPE, in place, of the first `num_heads` heads of each row (q, then k)."""
+    half = head_dim // 2
+    for b in range(qkv.shape[0]):
+        for h in range(num_heads):
+            base = h * head_dim
+            for i in range(half):
+                x1, x2 = qkv[b, base + i], qkv[b, base + half + i]
+                qkv[b, base + i] = x1 * cos[b, i] - x2 * sin[b, i]
+                qkv[b, base + half + i] = x1 * sin[b, i] + x2 * cos[b, i]
+
+
+@njit(fastmath=True, cache=True, nogil=True)
+def write_kv(qkv, keys, values, idx, heads):  # pragma: no cover - jitted
+    """Store each row's new k and v (the parts of qkv after the q heads) at position idx."""
+    kv_heads, dim = keys.shape[1], keys.shape[3]
+    k0, v0 = heads * dim, (heads + kv_heads) * dim
+    for b in range(qkv.shape[0]):
+        for kv in range(kv_heads):
+            for d in range(dim):
+                keys[b, kv, idx, d] = qkv[b, k0 + kv * dim + d]
+                values[b, kv, idx, d] = qkv[b, v0 + kv * dim + d]
+
+
+@njit(fastmath=True, cache=True, nogil=True)
+def attend(qkv, keys, values, end, left_pad, heads, scale):  # pragma: no cover - jitted
+    """One query per row against keys/values[b, kv, left_pad[b]:end]; q is the head of qkv."""
+    rows, kv_heads, _, dim = keys.shape
+    group = heads // kv_heads
+    out = np.empty((rows, heads * dim), dtype=np.float32)
+    scores = np.empty(end, dtype=np.float32)
+    for b in range(rows):
+        start = left_pad[b]
+        for h in range(heads):
+            kv, q0 = h // group, h * dim
+            top = np.float32(-np.inf)
+            for j in range(start, end):
+                s = np.float32(0.0)
+                for d in range(dim):
+                    s += qkv[b, q0 + d] * keys[b, kv, j, d]
+                s *= scale
+                scores[j] = s
+                top = max(top, s)
+            total = np.float32(0.0)
+            acc = out[b, q0 : q0 + dim]
+            acc[:] = 0.0
+            for j in range(start, end):
+                p = np.exp(scores[j] - top)
+                total += p
+                for d in range(dim):
+                    acc[d] += p * values[b, kv, j, d]
+            for d in range(dim):
+                acc[d] /= total
+    return out
+
+
+@njit(fastmath=True, cache=True, nogil=True)
+def silu_mul(gate_up):  # pragma: no cover - jitted
+    """SwiGLU of a fused (B, 2F) gate|up product: silu(gate) * up."""
+    ffn = gate_up.shape[1] // 2
+    out = np.empty((gate_up.shape[0], ffn), dtype=np.float32)
+    for b in range(gate_up.shape[0]):
+        for i in range(ffn):
+            g = gate_up[b, i]
+            out[b, i] = g / (np.float32(1.0) + np.exp(-g)) * gate_up[b, ffn + i]
+    return out
+
+
+@njit(fastmath=True, cache=True, nogil=True)
+def product(x, w):  # pragma: no cover - jitted
+    out = np.empty((x.shape[0], w.shape[0]), dtype=np.float32)
+    _stream(x, w, out)
+    return out
+
+
+@njit(fastmath=True, cache=True, nogil=True)
+def layer_step(h, norm1, wqkv, wo, norm2, wgu, wd, keys, values, idx, left_pad, cos, sin,
+               heads, scale, eps):  # pragma: no cover - jitted
+    """One llama layer for one new token per row: h (B, hidden) updated in place, and the
+    row's k/v written at position `idx` of keys/values (B, kv_heads, capacity, head_dim)."""
+    kv_heads, dim = keys.shape[1], keys.shape[3]
+    qkv = product(rms_norm(h, norm1, eps), wqkv)
+    rope(qkv, cos, sin, heads + kv_heads, dim)
+    write_kv(qkv, keys, values, idx, heads)
+    h += product(attend(qkv, keys, values, idx + 1, left_pad, heads, scale), wo)
+    h += product(silu_mul(product(rms_norm(h, norm2, eps), wgu)), wd)
+
+
+def warm_up() -> None:
+    """Compile (or load from numba's cache) every kernel for the types a decode step passes,
+    so the first request does not pay for it (~10 s uncached on a busy 2-core machine)."""
+    f32 = np.float32
+    h, w = np.zeros((1, 8), f32), np.zeros((8, 8), f32)
+    kv = np.zeros((1, 1, 4, 4), f32)
+    trig = np.zeros((1, 2), f32)
+    layer_step(h, h[0], np.zeros((16, 8), f32), w, h[0], np.zeros((16, 8), f32), w, kv, kv.copy(), 0,
+               np.zeros(1, np.int64), trig, trig, 2, 0.5, 1e-5)
+    linear(rms_norm(h, h[0], 1e-5), w)
