@@ -1,9 +1,10 @@
 """Engine logprobs -> OpenAI's two shapes: chat's `logprobs.content` entries and the legacy
 completions arrays (`tokens`, `token_logprobs`, `top_logprobs`, `text_offset`).
 
-A token's text is its exact bytes (the `bytes` field) decoded as UTF-8, a byte sequence cut
-inside a character shown as U+FFFD; `text_offset` counts characters of the returned text,
-a token inside a character pointing at that character.
+A token's text is its exact bytes (the `bytes` field) decoded as UTF-8; a token that is not
+valid UTF-8 alone (a character split over tokens) is written as OpenAI does, `bytes:\\xe2\\x80`.
+`text_offset` counts characters of the returned text, a token inside a character pointing
+at that character.
 """
 
 from __future__ import annotations
@@ -42,6 +43,13 @@ class TokenPieces:
         return self._tokenizer.decode([token]).encode("utf-8")
 
 
+def token_text(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "bytes:" + "".join(f"\\x{b:02x}" for b in raw)
+
+
 @dataclass(frozen=True, slots=True)
 class Alternative:
     token: str
@@ -70,7 +78,7 @@ class RowMaker:
 
     def _alternative(self, token: int, logprob: float) -> Alternative:
         raw = self._pieces.bytes_of(token)
-        return Alternative(raw.decode("utf-8", errors="replace"), list(raw), _finite(logprob))
+        return Alternative(token_text(raw), list(raw), _finite(logprob))
 
     def row(self, lp: Optional[TokenLogprobs], token_id: Optional[int] = None) -> TokenRow:
         token = lp.token_id if lp is not None else token_id
@@ -78,9 +86,9 @@ class RowMaker:
         offset = self._chars
         self._chars += len(self._decoder.decode(raw))
         if lp is None:
-            return TokenRow(raw.decode("utf-8", errors="replace"), list(raw), None, None, offset)
+            return TokenRow(token_text(raw), list(raw), None, None, offset)
         top = [self._alternative(t, v) for t, v in lp.top]
-        return TokenRow(raw.decode("utf-8", errors="replace"), list(raw), _finite(lp.logprob), top, offset)
+        return TokenRow(token_text(raw), list(raw), _finite(lp.logprob), top, offset)
 
 
 def chat_logprobs(rows: list[TokenRow]) -> dict:

@@ -27,8 +27,8 @@ class LogprobsAsk:
 
 
 def _token_id(key: Any) -> int:
-    if isinstance(key, int):
-        return key
+    if isinstance(key, int) and not isinstance(key, bool):
+        return key  # negative ids are refused by SamplingParams
     if isinstance(key, str) and key.strip().isdigit():
         return int(key)
     raise APIError(400, f"logit_bias keys must be token ids such as \"15\" (got {key!r})", param="logit_bias")
