@@ -75,6 +75,29 @@ def test_every_field_is_honoured_refused_or_documented_as_ignored():
     assert not HONOURED & refused and set(CHANGING) == refused
 
 
+def _docs_table() -> dict[str, tuple[str, str]]:
+    """docs/SERVER.md's field table: field -> (route, status)."""
+    docs = (Path(__file__).parents[1] / "docs" / "SERVER.md").read_text()
+    rows = {}
+    for line in docs.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 4 and cells[2] in ("honoured", "refused", "ignored"):
+            rows.update({name: (cells[1], cells[2]) for name in re.findall(r"`([a-z_]+)`", cells[0])})
+    return rows
+
+
+def test_the_docs_table_is_exact():
+    table = _docs_table()
+    declared = set(ChatRequest.model_fields) | set(CompletionRequest.model_fields)
+    assert set(table) == declared
+    by_status = {status: {f for f, (_, s) in table.items() if s == status} for status in ("honoured", "refused", "ignored")}
+    assert by_status == {"honoured": HONOURED, "refused": {row.field for row in NOT_SUPPORTED_YET},
+                         "ignored": _ignored_in_docs()}
+    for field, (route, _) in table.items():
+        chat, completions = field in ChatRequest.model_fields, field in CompletionRequest.model_fields
+        assert route == {(True, True): "both", (True, False): "chat", (False, True): "compl."}[chat, completions], field
+
+
 def _kind(field):
     return COMPLETIONS if field not in ChatRequest.model_fields else CHAT
 
