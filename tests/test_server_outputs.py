@@ -30,6 +30,8 @@ BAD = {
     "llama-server json_schema bad": (COMPLETIONS, {"json_schema": {"type": "object", "uniqueItems": True,
                                      "properties": {"a": {"type": "array", "uniqueItems": True}}}},
                                      "json_schema", "uniqueItems"),
+    "x-guidance not an object": (CHAT, {"response_format": {"type": "json_schema", "json_schema": {
+        "schema": {"type": "object", "x-guidance": 5}}}}, "response_format", "x-guidance must be an object"),
     "bad GBNF": (CHAT, {"grammar": 'root ::= "a" missing'}, "grammar", "missing"),
     "two constraints": (CHAT, {"grammar": 'root ::= "a"', "response_format": {"type": "json_object"}},
                         "grammar", "only one of"),
@@ -237,3 +239,15 @@ def test_tools_and_tool_results_reach_the_template(http):
     assert got == expected
     none = _post(http, CHAT, {**BASE[CHAT], "messages": history, "tools": [PICK], "tool_choice": "none"})
     assert none["usage"]["prompt_tokens"] < got  # with tool_choice none the tools are not shown
+
+
+def test_a_grammar_that_fails_mid_generation_fails_its_request_alone(http):
+    """`"a"{50000}` compiles but exceeds one of llguidance's limits at its first token."""
+    plain = {**BASE[COMPLETIONS], "max_tokens": 12, "ignore_eos": True}
+    before = _post(http, COMPLETIONS, plain)["choices"][0]["text"]
+    bad = {**BASE[COMPLETIONS], "grammar": 'root ::= "a"{50000}'}
+    resp = http.post(COMPLETIONS, json=bad)
+    assert resp.status_code == 500 and "the grammar failed during generation" in error_of(resp)["message"]
+    frames = stream_post(http, COMPLETIONS, bad)
+    assert frames[-3]["choices"][0]["finish_reason"] == "error" and "grammar" in frames[-2]["error"]["message"]
+    assert _post(http, COMPLETIONS, plain)["choices"][0]["text"] == before  # the engine carries on

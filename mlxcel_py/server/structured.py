@@ -110,9 +110,7 @@ def output_plan(body: GenerationRequest, fmt: Optional[ToolFormat], compiler: An
     try:
         tools, legacy = _tools(body)
         forced = call_constraint(tools, fmt) if tools is not None and fmt is not None else None
-    except APIError:
-        raise
-    except RequestError as exc:
+    except RequestError as exc:  # ToolCallError names its field
         raise APIError(400, str(exc), param=exc.param) from None
     specs = _format_specs(body)
     if forced is not None:
