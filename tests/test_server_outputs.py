@@ -17,7 +17,8 @@ PICK = {"type": "function", "function": {"name": "pick", "parameters": {
     "type": "object", "properties": {"n": {"enum": [1, 2, 3]}}, "required": ["n"], "additionalProperties": False}}}
 OTHER = {"type": "function", "function": {"name": "other", "parameters": {
     "type": "object", "properties": {}, "additionalProperties": False}}}
-SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": False}
+SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+          "additionalProperties": False}
 # Whitespace-free JSON keeps the random model's documents short.
 COMPACT = {**SCHEMA, "x-guidance": {"whitespace_flexible": False}}
 # (path, extra body fields, param, a fragment of the message)
@@ -68,7 +69,8 @@ BAD = {
     "n_probs with logprobs": (COMPLETIONS, {"n_probs": 2, "logprobs": 2}, "n_probs", "send one"),
     "max_tokens zero without echo": (COMPLETIONS, {"max_tokens": 0}, "max_tokens", ""),
 }
-BASE = {CHAT: {"messages": MSG, "max_tokens": 4, **GREEDY}, COMPLETIONS: {"prompt": "The quick", "max_tokens": 4, **GREEDY}}
+BASE = {CHAT: {"messages": MSG, "max_tokens": 4, **GREEDY},
+        COMPLETIONS: {"prompt": "The quick", "max_tokens": 4, **GREEDY}}
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +162,8 @@ def test_echo_with_logprobs_scores_the_prompt_in_the_legacy_shape(http, srv):
         assert top[token] == value and 2 <= len(top) <= 3  # the 2 best, plus the sampled token
     # offsets locate each token in the returned text (the prompt is plain ASCII)
     offsets = lp["text_offset"]
-    assert [choice["text"][o : o + len(t)] for t, o in zip(lp["tokens"], offsets)][: len(ids)] == lp["tokens"][: len(ids)]
+    located = [choice["text"][o : o + len(t)] for t, o in zip(lp["tokens"], offsets)]
+    assert located[: len(ids)] == lp["tokens"][: len(ids)]
     assert offsets[len(ids)] == len(prompt) and offsets == sorted(offsets)
     frames = _streamed(http, COMPLETIONS, body)
     assert frames[0]["choices"][0]["text"] == prompt
@@ -189,7 +192,8 @@ def test_logit_bias_forms_agree_and_ban(http):
 def test_penalties_change_the_reply_deterministically(http):
     body = {**BASE[COMPLETIONS], "max_tokens": 24, "ignore_eos": True}
     texts = {}
-    for name, extra in (("plain", {}), ("presence", {"presence_penalty": 2}), ("frequency", {"frequency_penalty": 0.7})):
+    cases = (("plain", {}), ("presence", {"presence_penalty": 2}), ("frequency", {"frequency_penalty": 0.7}))
+    for name, extra in cases:
         texts[name] = [_post(http, COMPLETIONS, {**body, **extra})["choices"][0]["text"] for _ in range(2)]
     assert all(a == b for a, b in texts.values())
     assert len({v[0] for v in texts.values()}) == 3

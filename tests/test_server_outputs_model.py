@@ -35,9 +35,9 @@ SCHEMAS = {
                        "delta": {"type": "integer", "minimum": -5, "maximum": -1}},
     },
 }
-WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city", "parameters": {
-    "type": "object", "additionalProperties": False, "required": ["city", "unit"],
-    "properties": {"city": {"type": "string", "maxLength": 20}, "unit": {"enum": ["celsius", "fahrenheit"]}}}}}
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+           "parameters": {"type": "object", "additionalProperties": False, "required": ["city", "unit"], "properties": {
+               "city": {"type": "string", "maxLength": 20}, "unit": {"enum": ["celsius", "fahrenheit"]}}}}}
 TIME = {"type": "function", "function": {"name": "get_time", "parameters": {
     "type": "object", "additionalProperties": False, "properties": {}}}}
 ECHO_PROMPT = "The capital of France is Paris, and the capital of Italy is Rome."
@@ -76,7 +76,8 @@ def test_every_reply_validates_against_its_schema_at_temperatures_0_and_1(oai):
         return oai.chat.completions.create(
             model="", messages=[{"role": "user", "content": f"Answer in JSON ({name})."}], temperature=temperature,
             seed=7, max_tokens=80,
-            response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": SCHEMAS[name], "strict": True}},
+            response_format={"type": "json_schema",
+                             "json_schema": {"name": "x", "schema": SCHEMAS[name], "strict": True}},
         ).choices[0]
 
     cases = [(name, t) for name in SCHEMAS for t in (0.0, 1.0)]
