@@ -52,15 +52,19 @@ def wait_for(predicate, timeout: float = 10.0, what: str = "condition") -> None:
         time.sleep(0.01)
 
 
-def start_server(loaded: bool = True, grace_s: Optional[float] = None, **resolve_kwargs: Any) -> RunningServer:
-    """Resolve a serve config (port 0), build the engine on the tiny model, run uvicorn in a thread."""
+def start_server(loaded: bool = True, grace_s: Optional[float] = None, model: Any = None,
+                 **resolve_kwargs: Any) -> RunningServer:
+    """Resolve a serve config (port 0), build the engine on `model` (default: the tiny one), run uvicorn
+    in a thread."""
     cfg = resolve("serve", env={}, port=0, **resolve_kwargs)
     if grace_s is not None:
         cfg = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, shutdown_grace_s=grace_s))
-    worker, model = None, None
+    worker = None
     if loaded:
-        model = tiny_model()
+        model = model or tiny_model()
         worker = EngineWorker(build_engine(cfg.engine, model)).start()
+    else:
+        model = None
     app = create_app(worker, model, cfg)
     sock = bind_socket("127.0.0.1", 0)
     port = sock.getsockname()[1]

@@ -43,7 +43,7 @@ CASES = {
     "penalty zero": ("POST", CHAT, {"messages": MSG, "repeat_penalty": 0}, 400, "repetition_penalty"),
     "seed negative": ("POST", CHAT, {"messages": MSG, "seed": -5}, 400, "seed"),
     "n two": ("POST", CHAT, {"messages": MSG, "n": 2}, 400, "n"),
-    "logprobs": ("POST", CHAT, {"messages": MSG, "logprobs": True}, 400, "logprobs"),
+    "logprobs not bool": ("POST", CHAT, {"messages": MSG, "logprobs": 5}, 400, "logprobs"),
     "stop wrong type": ("POST", CHAT, {"messages": MSG, "stop": 5}, 400, "stop"),
     "stop empty string": ("POST", CHAT, {"messages": MSG, "stop": [""]}, 400, "stop"),
     "stream not bool": ("POST", CHAT, {"messages": MSG, "stream": "yes"}, 400, "stream"),

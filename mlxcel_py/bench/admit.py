@@ -13,7 +13,7 @@ from typing import Callable, Optional, Sequence
 from ..errors import ConfigError
 from .client import StreamLog, completion_body, new_client, stream_request
 from .prompts import Encode, build_prompt, load_encoder, round_seed
-from .servers import Arm, SpecFor, arm_endpoint, mlxcel_spec, peer_eos
+from .servers import Arm, SpecFor, arm_endpoint, mlxcel_spec
 from .stats import itls_overlapping, itls_within, summarize, tokens_within
 
 Say = Callable[[str], None]
@@ -198,7 +198,7 @@ def run_admit(arms: Sequence[Arm], cfg: AdmitConfig, model: Optional[str] = None
         try:
             with arm_endpoint(arm, spec_for) as (url, how):
                 entry["server"] = how
-                entry["rounds"] = asyncio.run(admit_rounds(url, cfg, prompts, encode, peer_eos(arm, eos_ids),
+                entry["rounds"] = asyncio.run(admit_rounds(url, cfg, prompts, encode, eos_ids,
                                                            lambda m: say(f"[admit] {arm.name} {m}")))
         except (RuntimeError, OSError) as exc:
             entry["error"] = str(exc)

@@ -37,12 +37,6 @@ class Arm:
         return self.url is not None
 
 
-def peer_eos(arm: Arm, eos_ids: frozenset[int]) -> frozenset[int]:
-    """EOS ids to bias away for this arm: only peers need it (ours honours `ignore_eos` and
-    refuses `logit_bias` until it implements it)."""
-    return eos_ids if arm.external else frozenset()
-
-
 def _split_named(text: str, option: str) -> tuple[str, str]:
     name, sep, value = text.partition("=")
     name = name.strip()

@@ -14,7 +14,7 @@ from ..errors import ConfigError
 from .admit import warm_up
 from .client import StreamLog, completion_body, new_client, stream_request
 from .prompts import Encode, build_prompt, load_encoder, round_seed
-from .servers import Arm, SpecFor, arm_endpoint, mlxcel_spec, null_arm, peer_eos
+from .servers import Arm, SpecFor, arm_endpoint, mlxcel_spec, null_arm
 from .stats import min_med_max
 
 Say = Callable[[str], None]
@@ -79,13 +79,12 @@ def run_ttft(arms: Sequence[Arm], cfg: TtftConfig, model: Optional[str] = None, 
     spec_for = spec_for or (lambda arm: mlxcel_spec(arm, cfg.parallel, model))
     null_name = (null_arm(arms, null) or Arm("")).name or None
     entries: dict[str, dict] = {a.name: {"flags": list(a.flags), "url": a.url, "rounds": []} for a in arms}
-    by_name = {a.name: a for a in arms}
     with contextlib.ExitStack() as stack:
         urls = _start_all(arms, stack, spec_for, entries, encode, eos_ids, cfg, say)
         for r in range(cfg.rounds):
             for name in arm_order(list(urls), r):
                 try:
-                    got = asyncio.run(measure_ttft(urls[name], prompts[r], cfg, peer_eos(by_name[name], eos_ids)))
+                    got = asyncio.run(measure_ttft(urls[name], prompts[r], cfg, eos_ids))
                 except (RuntimeError, OSError, asyncio.TimeoutError) as exc:
                     got = {"ttft_ms": None, "error": str(exc) or type(exc).__name__}
                 entries[name]["rounds"].append({"round": r, **got})
@@ -102,7 +101,7 @@ def _start_all(arms: Sequence[Arm], stack: contextlib.ExitStack, spec_for: SpecF
         say(f"[ttft] arm {arm.name}: starting")
         try:
             url, how = stack.enter_context(arm_endpoint(arm, spec_for))
-            asyncio.run(warm_up(url, encode, peer_eos(arm, eos_ids), cfg.seed))
+            asyncio.run(warm_up(url, encode, eos_ids, cfg.seed))
         except (RuntimeError, OSError) as exc:
             entries[arm.name]["error"] = str(exc)
             say(f"[ttft] arm {arm.name} failed: {exc}")

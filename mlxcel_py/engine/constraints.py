@@ -59,7 +59,10 @@ def _json_document(kind: str, text: str) -> Any:
 
 def _schema(schema: dict) -> dict:
     """The schema with our whitespace rule; the schema's own x-guidance options win."""
-    options = {**JSON_OPTIONS, **schema.get("x-guidance", {})}
+    own = schema.get("x-guidance", {})
+    if not isinstance(own, dict):
+        raise GrammarError("json_schema", "x-guidance must be an object")
+    options = {**JSON_OPTIONS, **own}
     return {**schema, "x-guidance": options}
 
 

@@ -78,9 +78,13 @@ class Runner:
         for snapshot_id in step.drop_snapshots:
             self._snapshots.pop(snapshot_id, None)
         logprobs = tuple(s.logprobs for s in decoded)
+        failed = [(seq_id, s.error) for seq_id, s in zip(step.decode, decoded) if s.error]
+        if first is not None and first.error:
+            failed.append((step.prefill.seq_id, first.error))
         return StepOutput(
             tuple(s.token_id for s in decoded), first.token_id if first else None,
             logprobs if any(lp is not None for lp in logprobs) else (), first.logprobs if first else None, prompt,
+            tuple(failed),
         )
 
     # -- prefill ----------------------------------------------------------------------------

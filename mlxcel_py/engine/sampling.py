@@ -13,7 +13,7 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
 
-from .constraints import ConstraintCompiler, ConstraintMatcher
+from .constraints import ConstraintCompiler, ConstraintMatcher, ConstraintViolation
 from .events import TokenLogprobs
 from .logits import apply_bitmask, generated_processors, logprobs_of, repetition_processor, token_logprobs
 from .logits import top_alternatives
@@ -99,6 +99,7 @@ class SequenceSampler:
 class SampledToken:
     token_id: int
     logprobs: Optional[TokenLogprobs] = None
+    error: Optional[str] = None  # the grammar could not take the token: this sequence fails
 
 
 def mask_constrained(logits: mx.array, samplers: Sequence[SequenceSampler],
@@ -161,9 +162,18 @@ def sample_step(logits: mx.array, samplers: list[SequenceSampler],
             ids, values = wanted.get(i, (None, None))
             record = token_logprobs(token, chosen[i].item(), None if ids is None else ids[0].tolist(),
                                     None if values is None else values[0].tolist())
-        sampler.accept(token)
-        out.append(SampledToken(token, record))
+        out.append(SampledToken(token, record, _accept(sampler, token)))
     return out
+
+
+def _accept(sampler: SequenceSampler, token: int) -> Optional[str]:
+    """Advance a sampler; the error when its grammar fails (e.g. a pathological grammar hits one
+    of llguidance's limits mid-generation): that request fails, not the batch."""
+    try:
+        sampler.accept(token)
+    except ConstraintViolation as exc:
+        return f"the grammar failed during generation: {exc}"
+    return None
 
 
 __all__ = ["SampledToken", "SequenceSampler", "logprobs_of", "mask_constrained", "sample_rows", "sample_step"]

@@ -144,8 +144,9 @@ class Scheduler:
             self.counters["decode_steps"] += 1
             by_id = {s.seq_id: s for s in self.running}
             logprobs = out.decoded_logprobs or (None,) * len(step.decode)
+            failed = dict(out.failed)
             for seq_id, token, lp in zip(step.decode, out.decoded, logprobs):
-                events += self._emit_token(by_id[seq_id], token, lp)
+                events += self._emit_token(by_id[seq_id], token, lp, failed.get(seq_id))
             self.running = [s for s in self.running if s.finish_reason is None]
         if step.prefill is not None:
             events += self._prefilled(step.prefill, out)
@@ -173,7 +174,7 @@ class Scheduler:
             self.prefilling = None
             seq.first_token_at = now
             self.running.append(seq)
-            events += self._emit_token(seq, out.first_token, out.first_logprobs)
+            events += self._emit_token(seq, out.first_token, out.first_logprobs, dict(out.failed).get(seq.seq_id))
             self.running = [s for s in self.running if s.finish_reason is None]
         return events
 
@@ -184,10 +185,13 @@ class Scheduler:
     def _caching(self, seq: Sequence) -> bool:
         return self.prompt_cache is not None and seq.request.cache_prompt
 
-    def _emit_token(self, seq: Sequence, token: int, logprobs: Optional[TokenLogprobs] = None) -> list[Event]:
+    def _emit_token(self, seq: Sequence, token: int, logprobs: Optional[TokenLogprobs] = None,
+                    error: Optional[str] = None) -> list[Event]:
         seq.output_ids.append(token)
         self.counters["generated"] += 1
         rid = seq.request.request_id
+        if error is not None:  # the runner could not sample this sequence: it alone ends
+            return self._finish(seq, "error", drop_last=True, error=error)
         if token in self.eos_token_ids and not seq.request.sampling.ignore_eos:
             return self._finish(seq, "stop", drop_last=True)
         events: list[Event] = []
@@ -199,7 +203,7 @@ class Scheduler:
             return events + self._finish(seq, "length")
         return events
 
-    def _finish(self, seq: Sequence, reason: str, drop_last: bool = False) -> list[Event]:
+    def _finish(self, seq: Sequence, reason: str, drop_last: bool = False, error: Optional[str] = None) -> list[Event]:
         """End a sequence: free its slot, queue its KV for retirement (snapshotted), emit `Finished`."""
         seq.finish_reason = reason
         seq.finished_at = self.clock()
@@ -218,7 +222,7 @@ class Scheduler:
             self._free_slots.sort()
         self.counters["finished"] += 1
         self.counters["cached"] += seq.adopted
-        return [Finished(seq.request.request_id, reason, seq.usage(), seq.timings(), tail)]
+        return [Finished(seq.request.request_id, reason, seq.usage(), seq.timings(), tail, error)]
 
     def _apply_aborts(self) -> list[Event]:
         if not self._aborts:

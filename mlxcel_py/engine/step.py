@@ -78,3 +78,4 @@ class StepOutput:
     first_logprobs: Optional[TokenLogprobs] = None
     # One per piece token when the sequence asked for prompt logprobs (None for the prompt's first).
     prompt_logprobs: tuple[Optional[TokenLogprobs], ...] = ()
+    failed: tuple[tuple[int, str], ...] = ()  # (seq id, why): sequences whose sampling failed, to end with "error"

@@ -14,10 +14,15 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from ..engine import Request as EngineRequest
 from ..engine import SamplingParams
+from ..engine.request import ConstraintSpec
 from ..errors import PromptTooLongError, RequestError
+from .assembler import Shape, ToolParsing
 from .errors import APIError, from_error
+from .logprobs import TokenPieces
 from .responses import Kind, Reply
+from .sampling_fields import PARAM_OF, echo_only, processor_fields
 from .schemas import ChatRequest, CompletionRequest, GenerationRequest
+from .structured import OutputPlan, output_plan
 from .unsupported import refuse_unsupported
 
 if TYPE_CHECKING:
@@ -72,14 +77,15 @@ def prepare_chat(rt: "Runtime", raw: bytes) -> Prepared:
     _check_request(rt, body)
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
     rt.prompt_limit.check_chars(sum(_chars(m.get("content")) for m in messages), "messages")
+    plan = output_plan(body, rt.tool_format, rt.worker.compiler)
     try:
-        # Tool calls and results in the history, in the form the model's template renders.
-        messages, tools = tool_messages(validate_messages(messages), None, rt.tool_format)
+        # The request's tools, and tool calls and results in the history, as the template renders them.
+        messages, tools = tool_messages(validate_messages(messages), plan.tools, rt.tool_format)
         prompt = encode_chat(rt.loaded.tokenizer, messages, tools=tools,
                              before_tokenize=lambda text: rt.prompt_limit.check_chars(len(text), "messages"))
     except RequestError as exc:
         raise from_error(exc, "messages") from None
-    return _prepared(rt, body, "chat", prompt.ids, prompt.history_boundary)
+    return _prepared(rt, body, "chat", prompt.ids, prompt.history_boundary, plan)
 
 
 def prepare_completion(rt: "Runtime", raw: bytes) -> Prepared:
@@ -87,11 +93,16 @@ def prepare_completion(rt: "Runtime", raw: bytes) -> Prepared:
 
     body = parse_body(raw, CompletionRequest)
     _check_request(rt, body)
+    plan = output_plan(body, None, rt.worker.compiler)
     try:
         ids = completion_prompt_ids(body.prompt, rt)
     except RequestError as exc:
         raise from_error(exc, "prompt") from None
-    return _prepared(rt, body, "completion", ids, None)
+    echo = None
+    if body.echo:  # the prompt as sent; token ids are decoded
+        prompt = body.prompt[0] if isinstance(body.prompt, list) and len(body.prompt) == 1 else body.prompt
+        echo = prompt if isinstance(prompt, str) else rt.loaded.tokenizer.decode(list(ids))
+    return _prepared(rt, body, "completion", ids, None, plan, echo)
 
 
 def _chars(content: Any) -> int:
@@ -107,13 +118,34 @@ def _check_request(rt: "Runtime", body: GenerationRequest) -> None:
         raise APIError(400, f"only n=1 is supported (got {body.n})", param="n")
 
 
+def _shape(rt: "Runtime", sampling: SamplingParams, ids: tuple[int, ...], plan: OutputPlan,
+           echo: Optional[str], hide_output: bool) -> Shape:
+    tools = plan.tools
+    parsing = None
+    if tools is not None and tools.choice != "none":  # with "none" the model was not shown the tools
+        parsing = ToolParsing(rt.tool_format, tools.as_openai(), tools.parallel, plan.legacy_functions)
+    if not sampling.logprobs:
+        return Shape(echo=echo, hide_output=hide_output, tools=parsing)
+    # Token bytes from llguidance's tables: built here, off the event loop, on first use.
+    pieces = TokenPieces(rt.loaded.tokenizer, rt.worker.compiler)
+    return Shape(sampling.top_logprobs, echo, ids[0], hide_output, parsing, pieces)
+
+
 def _prepared(rt: "Runtime", body: GenerationRequest, kind: Kind, ids: tuple[int, ...],
-              boundary: Optional[int]) -> Prepared:
-    sampling = sampling_params(body, rt.config.sampling, rt.prompt_limit.slot_context)
+              boundary: Optional[int], plan: OutputPlan, echo: Optional[str] = None) -> Prepared:
+    from ..engine.logits import check_logit_bias
+
+    sampling = sampling_params(body, rt.config.sampling, rt.prompt_limit.slot_context, plan.constraint)
+    try:
+        check_logit_bias(sampling, rt.vocab_size)
+    except RequestError as exc:
+        raise APIError(400, str(exc), param="logit_bias") from None
     request_id = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex[:24]}"
     stream = bool(body.stream)
+    hidden = echo is not None and echo_only(body, _max_tokens(body, rt.config.sampling.max_tokens))
     reply = Reply(kind, request_id, int(time.time()), rt.model_id,
-                  include_usage=stream and body.include_usage, return_progress=bool(body.return_progress))
+                  include_usage=stream and body.include_usage, return_progress=bool(body.return_progress),
+                  shape=_shape(rt, sampling, ids, plan, echo, hidden))
     cache_prompt = True if body.cache_prompt is None else body.cache_prompt
     return Prepared(EngineRequest(request_id, ids, sampling, boundary, cache_prompt), reply, stream)
 
@@ -140,13 +172,16 @@ def _repetition(req: GenerationRequest, slot_context: int) -> dict:
     return {"repetition_penalty": penalty, "repetition_context": context}
 
 
-def sampling_params(req: GenerationRequest, defaults: SamplingParams, slot_context: int) -> SamplingParams:
+def sampling_params(req: GenerationRequest, defaults: SamplingParams, slot_context: int,
+                    constraint: Optional[ConstraintSpec] = None) -> SamplingParams:
     """The request's sampling fields over the server's defaults; a bad value is a 400."""
     stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
+    max_tokens = _max_tokens(req, defaults.max_tokens)
     given = {
         "temperature": req.temperature, "top_p": req.top_p, "top_k": req.top_k, "min_p": req.min_p,
-        "seed": req.seed, "max_tokens": _max_tokens(req, defaults.max_tokens), "stop": stop,
-        "ignore_eos": req.ignore_eos, **_repetition(req, slot_context),
+        "seed": req.seed, "max_tokens": 1 if echo_only(req, max_tokens) else max_tokens, "stop": stop,
+        "ignore_eos": req.ignore_eos, **_repetition(req, slot_context), **processor_fields(req),
+        "constraint": constraint,
     }
     overrides = {k: v for k, v in given.items() if v is not None}
     if req.seed == -1:  # llama-server's "random seed"
@@ -154,7 +189,7 @@ def sampling_params(req: GenerationRequest, defaults: SamplingParams, slot_conte
     try:
         return dataclasses.replace(defaults, **overrides)
     except RequestError as exc:
-        raise APIError(400, str(exc), param=exc.param) from None
+        raise APIError(400, str(exc), param=PARAM_OF.get(exc.param, exc.param)) from None
 
 
 def completion_prompt_ids(prompt: Any, rt: "Runtime") -> tuple[int, ...]:

@@ -1,7 +1,8 @@
 """Engine events -> OpenAI's response shapes: SSE frames for streams, one JSON body otherwise.
 
-Pure functions of a `Reply` (what a response is labelled with) and engine events; the
-transport (watching the client, cutting at shutdown) lives in streaming.py.
+Functions of a `Reply` (what a response is labelled with) and the parts an `Assembler`
+makes of engine events; the transport (watching the client, cutting at shutdown) lives in
+streaming.py.
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
-from ..engine import Finished, PromptProgress, TokenDelta
+from ..engine import Finished, PromptProgress
+from .assembler import Assembler, Part, Shape, merge
 from .errors import APIError, error_body
+from .logprobs import TokenRow, chat_logprobs, legacy_logprobs
 
 Kind = Literal["chat", "completion"]
 DONE = "data: [DONE]\n\n"
@@ -20,7 +23,7 @@ CUT_REASON = "abort"  # the finish_reason of a request the server ended (shutdow
 
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """What a response is labelled with."""
+    """What a response is labelled with, and what it carries beyond text."""
 
     kind: Kind
     id: str
@@ -28,13 +31,16 @@ class Reply:
     model: str
     include_usage: bool = False
     return_progress: bool = False
+    shape: Shape = Shape()
 
 
-def usage_json(f: Finished) -> dict:
+def usage_json(f: Finished, hidden: bool = False) -> dict:
+    """`hidden`: the generated token was not returned (echo with max_tokens 0), so not counted."""
     u = f.usage
+    completion = 0 if hidden else u.completion_tokens
     return {
-        "prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
-        "total_tokens": u.total_tokens, "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
+        "prompt_tokens": u.prompt_tokens, "completion_tokens": completion,
+        "total_tokens": u.prompt_tokens + completion, "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
     }
 
 
@@ -52,13 +58,32 @@ def timings_json(f: Finished) -> dict:
     }
 
 
-def _choice(reply: Reply, text: Optional[str], finish: Optional[str], role: bool = False) -> dict:
+def _logprobs(reply: Reply, rows: list[TokenRow], whole: bool = False) -> Optional[dict]:
+    if reply.shape.logprobs is None or not (rows or whole):
+        return None
+    return chat_logprobs(rows) if reply.kind == "chat" else legacy_logprobs(rows)
+
+
+def _tool_call(call: dict, legacy: bool, index: bool) -> dict:
+    if legacy:
+        return call["function"]
+    return call if index else {k: v for k, v in call.items() if k != "index"}
+
+
+def _choice(reply: Reply, part: Optional[Part], finish: Optional[str], role: bool = False) -> dict:
+    """A chunk's choice: the part's text or tool calls, and its tokens' logprobs."""
+    part = part or Part()
+    logprobs = _logprobs(reply, part.rows)
     if reply.kind == "completion":
-        return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+        return {"index": 0, "text": part.text or "", "logprobs": logprobs, "finish_reason": finish}
     delta: dict = {"role": "assistant", "content": ""} if role else {}
-    if text is not None:
-        delta["content"] = text
-    return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+    if part.text is not None:
+        delta["content"] = part.text
+    if part.tool_calls:
+        legacy = reply.shape.tools is not None and reply.shape.tools.legacy
+        calls = [_tool_call(c, legacy, index=True) for c in part.tool_calls]
+        delta.update({"function_call": calls[0]} if legacy else {"tool_calls": calls})
+    return {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
 
 
 def chunk(reply: Reply, choices: list, **extra: Any) -> dict:
@@ -66,17 +91,34 @@ def chunk(reply: Reply, choices: list, **extra: Any) -> dict:
     return {"id": reply.id, "object": kind, "created": reply.created, "model": reply.model, "choices": choices, **extra}
 
 
+def _message(reply: Reply, whole: Part, called: bool) -> dict:
+    message: dict = {"role": "assistant", "content": (whole.text or None) if called else whole.text}
+    if called:
+        legacy = reply.shape.tools.legacy
+        calls = [_tool_call(c, legacy, index=False) for c in whole.tool_calls]
+        message.update({"function_call": calls[0]} if legacy else {"tool_calls": calls})
+    return message
+
+
 def final_json(reply: Reply, text: str, f: Finished) -> dict:
-    """The non-streaming response body."""
+    """The non-streaming response body of a plain text reply."""
+    return assembled_json(reply, [Part(text)], f)
+
+
+def assembled_json(reply: Reply, parts: list[Part], f: Finished, finish_reason: Optional[str] = None) -> dict:
+    """The non-streaming response body: the parts merged into one choice."""
+    whole = merge(parts)
+    finish = finish_reason or f.finish_reason
+    logprobs = _logprobs(reply, whole.rows, whole=True)
     if reply.kind == "chat":
-        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                  "finish_reason": f.finish_reason}
+        message = _message(reply, whole, bool(whole.tool_calls))
+        choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish}
         kind = "chat.completion"
     else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": f.finish_reason}
+        choice = {"index": 0, "text": whole.text, "logprobs": logprobs, "finish_reason": finish}
         kind = "text_completion"
     return {"id": reply.id, "object": kind, "created": reply.created, "model": reply.model,
-            "choices": [choice], "usage": usage_json(f), "timings": timings_json(f)}
+            "choices": [choice], "usage": usage_json(f, reply.shape.hide_output), "timings": timings_json(f)}
 
 
 def failure(f: Finished) -> APIError:
@@ -95,22 +137,23 @@ def role_frame(reply: Reply) -> list[str]:
     return [sse(chunk(reply, [_choice(reply, None, None, role=True)]))] if reply.kind == "chat" else []
 
 
-def event_frames(reply: Reply, event: Any) -> list[str]:
+def event_frames(reply: Reply, event: Any, assembler: Optional[Assembler] = None) -> list[str]:
     """The SSE frames of one engine event (none for progress unless asked, or an empty delta)."""
-    if isinstance(event, PromptProgress):
-        if not reply.return_progress:
-            return []
+    assembler = assembler or Assembler(reply.shape)
+    frames = []
+    if isinstance(event, PromptProgress) and reply.return_progress:
         progress = {"total": event.total, "cache": event.cache, "processed": event.processed,
                     "time_ms": event.time_ms}
-        return [sse(chunk(reply, [_choice(reply, None, None)], prompt_progress=progress))]
-    if isinstance(event, TokenDelta):
-        return [sse(chunk(reply, [_choice(reply, event.text, None)]))] if event.text else []
-    frames = [sse(chunk(reply, [_choice(reply, event.text, None)]))] if event.text else []
+        frames.append(sse(chunk(reply, [_choice(reply, None, None)], prompt_progress=progress)))
+    frames += [sse(chunk(reply, [_choice(reply, part, None)])) for part in assembler.feed(event)]
+    if not isinstance(event, Finished):
+        return frames
     if event.finish_reason not in ("stop", "length"):
         return frames + ended_frames(reply, event.finish_reason, failure(event))
-    frames.append(sse(chunk(reply, [_choice(reply, None, event.finish_reason)], timings=timings_json(event))))
+    finish = assembler.finish_reason(event.finish_reason)
+    frames.append(sse(chunk(reply, [_choice(reply, None, finish)], timings=timings_json(event))))
     if reply.include_usage:
-        frames.append(sse(chunk(reply, [], usage=usage_json(event))))
+        frames.append(sse(chunk(reply, [], usage=usage_json(event, reply.shape.hide_output))))
     return frames
 
 

@@ -2,7 +2,8 @@
 llama-server extras, with their real JSON types (a wrong type is a 400 naming the field).
 
 Declaring a field here does not mean it is implemented: unsupported.py refuses the ones
-that would change the output, and docs/SERVER.md lists the ones that are ignored. These
+that would change the output and are not implemented, and docs/SERVER.md lists the ones
+that are ignored. These
 models are also what /openapi.json publishes.
 Field list: OpenAI's API reference as shipped in openai-python 3.57
 (`types/chat/completion_create_params.py`, `types/completion_create_params.py`).
@@ -60,7 +61,7 @@ class ChatMessage(_Body):
         return self
 
 
-# -- tools and output formats (refused until implemented; see unsupported.py) -----------------
+# -- tools and output formats (server/structured.py) ----------------------------------------
 class FunctionDefinition(_Body):
     name: str
     description: Optional[str] = None
@@ -123,10 +124,11 @@ class TextFormat(_Body):
 
 class JSONObjectFormat(_Body):
     type: Literal["json_object"]
+    schema_: Optional[Object] = Field(default=None, alias="schema")  # llama-server's: a schema here too
 
 
 class JSONSchemaSpec(_Body):
-    name: str
+    name: Optional[str] = None  # OpenAI requires it; llama-server does not, and it changes nothing
     description: Optional[str] = None
     schema_: Optional[Object] = Field(default=None, alias="schema")
     strict: Optional[bool] = None
@@ -139,6 +141,10 @@ class JSONSchemaFormat(_Body):
 
 ResponseFormat = by_type(TextFormat, JSONObjectFormat, JSONSchemaFormat)
 Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
+# A bias, or llama-server's `false`: never this token.
+Bias = Union[float, Literal[False]]
+# OpenAI's {"token id": bias}, or llama-server's [[token id, bias], ...] (pairs checked in sampling_fields.py).
+LogitBias = Union[dict[str, Bias], list[Annotated[list[Union[int, Bias]], Field(min_length=2, max_length=2)]]]
 
 
 # -- the two generation bodies -------------------------------------------------------------------
@@ -156,7 +162,7 @@ class GenerationRequest(_Body):
     n: Optional[int] = None
     presence_penalty: Optional[Penalty] = None
     frequency_penalty: Optional[Penalty] = None
-    logit_bias: Optional[dict[str, float]] = None
+    logit_bias: Optional[LogitBias] = None
     user: Optional[str] = None
     # llama-server's
     n_predict: Optional[int] = None
@@ -176,6 +182,7 @@ class GenerationRequest(_Body):
     dynatemp_range: Optional[float] = None
     dry_multiplier: Optional[float] = None
     xtc_probability: Optional[float] = None
+    response_format: Optional[ResponseFormat] = None  # OpenAI's is on chat only; llama-server's on both
 
     @property
     def include_usage(self) -> bool:
@@ -187,7 +194,6 @@ class ChatRequest(GenerationRequest):
     max_completion_tokens: Optional[int] = None
     logprobs: Optional[bool] = None
     top_logprobs: Optional[int] = None
-    response_format: Optional[ResponseFormat] = None
     tools: Optional[list[Tool]] = None
     tool_choice: Optional[ToolChoice] = None
     parallel_tool_calls: Optional[bool] = None

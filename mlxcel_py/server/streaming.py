@@ -20,8 +20,9 @@ from starlette.types import Receive, Scope, Send
 from ..engine import EngineWorker, Finished, RequestHandle, TokenDelta
 from .errors import APIError
 from .metrics import ServerMetrics
+from .assembler import Assembler, Part
 from .responses import (
-    CUT_REASON, DONE, Reply, bug_frames, ended_frames, event_frames, failure, final_json, role_frame,
+    CUT_REASON, DONE, Reply, assembled_json, bug_frames, ended_frames, event_frames, failure, role_frame,
 )
 
 log = logging.getLogger("mlxcel_py.server")
@@ -115,8 +116,9 @@ class EventStream(Response):
         with self.gen.scope:
             try:
                 await write(role_frame(self.reply))
+                assembler = Assembler(self.reply.shape)
                 async for event in self.gen.events():
-                    await write(event_frames(self.reply, event))
+                    await write(event_frames(self.reply, event, assembler))
             except Exception:  # a bug after the 200 went out: tell the client in-band
                 log.exception("stream %s failed", self.reply.id)
                 tail = bug_frames()
@@ -127,32 +129,31 @@ class EventStream(Response):
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-async def collect(gen: Generation) -> tuple[str, Finished]:
-    """All text of a request and its `Finished` event."""
-    parts: list[str] = []
+async def assemble(gen: Generation, assembler: Assembler) -> tuple[list[Part], Finished]:
+    """The parts of a whole reply and its `Finished` event."""
+    parts: list[Part] = []
     async for event in gen.events():
-        if isinstance(event, TokenDelta):
-            parts.append(event.text)
-        elif isinstance(event, Finished):
-            parts.append(event.text)
-            return "".join(parts), event
+        parts += assembler.feed(event)
+        if isinstance(event, Finished):
+            return parts, event
     raise RuntimeError("the event stream ended without Finished")
 
 
 async def complete(receive: Receive, reply: Reply, gen: Generation) -> Response:
-    """The non-streaming response: the whole text, 503 if the server cut it, 499 if the client left."""
-    result: list[tuple[str, Finished]] = []
+    """The non-streaming response: the whole reply, 503 if the server cut it, 499 if the client left."""
+    result: list[tuple[list[Part], Finished]] = []
+    assembler = Assembler(reply.shape)
 
     async def work() -> None:
         with gen.scope:
-            result.append(await collect(gen))
+            result.append(await assemble(gen, assembler))
 
     await _watched(receive, gen, work)
     if gen.cut_error is not None:
         raise gen.cut_error
     if not result:
         return Response(status_code=CLIENT_CLOSED)
-    text, finished = result[0]
+    parts, finished = result[0]
     if finished.finish_reason not in ("stop", "length"):
         raise failure(finished)
-    return JSONResponse(final_json(reply, text, finished))
+    return JSONResponse(assembled_json(reply, parts, finished, assembler.finish_reason(finished.finish_reason)))

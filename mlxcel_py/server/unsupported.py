@@ -20,10 +20,6 @@ class NotYet:
     accepted: str  # those values, for the error message
 
 
-def _falsy(value: Any) -> bool:
-    return not value
-
-
 def _never(value: Any) -> bool:
     return False
 
@@ -33,22 +29,8 @@ def _is(*values: Any) -> Callable[[Any], bool]:
 
 
 NOT_SUPPORTED_YET: tuple[NotYet, ...] = (
-    NotYet("response_format", lambda v: v.type == "text", '{"type": "text"}'),
-    NotYet("tools", _falsy, "[]"),
-    NotYet("tool_choice", _is("none", "auto"), '"none" or "auto"'),
-    NotYet("functions", _falsy, "[]"),
-    NotYet("function_call", _is("none", "auto"), '"none" or "auto"'),
-    NotYet("logprobs", _is(False), "false"),  # chat: a bool; completions: an int (0 still returns one)
-    NotYet("top_logprobs", _is(0), "0"),
-    NotYet("n_probs", _is(0), "0"),
-    NotYet("logit_bias", _falsy, "{}"),
-    NotYet("presence_penalty", _is(0, 0.0), "0"),
-    NotYet("frequency_penalty", _is(0, 0.0), "0"),
-    NotYet("echo", _is(False), "false"),
     NotYet("suffix", _is(""), '""'),
     NotYet("best_of", _is(1), "1"),
-    NotYet("grammar", _is(""), '""'),
-    NotYet("json_schema", _never, "null"),
     NotYet("modalities", lambda v: v == ["text"], '["text"]'),
     NotYet("audio", _never, "null"),
     NotYet("web_search_options", _never, "null"),
