@@ -113,7 +113,8 @@ def _prepared(rt: "Runtime", body: GenerationRequest, kind: Kind, ids: tuple[int
     request_id = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex[:24]}"
     stream = bool(body.stream)
     reply = Reply(kind, request_id, int(time.time()), rt.model_id,
-                  include_usage=stream and body.include_usage, return_progress=bool(body.return_progress))
+                  include_usage=stream and body.include_usage, return_progress=bool(body.return_progress),
+                  fingerprint=rt.fingerprint)
     cache_prompt = True if body.cache_prompt is None else body.cache_prompt
     return Prepared(EngineRequest(request_id, ids, sampling, boundary, cache_prompt), reply, stream)
 

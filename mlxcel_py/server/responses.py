@@ -28,6 +28,7 @@ class Reply:
     model: str
     include_usage: bool = False
     return_progress: bool = False
+    fingerprint: Optional[str] = None  # system_fingerprint: the build and the model
 
 
 def usage_json(f: Finished) -> dict:
@@ -63,7 +64,8 @@ def _choice(reply: Reply, text: Optional[str], finish: Optional[str], role: bool
 
 def chunk(reply: Reply, choices: list, **extra: Any) -> dict:
     kind = "chat.completion.chunk" if reply.kind == "chat" else "text_completion"
-    return {"id": reply.id, "object": kind, "created": reply.created, "model": reply.model, "choices": choices, **extra}
+    return {"id": reply.id, "object": kind, "created": reply.created, "model": reply.model,
+            "system_fingerprint": reply.fingerprint, "choices": choices, **extra}
 
 
 def final_json(reply: Reply, text: str, f: Finished) -> dict:
@@ -76,7 +78,8 @@ def final_json(reply: Reply, text: str, f: Finished) -> dict:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": f.finish_reason}
         kind = "text_completion"
     return {"id": reply.id, "object": kind, "created": reply.created, "model": reply.model,
-            "choices": [choice], "usage": usage_json(f), "timings": timings_json(f)}
+            "system_fingerprint": reply.fingerprint, "choices": [choice], "usage": usage_json(f),
+            "timings": timings_json(f)}
 
 
 def failure(f: Finished) -> APIError:
@@ -108,10 +111,11 @@ def event_frames(reply: Reply, event: Any) -> list[str]:
     frames = [sse(chunk(reply, [_choice(reply, event.text, None)]))] if event.text else []
     if event.finish_reason not in ("stop", "length"):
         return frames + ended_frames(reply, event.finish_reason, failure(event))
-    frames.append(sse(chunk(reply, [_choice(reply, None, event.finish_reason)], timings=timings_json(event))))
+    last = [chunk(reply, [_choice(reply, None, event.finish_reason)])]
     if reply.include_usage:
-        frames.append(sse(chunk(reply, [], usage=usage_json(event))))
-    return frames
+        last.append(chunk(reply, [], usage=usage_json(event)))
+    last[-1]["timings"] = timings_json(event)  # on the last chunk, as llama-server does
+    return frames + [sse(c) for c in last]
 
 
 def ended_frames(reply: Reply, finish_reason: str, error: APIError) -> list[str]:

@@ -1,0 +1,4 @@
+"""placeholder"""
+from fastapi import APIRouter
+
+router = APIRouter()
