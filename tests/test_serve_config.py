@@ -24,10 +24,10 @@ def test_env_fallbacks_and_flags_win():
     cfg = resolve("serve", env=env)
     assert (cfg.server.hosts, cfg.server.model_aliases) == (("0.0.0.0", "::"), ("a", "b"))
     assert cfg.server.cors_origins == ("http://ui.example:3000",)  # MLXCEL_ first
-    flags = resolve("serve", host="127.0.0.1", model_alias="c", cors_origins="*", env=env)
-    assert (flags.server.hosts, flags.server.model_aliases, flags.server.cors_origins) == (("127.0.0.1",), ("c",), ("*",))
-    defaults = resolve("serve", env={})
-    assert (defaults.server.hosts, defaults.server.model_aliases, defaults.server.cors_origins) == (("127.0.0.1",), (), ())
+    flags = resolve("serve", host="127.0.0.1", model_alias="c", cors_origins="*", env=env).server
+    assert (flags.hosts, flags.model_aliases, flags.cors_origins) == (("127.0.0.1",), ("c",), ("*",))
+    defaults = resolve("serve", env={}).server
+    assert (defaults.hosts, defaults.model_aliases, defaults.cors_origins) == (("127.0.0.1",), (), ())
 
 
 @pytest.mark.parametrize("origins", ["*", "localhost", "http://a.example", "https://a.example:8443",

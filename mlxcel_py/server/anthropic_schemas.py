@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional, Union
 
-from pydantic import Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import Discriminator, Field, Tag, model_validator
 from typing_extensions import Annotated
 
 from .schemas import _Body
@@ -75,11 +75,11 @@ class Message(_Body):
     content: Union[str, list[Block]]
 
 
-class Tool(_Body):
+class CustomTool(_Body):
     name: str
     input_schema: Object
     description: Optional[str] = None
-    type: Optional[str] = None  # "custom" (or absent); server tools (web_search_..., bash_...) are refused
+    type: Optional[Literal["custom"]] = None
     strict: Optional[bool] = None
     input_examples: Optional[list[Object]] = None
     cache_control: Optional[Object] = None
@@ -87,13 +87,27 @@ class Tool(_Body):
     allowed_callers: Optional[list[Any]] = None
     eager_input_streaming: Optional[bool] = None
 
-    @field_validator("type")
-    @classmethod
-    def _custom_only(cls, value: Optional[str]) -> Optional[str]:
-        if value not in (None, "custom"):
-            raise ValueError(f"server tools ('{value}') are not supported by this server; define client tools "
-                             "with name, description and input_schema")
-        return value
+
+
+class ServerTool(_Body):
+    """Anthropic's server tools (web_search_..., bash_..., text_editor_...): refused by name."""
+
+    model_config = {"extra": "allow", "strict": True}
+    type: str
+
+    @model_validator(mode="after")
+    def _refuse(self) -> "ServerTool":
+        raise ValueError(f"server tools ('{self.type}') are not supported by this server; define client tools "
+                         "with name, description and input_schema")
+
+
+def _tool_tag(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return "Custom" if kind in (None, "custom") else "Server"
+
+
+Tool = Annotated[Union[Annotated[CustomTool, Tag("Custom")], Annotated[ServerTool, Tag("Server")]],
+                 Discriminator(_tool_tag)]
 
 
 class ToolChoice(_Body):

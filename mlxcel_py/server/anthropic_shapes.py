@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..engine import Finished, PromptProgress, TokenDelta
-from ..tool_calls import ToolCall, ToolCallStream, parse_tool_calls
+from ..tool_calls import ToolCall, ToolCallStream
 from .anthropic_prompts import AnthropicReply
 from .errors import APIError, anthropic_error_body
 from .responses import failure
@@ -50,15 +50,27 @@ def _tool_use(call: ToolCall) -> dict:
             "input": arguments if isinstance(arguments, dict) else {}}
 
 
+def content_blocks(reply: AnthropicReply, text: str) -> list[dict]:
+    """The reply's text as content blocks, in the order the model wrote them: text, tool_use, ..."""
+    tools = reply.tools
+    if tools is None or reply.fmt is None:
+        return [{"type": "text", "text": text}] if text else []
+    stream = ToolCallStream(reply.fmt, tools.as_openai(), tools.parallel, new_tool_use_id)
+    blocks: list[dict] = []
+    for delta in stream.feed(text) + stream.finish():
+        if "content" in delta and blocks and blocks[-1]["type"] == "text":
+            blocks[-1]["text"] += delta["content"]
+        elif "content" in delta:
+            blocks.append({"type": "text", "text": delta["content"]})
+        blocks += [_tool_use(ToolCall(c["id"], c["function"]["name"], c["function"]["arguments"]))
+                   for c in delta.get("tool_calls", ())]
+    return blocks
+
+
 def message_json(reply: AnthropicReply, text: str, f: Finished) -> dict:
     """The non-streaming reply."""
-    calls: list[ToolCall] = []
-    if reply.tools is not None and reply.fmt is not None:
-        content, calls = parse_tool_calls(text, reply.fmt, reply.tools.as_openai(), reply.tools.parallel,
-                                          new_tool_use_id)
-        text = content or ""
-    blocks = ([{"type": "text", "text": text}] if text else []) + [_tool_use(c) for c in calls]
-    reason, sequence = stop_reason(reply, f, bool(calls))
+    blocks = content_blocks(reply, text)
+    reason, sequence = stop_reason(reply, f, any(b["type"] == "tool_use" for b in blocks))
     return {"id": reply.id, "type": "message", "role": "assistant", "model": reply.model, "content": blocks,
             "stop_reason": reason, "stop_sequence": sequence, "usage": usage_json(f)}
 

@@ -28,7 +28,8 @@ async def models(request: Request) -> dict:
     rt = runtime(request)
     stats = rt.worker.stats()
     meta = {"context_length": rt.loaded.context_length, "slots": len(stats.slots), "slot_context": stats.slot_context}
-    entry = {"id": rt.model_id, "object": "model", "created": rt.started, "owned_by": "mlxcel-py", "meta": meta}
+    entry = {"id": rt.model_id, "aliases": list(rt.aliases) or [rt.model_id], "object": "model",
+             "created": rt.started, "owned_by": "mlxcel-py", "meta": meta}
     return {"object": "list", "data": [entry]}
 
 
