@@ -184,3 +184,15 @@ def test_every_field_is_honoured_refused_or_ignored():
     fields = set(MessagesRequest.model_fields)
     assert fields == HONOURED | REFUSED | IGNORED and not (HONOURED & REFUSED or HONOURED & IGNORED)
     assert set(anthropic.types.message_create_params.MessageCreateParamsBase.__annotations__) <= fields
+
+
+def test_openapi_documents_the_anthropic_error_shape(srv):
+    import httpx
+
+    schema = httpx.get(srv.url + "/openapi.json", headers={"x-api-key": KEY}, timeout=30).json()
+    messages = schema["paths"]["/v1/messages"]["post"]
+    assert messages["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/MessagesRequest")
+    error = messages["responses"]["400"]["content"]["application/json"]["schema"]["$ref"]
+    assert error == "#/components/schemas/AnthropicError"
+    assert schema["paths"]["/completion"]["post"]["responses"]["400"]["content"]["application/json"]["schema"][
+        "$ref"] == "#/components/schemas/Error"

@@ -82,7 +82,7 @@ def prepare_native(rt: "Runtime", raw: bytes) -> NativePrepared:
 
 
 @router.post("/completion")
-@router.post("/completions")
+@router.post("/completions", include_in_schema=False)
 async def completion(request: Request) -> Response:
     """llama-server's native completion: `content`, `tokens`, `timings`, ...; streamed as {"content", "stop"} frames."""
     arrived = time.perf_counter()
