@@ -174,9 +174,9 @@ def test_unknown_route_under_messages_is_anthropic_shaped(srv):
 
 def test_ignored_fields_change_nothing(claude):
     plain = create(claude).content[0].text
-    extra = create(claude, metadata={"user_id": "u-1"}, service_tier="auto",
-                   thinking={"type": "disabled"}, extra_body={**GREEDY, "speed": "standard",
-                                                             "inference_geo": "us", "container": "c-1"})
+    extra = create(claude, metadata={"user_id": "u-1"}, extra_body={
+        **GREEDY, "service_tier": "auto", "thinking": {"type": "disabled"}, "speed": "standard",
+        "inference_geo": "us", "container": "c-1"})
     assert extra.content[0].text == plain
 
 
