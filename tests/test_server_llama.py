@@ -83,7 +83,8 @@ def test_prompt_forms_agree(http):
     head, tail = PROMPT.split(" ", 1)
     tail_ids = http.post("/tokenize", json={"content": " " + tail}).json()["tokens"]
     mixed = http.post("/tokenize", json={"content": head}).json()["tokens"] + [" " + tail]
-    texts = {complete(http, prompt=p)["content"] for p in (PROMPT, [PROMPT], ids, [ids], mixed)}
+    forms = (PROMPT, [PROMPT], ids, [ids], mixed, {"prompt_string": PROMPT}, [{"prompt_string": PROMPT}])
+    texts = {complete(http, prompt=p)["content"] for p in forms}
     assert len(texts) == 1
     assert complete(http, prompt=ids)["prompt"] == PROMPT and tail_ids
 
@@ -106,7 +107,8 @@ def test_response_fields(http):
     ({"prompt": [[1, 2], [3]]}, "prompt"),
     ({"prompt": [1, 99999]}, "prompt"),
     ({"prompt": ""}, "prompt"),
-    ({"prompt": {"prompt_string": "x", "multimodal_data": ["AAAA"]}}, "prompt"),
+    ({"prompt": {"prompt_string": "x <__media__>", "multimodal_data": ["AAAA"]}}, "prompt"),
+    ({"prompt": ["one", {"prompt_string": "two"}]}, "prompt"),
     ({"prompt": "x", "n_predict": 0}, "n_predict"),
     ({"prompt": "x", "n_probs": 2}, "n_probs"),
     ({"prompt": "x", "samplers": ["top_k", "temperature"]}, "samplers"),

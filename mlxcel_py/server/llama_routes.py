@@ -21,7 +21,7 @@ from .app import runtime
 from .body import parse_body, read_body
 from .errors import APIError, from_error
 from .framed_stream import FramedStream, gather, submit
-from .llama_schemas import ApplyTemplateRequest, NativeCompletionRequest, refuse_unsupported
+from .llama_schemas import ApplyTemplateRequest, NativeCompletionRequest, PromptObject, refuse_unsupported
 from .llama_shapes import NativeFramer, NativeReply, final_json, generation_settings
 from .prompts import check_token_ids, completion_prompt_ids, sampling_params
 from .streaming import CLIENT_CLOSED
@@ -40,16 +40,23 @@ class NativePrepared:
 
 
 def native_prompt(prompt: Any, rt: "Runtime") -> tuple[tuple[int, ...], str]:
-    """A /completion `prompt` (text, token ids, or both mixed) -> (token ids, the prompt as text)."""
+    """A /completion `prompt` (text, token ids, both mixed, or {"prompt_string"}) -> (token ids, the
+    processed prompt as text, special tokens included, as llama-server reports it)."""
     from ..models import encode_text
 
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list, PromptObject)):
         prompt = prompt[0]
+    if isinstance(prompt, PromptObject):
+        if prompt.multimodal_data:
+            raise APIError(400, "prompt.multimodal_data is not supported: this server has no multimodal model",
+                           param="prompt", code="unsupported_parameter")
+        prompt = prompt.prompt_string
     if isinstance(prompt, str):
-        return completion_prompt_ids(prompt, rt), prompt
+        ids = completion_prompt_ids(prompt, rt)
+        return ids, rt.loaded.tokenizer.decode(list(ids))
     if not prompt:
         raise APIError(400, "prompt must not be empty", param="prompt")
-    if any(isinstance(piece, list) for piece in prompt) or all(isinstance(piece, str) for piece in prompt):
+    if any(isinstance(piece, (list, PromptObject)) for piece in prompt) or all(isinstance(p, str) for p in prompt):
         raise APIError(400, f"only one prompt per request is supported (got {len(prompt)})", param="prompt")
     rt.prompt_limit.check_chars(sum(len(p) for p in prompt if isinstance(p, str)), "prompt")
     ids: list[int] = []
@@ -101,6 +108,15 @@ async def completion(request: Request) -> Response:
     return JSONResponse(final_json(prepared.reply, got.text, got.token_ids, got.finished))
 
 
+def _default_path(rt: "Runtime") -> str:
+    from ..models import ModelLoadError, default_model_path
+
+    try:
+        return default_model_path()  # the embedded model's file
+    except ModelLoadError:
+        return rt.loaded.name
+
+
 def _token_text(tokenizer: Any, name: str) -> str:
     inner = getattr(tokenizer, "_tokenizer", tokenizer)
     value = getattr(inner, name, None)
@@ -118,7 +134,7 @@ async def props(request: Request) -> dict:
                                         "n_ctx": stats.slot_context},
         "total_slots": len(stats.slots),
         "model_alias": rt.model_id,
-        "model_path": rt.config.model.path or rt.loaded.name,
+        "model_path": rt.config.model.path or _default_path(rt),
         "modalities": {"vision": False, "video": False, "audio": False},
         "chat_template": template if isinstance(template, str) else "",
         "bos_token": _token_text(rt.loaded.tokenizer, "bos_token"),

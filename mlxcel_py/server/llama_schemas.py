@@ -17,7 +17,16 @@ from .errors import APIError
 from .schemas import ChatMessage, GenerationRequest, _Body
 
 Piece = Union[int, str]  # a token id or text, in a mixed prompt
-NativePrompt = Union[str, list[Piece], list[Union[str, list[Piece]]]]
+
+
+class PromptObject(_Body):
+    """llama-server's {"prompt_string", "multimodal_data"} prompt (media are refused: no multimodal model)."""
+
+    prompt_string: str
+    multimodal_data: Optional[list[str]] = None
+
+
+NativePrompt = Union[str, PromptObject, list[Piece], list[Union[str, PromptObject, list[Piece]]]]
 # Our sampler chain, in the order it runs (engine/sampling.py), in llama-server's names.
 SAMPLERS = ("penalties", "top_p", "min_p", "top_k", "temperature")
 
