@@ -7,6 +7,24 @@ from mlxcel_py.server.llama_schemas import HONOURED, IGNORED, NOT_SUPPORTED, Nat
 from server_helpers import GREEDY, error_of, long_prompt, start_server, stop_server, stream_post
 
 PROMPT = "The quick brown fox"
+# llama-server 0c1e570's keys, read from the running binary on the default model.
+SETTINGS_KEYS = {
+    "adaptive_decay", "adaptive_target", "backend_sampling", "chat_format", "dry_allowed_length", "dry_base",
+    "dry_multiplier", "dry_penalty_last_n", "dry_sequence_breakers", "dynatemp_exponent", "dynatemp_range",
+    "frequency_penalty", "generation_prompt", "grammar", "grammar_lazy", "grammar_triggers", "ignore_eos",
+    "logit_bias", "lora", "max_tokens", "min_keep", "min_p", "mirostat", "mirostat_eta", "mirostat_tau",
+    "n_discard", "n_keep", "n_predict", "n_probs", "post_sampling_probs", "presence_penalty", "preserved_tokens",
+    "reasoning_format", "reasoning_in_content", "repeat_last_n", "repeat_penalty", "samplers", "seed",
+    "speculative.types", "stop", "stream", "temperature", "timings_per_token", "top_k", "top_n_sigma", "top_p",
+    "typical_p", "xtc_probability", "xtc_threshold",
+}
+PROPS_PARAMS_KEYS = SETTINGS_KEYS - {"dry_sequence_breakers", "grammar", "grammar_lazy", "grammar_triggers",
+                                     "logit_bias", "preserved_tokens", "stop"}
+PROPS_KEYS = {  # less chat_template_caps, media_marker, model_ftype, ui_settings
+    "bos_token", "build_info", "chat_template", "cors_proxy_enabled", "default_generation_settings",
+    "endpoint_metrics", "endpoint_props", "endpoint_slots", "eos_token", "is_sleeping", "modalities", "model_alias",
+    "model_path", "total_slots", "ui",
+}
 FINAL_KEYS = {
     "index", "content", "tokens", "id_slot", "stop", "model", "tokens_predicted", "tokens_evaluated",
     "generation_settings", "prompt", "has_new_line", "truncated", "stop_type", "stopping_word", "tokens_cached",
@@ -46,6 +64,7 @@ def test_completion_shape(http):
     assert body["id_slot"] in (0, 1) and body["truncated"] is False
     assert body["has_new_line"] == ("\n" in body["content"])
     settings = body["generation_settings"]
+    assert set(settings) == SETTINGS_KEYS
     assert (settings["n_predict"], settings["temperature"], settings["stream"]) == (8, 0.0, False)
     assert settings["seed"] == 4294967295  # llama-server's "random seed"
     assert complete(http)["tokens"] == []  # without return_tokens
@@ -145,6 +164,7 @@ def test_overflow_error_fields(http):
 
 def test_props(http, srv):
     props = http.get("/props").json()
+    assert set(props) == PROPS_KEYS and set(props["default_generation_settings"]["params"]) == PROPS_PARAMS_KEYS
     assert props["total_slots"] == 2 and props["model_alias"] == "local-model"
     assert props["default_generation_settings"]["n_ctx"] == 4096
     params = props["default_generation_settings"]["params"]

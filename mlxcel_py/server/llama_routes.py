@@ -22,7 +22,7 @@ from .body import parse_body, read_body
 from .errors import APIError, from_error
 from .framed_stream import FramedStream, gather, submit
 from .llama_schemas import ApplyTemplateRequest, NativeCompletionRequest, PromptObject, refuse_unsupported
-from .llama_shapes import NativeFramer, NativeReply, final_json, generation_settings
+from .llama_shapes import NativeFramer, NativeReply, default_settings, final_json, generation_settings
 from .prompts import check_token_ids, completion_prompt_ids, sampling_params
 from .streaming import CLIENT_CLOSED
 
@@ -130,7 +130,7 @@ async def props(request: Request) -> dict:
     stats = rt.worker.stats()
     template = getattr(rt.loaded.tokenizer, "chat_template", None)
     return {
-        "default_generation_settings": {"params": generation_settings(rt.config.sampling),
+        "default_generation_settings": {"params": default_settings(rt.config.sampling),
                                         "n_ctx": stats.slot_context},
         "total_slots": len(stats.slots),
         "model_alias": rt.model_id,
@@ -140,7 +140,7 @@ async def props(request: Request) -> dict:
         "bos_token": _token_text(rt.loaded.tokenizer, "bos_token"),
         "eos_token": _token_text(rt.loaded.tokenizer, "eos_token"),
         "build_info": f"mlxcel-py {__version__}",
-        "is_sleeping": False,
+        "is_sleeping": False, "ui": False, "cors_proxy_enabled": False,
         "endpoint_slots": True, "endpoint_props": False, "endpoint_metrics": True,
     }
 

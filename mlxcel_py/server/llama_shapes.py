@@ -35,9 +35,23 @@ def generation_settings(p: SamplingParams, stream: bool = False) -> dict:
         "mirostat": 0, "mirostat_tau": 5.0, "mirostat_eta": 0.1, "stop": list(p.stop),
         "max_tokens": n_predict, "n_predict": n_predict, "n_keep": 0, "n_discard": 0, "ignore_eos": p.ignore_eos,
         "stream": stream, "logit_bias": [[t, b] for t, b in p.logit_bias], "n_probs": 0, "min_keep": 0,
-        "grammar": "", "samplers": list(SAMPLERS), "timings_per_token": False, "post_sampling_probs": False,
-        "lora": [],
+        "grammar": "", "grammar_lazy": False, "grammar_triggers": [], "preserved_tokens": [],
+        "chat_format": "Content-only", "reasoning_format": "none", "reasoning_in_content": False,
+        "generation_prompt": "", "samplers": list(SAMPLERS), "speculative.types": "none",
+        "timings_per_token": False, "post_sampling_probs": False, "backend_sampling": False, "lora": [],
+        "adaptive_target": -1.0, "adaptive_decay": 0.9,
     }
+
+
+# What /props leaves out of its default settings (llama-server's "only_metrics" form).
+NOT_IN_PROPS = ("dry_sequence_breakers", "stop", "logit_bias", "grammar", "grammar_lazy", "grammar_triggers",
+                "preserved_tokens")
+
+
+def default_settings(p: SamplingParams) -> dict:
+    """/props' `default_generation_settings.params`."""
+    settings = generation_settings(p)
+    return {k: v for k, v in settings.items() if k not in NOT_IN_PROPS}
 
 
 @dataclass(frozen=True, slots=True)
