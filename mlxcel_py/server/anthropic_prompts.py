@@ -89,8 +89,8 @@ def _turns(i: int, msg: Message) -> list[dict]:
     allowed = {"system": ("text",), "user": ("text", "tool_result"), "assistant": ("text", "tool_use")}[msg.role]
     for j, block in enumerate(msg.content):
         if block.type not in allowed:
-            raise APIError(400, f"messages[{i}].content[{j}]: a {msg.role} message cannot hold a '{block.type}' "
-                           "block", param="messages")
+            raise APIError(400, f"messages[{i}].content[{j}]: {'an' if msg.role == 'assistant' else 'a'} "
+                           f"{msg.role} message cannot hold a '{block.type}' block", param="messages")
     text = "\n".join(b.text for b in msg.content if b.type == "text")
     if msg.role == "system":
         return [_system(text)]
