@@ -100,3 +100,60 @@ def test_response_fields_pick_nested_paths():
     body_ = {"content": "x", "timings": {"prompt_n": 3}, "generation_settings": {"n_predict": 4}}
     assert pick_fields(body_, ("content", "timings/prompt_n", "timings/nope", "nope")) == {
         "content": "x", "timings/prompt_n": 3}
+
+
+def _events(frames):
+    import json
+
+    out = []
+    for frame in frames:
+        name, data = frame.strip().split("\n")
+        assert name.startswith("event: ") and data.startswith("data: ")
+        payload = json.loads(data[6:])
+        assert payload["type"] == name[7:]
+        out.append(payload)
+    return out
+
+
+def test_anthropic_event_trace():
+    from mlxcel_py.engine import PromptProgress, TokenDelta
+    from mlxcel_py.server.anthropic_shapes import AnthropicFramer
+
+    framer = AnthropicFramer(AnthropicReply("msg_1", "m", 10, max_tokens=5))
+    frames = framer.opening() + framer.frames(PromptProgress("r", 10, 0, 10, 1.0, 512))
+    frames += framer.frames(TokenDelta("r", 7, "Hel")) + framer.frames(TokenDelta("r", 8, ""))
+    frames += framer.frames(TokenDelta("r", 9, "lo")) + framer.frames(finished("stop", stop_word="!"))
+    trace = [(e["type"], e.get("index"), e.get("delta")) for e in _events(frames)]
+    assert trace == [
+        ("message_start", None, None), ("ping", None, None), ("ping", None, None),
+        ("content_block_start", 0, None),
+        ("content_block_delta", 0, {"type": "text_delta", "text": "Hel"}),
+        ("content_block_delta", 0, {"type": "text_delta", "text": "lo"}),
+        ("content_block_stop", 0, None),
+        ("message_delta", None, {"stop_reason": "stop_sequence", "stop_sequence": "!"}),
+        ("message_stop", None, None),
+    ]
+
+
+def test_anthropic_stream_failure_is_an_error_event():
+    from mlxcel_py.server.anthropic_shapes import AnthropicFramer
+
+    framer = AnthropicFramer(AnthropicReply("msg_1", "m", 10, max_tokens=5))
+    failed = Finished("r", "error", Usage(10, 0, 0), TIMINGS, error="the engine failed")
+    assert _events(framer.frames(failed)) == [
+        {"type": "error", "error": {"type": "api_error", "message": "the engine failed"}}]
+
+
+def test_native_frames_carry_held_tokens_with_their_text():
+    import json
+
+    from mlxcel_py.engine import TokenDelta
+    from mlxcel_py.server.llama_shapes import NativeFramer
+
+    framer = NativeFramer(NativeReply("m", "p", 3, 20, {}))
+    frames = framer.frames(TokenDelta("r", 5, "a")) + framer.frames(TokenDelta("r", 6, ""))
+    frames += framer.frames(TokenDelta("r", 7, "bc")) + framer.frames(finished("length", completion=3))
+    got = [json.loads(f[6:]) for f in frames]
+    assert [(g["content"], g["tokens"], g["tokens_predicted"], g["stop"]) for g in got[:-1]] == [
+        ("a", [5], 1, False), ("bc", [6, 7], 3, False)]
+    assert got[-1]["stop"] is True and got[-1]["content"] == "" and got[-1]["stop_type"] == "limit"
