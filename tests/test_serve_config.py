@@ -11,6 +11,18 @@ from mlxcel_py.config import resolve, startup_summary
 from mlxcel_py.errors import ConfigError, ServeError
 
 
+def _has_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as sock:
+            sock.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+needs_ipv6 = pytest.mark.skipif(not _has_ipv6_loopback(), reason="no IPv6 loopback on this machine")
+
+
 def test_hosts_and_aliases_are_comma_separated():
     cfg = resolve("serve", host=" 127.0.0.1, ::1,127.0.0.1 ", model_alias="first, second,,first", port=0, env={})
     assert cfg.server.hosts == ("127.0.0.1", "::1") and cfg.server.host == "127.0.0.1"
@@ -71,6 +83,7 @@ def test_cli_flags_reach_the_config(monkeypatch):
     assert bad.exit_code != 0 and "is not an origin" in bad.stderr
 
 
+@needs_ipv6
 def test_every_address_is_bound_on_one_port():
     socks = serving.bind_sockets(("127.0.0.1", "::1"), 0)
     try:
@@ -81,6 +94,7 @@ def test_every_address_is_bound_on_one_port():
             s.close()
 
 
+@needs_ipv6
 def test_a_taken_address_closes_the_others():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -92,6 +106,7 @@ def test_a_taken_address_closes_the_others():
             again.bind(("::1", port))
 
 
+@needs_ipv6
 def test_the_server_answers_on_every_address():
     import threading
 
