@@ -13,6 +13,9 @@ from typing import Literal, Mapping, Optional
 from .engine.plan import PrefillChunkPolicy
 from .engine.request import MAX_TOKENS_LIMIT, SamplingParams
 from .errors import ConfigError, RequestError
+from .serve_config import DEFAULT_MAX_BODY_BYTES, ServerConfig, server_config, server_summary
+
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "AppConfig", "ServerConfig", "resolve", "startup_summary"]
 
 log = logging.getLogger("mlxcel_py.config")
 
@@ -22,8 +25,6 @@ MAX_PARALLEL = 64
 MAX_ITL_BUDGET_MS = 600_000
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 _SERVER_COMMANDS = ("serve", "bench")
-DEFAULT_MAX_BODY_BYTES = 8 << 20
-MAX_SHUTDOWN_GRACE_S = 3600.0
 _SAMPLING_FLAGS = {
     "temperature": "--temp",
     "top_p": "--top-p",
@@ -158,17 +159,6 @@ class EngineConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class ServerConfig:
-    host: str = "127.0.0.1"
-    port: int = 8080
-    api_key: Optional[str] = None
-    log_level: str = "info"
-    model_alias: Optional[str] = None
-    shutdown_grace_s: float = 10.0
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-
-
-@dataclass(frozen=True, slots=True)
 class DistributedConfig:
     """Serving one model over the ranks of an `mlx.launch` (see docs/DISTRIBUTED.md)."""
 
@@ -203,26 +193,6 @@ def _sampling(command: str, given: dict[str, object]) -> SamplingParams:
         if exc.param and flag and message.startswith(exc.param + " "):
             message = flag + message[len(exc.param) :]
         raise ConfigError(message, flag=flag) from None
-
-
-def _server(env: Mapping[str, str], host: Optional[str], port: Optional[int], api_key: Optional[str],
-            log_level: str, model_alias: Optional[str], max_body_bytes: Optional[int],
-            shutdown_grace: Optional[float]) -> ServerConfig:
-    host = host if host is not None else (env.get("LLAMA_ARG_HOST") or "").strip() or "127.0.0.1"
-    if not host.strip():
-        raise ConfigError("--host must not be empty", flag="--host")
-    port, label = _flag_or_env(port, "--port", env, "LLAMA_ARG_PORT")
-    _check_range(label, port, 0, 65535)
-    if api_key == "":
-        raise ConfigError("--api-key must not be empty (omit it to disable authentication)", flag="--api-key")
-    api_key = api_key if api_key is not None else env.get("MLXCEL_API_KEY") or None
-    _check_range("--max-body-bytes", max_body_bytes, 1024)
-    _check_range("--shutdown-grace", shutdown_grace, 0, MAX_SHUTDOWN_GRACE_S)
-    return ServerConfig(
-        host, 8080 if port is None else port, api_key, log_level, model_alias,
-        10.0 if shutdown_grace is None else shutdown_grace,
-        DEFAULT_MAX_BODY_BYTES if max_body_bytes is None else max_body_bytes,
-    )
 
 
 def _engine(command: str, env: Mapping[str, str], chunk: ResolvedChunk, parallel: Optional[int],
@@ -311,6 +281,7 @@ def resolve(
     shutdown_grace: Optional[float] = None,
     distributed: Optional[str] = None,
     distributed_timeout: Optional[float] = None,
+    cors_origins: Optional[str] = None,
     env: Optional[Mapping[str, str]] = None,
 ) -> AppConfig:
     """Merge flags (None = not given) with the environment into one frozen AppConfig; raises ConfigError."""
@@ -331,7 +302,8 @@ def resolve(
     sampling = _sampling(command, given)
     server = None
     if command in _SERVER_COMMANDS:
-        server = _server(env, host, port, api_key, level, model_alias, max_body_bytes, shutdown_grace)
+        server = server_config(env, host=host, port=port, api_key=api_key, log_level=level, model_alias=model_alias,
+                               max_body_bytes=max_body_bytes, shutdown_grace=shutdown_grace, cors_origins=cors_origins)
     elif host is not None or port is not None or api_key is not None:
         raise ConfigError(f"--host, --port and --api-key apply to serve and bench, not {command}", flag="--host")
     blas = (env.get("MLXCEL_BLAS") or "").strip() or "auto"
@@ -360,7 +332,5 @@ def startup_summary(cfg: AppConfig) -> list[str]:
         d = cfg.distributed
         lines.append(f"distributed {d.mode} backend={d.backend} timeout={d.timeout_s:g}s")
     if cfg.server is not None:
-        auth = "api key required" if cfg.server.api_key else "no api key"
-        lines.append(f"server http://{cfg.server.host}:{cfg.server.port} ({auth}, "
-                     f"max_body_bytes={cfg.server.max_body_bytes}, shutdown_grace={cfg.server.shutdown_grace_s:g} s)")
+        lines += server_summary(cfg.server)
     return lines

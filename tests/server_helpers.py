@@ -99,11 +99,15 @@ def stream_post(client: httpx.Client, path: str, body: dict) -> list[Any]:
         return sse_payloads(response.iter_lines())
 
 
+OVERFLOW_KEYS = {"n_prompt_tokens", "n_ctx"}  # llama-server's, on a context overflow only
+
+
 def error_of(response: httpx.Response) -> dict:
     """The OpenAI error object of a response, checking its shape."""
     body = response.json()
     assert set(body) == {"error"}, body
-    assert set(body["error"]) == {"message", "type", "param", "code"}, body
+    extra = OVERFLOW_KEYS if body["error"].get("code") == "context_length_exceeded" else set()
+    assert set(body["error"]) == {"message", "type", "param", "code"} | extra, body
     assert isinstance(body["error"]["message"], str) and body["error"]["message"]
     return body["error"]
 

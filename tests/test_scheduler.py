@@ -104,7 +104,7 @@ def test_eos_stops_without_emitting_the_eos_token():
     deltas = [e.text for e in events if isinstance(e, TokenDelta)]
     assert deltas == ["d", "e"]
     done = finished(events, "A")[0]
-    assert (done.finish_reason, done.usage.completion_tokens) == ("stop", 2)
+    assert (done.finish_reason, done.usage.completion_tokens, done.stop_word, done.slot) == ("stop", 2, None, 0)
 
 
 def test_ignore_eos_keeps_generating():
@@ -118,12 +118,13 @@ def test_ignore_eos_keeps_generating():
 
 def test_stop_string_is_held_back_and_cut():
     engine, runner = make_engine()
-    engine.add_request(request("A", 5, stop=("cd",)))
+    engine.add_request(request("A", 5, stop=("zz", "de", "cd")))
     runner.script[1] = [1, 2, 3, 4]  # b c d e
     events = run_until(engine, lambda ev: finished(ev, "A"))
     text = "".join(e.text for e in events if isinstance(e, TokenDelta)) + finished(events, "A")[0].text
     assert text == "b"
-    assert finished(events, "A")[0].finish_reason == "stop"
+    done = finished(events, "A")[0]
+    assert (done.finish_reason, done.stop_word) == ("stop", "cd")  # the earliest match, whatever its rank
 
 
 def test_max_tokens_is_capped_by_the_slot_context():

@@ -88,8 +88,8 @@ def test_loading_then_sigterm_drains_and_exits_0(monkeypatch):
     real_bind, real_make = run_module.bind_socket, run_module.make_server
     port = []
 
-    def bind(host, port_):
-        sock = real_bind(host, port_)
+    def bind(host, port_, *rest):
+        sock = real_bind(host, port_, *rest)
         port.append(sock.getsockname()[1])
         return sock
 

@@ -1,5 +1,7 @@
 """The OpenAI surface against a real server: the official client and raw SSE, usage, metrics, slots."""
 
+import re
+
 import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -32,6 +34,7 @@ def test_chat_non_streaming(oai, srv):
     resp = oai.chat.completions.create(model="tiny-0", messages=CHAT, max_tokens=8, **GREEDY)
     assert resp.id.startswith("chatcmpl-") and resp.object == "chat.completion"
     assert resp.model == "tiny-0"
+    assert re.fullmatch(r"fp_[0-9a-f]{12}", resp.system_fingerprint) and resp.system_fingerprint == srv.runtime.fingerprint
     choice = resp.choices[0]
     assert choice.message.role == "assistant" and choice.finish_reason == "length"
     assert resp.usage.completion_tokens == 8 and resp.usage.prompt_tokens > 0
@@ -53,8 +56,10 @@ def test_chat_streaming_matches_non_streaming(oai):
     assert text == whole.choices[0].message.content
     finish = [c for c in chunks if c.choices and c.choices[0].finish_reason]
     assert len(finish) == 1 and finish[0].choices[0].finish_reason == "length"
-    assert finish[0].model_extra["timings"]["predicted_n"] == 12
+    # timings ride on the last chunk (here the usage chunk), as llama-server sends them
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 12
+    assert chunks[-1].model_extra["timings"]["predicted_n"] == 12 and "timings" not in finish[0].model_extra
+    assert {c.system_fingerprint for c in chunks} == {whole.system_fingerprint}
 
 
 def test_raw_chat_stream_shape(http):
@@ -64,6 +69,7 @@ def test_raw_chat_stream_shape(http):
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"  # no usage chunk without include_usage
+    assert chunks[-1]["timings"]["predicted_n"] == 4  # so the finish chunk is the last one, with timings
     assert not any("usage" in c for c in chunks) and not any("prompt_progress" in c for c in chunks)
 
 

@@ -67,7 +67,9 @@ ParallelOpt = Annotated[
 
 # Server and prompt-cache options; their names match the ones config.resolve's errors use.
 HostOpt = Annotated[
-    Optional[str], typer.Option("--host", help="Address to bind. Default 127.0.0.1; env LLAMA_ARG_HOST.")
+    Optional[str],
+    typer.Option("--host", help="Addresses to bind, comma-separated (each is bound). Default 127.0.0.1; "
+                 "env LLAMA_ARG_HOST."),
 ]
 PortOpt = Annotated[
     Optional[int], typer.Option("--port", help="Port to bind (0 picks one). Default 8080; env LLAMA_ARG_PORT.")
@@ -85,7 +87,16 @@ ShutdownGraceOpt = Annotated[
     Optional[float],
     typer.Option("--shutdown-grace", help="Seconds in-flight requests may finish after SIGTERM/SIGINT. Default 10."),
 ]
-AliasOpt = Annotated[Optional[str], typer.Option("--alias", help="Model name reported by /v1/models.")]
+AliasOpt = Annotated[
+    Optional[str],
+    typer.Option("--alias", "-a", help="Model names, comma-separated; the first is the id replies report "
+                 "(any name is accepted in requests). Env LLAMA_ARG_ALIAS."),
+]
+CorsOriginsOpt = Annotated[
+    Optional[str],
+    typer.Option("--cors-origins", help="Browser origins allowed besides the loopback ones, comma-separated: "
+                 "http://host:port, http://host:* or * (any site). Env MLXCEL_CORS_ORIGINS."),
+]
 MaxQueueOpt = Annotated[
     Optional[int], typer.Option("--max-queue", help="Requests that may wait for a slot. Default 64.")
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..errors import MlxcelError
 from .common import fail, resolve_or_exit
 from .options import (
-    AliasOpt, ApiKeyOpt, BatchSizeOpt, CacheMaxBytesOpt, CacheMaxEntriesOpt, CacheMinPrefixOpt, CtxSizeOpt,
+    AliasOpt, ApiKeyOpt, BatchSizeOpt, CacheMaxBytesOpt, CacheMaxEntriesOpt, CacheMinPrefixOpt, CorsOriginsOpt, CtxSizeOpt,
     DistributedOpt, DistributedTimeoutOpt, HostOpt, ItlBudgetOpt, LogLevelOpt, MaxBodyBytesOpt, MaxQueueOpt,
     MaxTokensOpt, MinPOpt, ModelOpt, ParallelOpt, PortOpt, PrefillChunkOpt, PromptCacheOpt, RepeatPenaltyOpt, SeedOpt,
     ShutdownGraceOpt, TempOpt, TopKOpt, TopPOpt,
@@ -40,8 +40,9 @@ def serve(
     shutdown_grace: ShutdownGraceOpt = None,
     distributed: DistributedOpt = None,
     distributed_timeout: DistributedTimeoutOpt = None,
+    cors_origins: CorsOriginsOpt = None,
 ) -> None:
-    """Serve the model over an OpenAI-compatible HTTP API (chat, completions, metrics, slots)."""
+    """Serve the model over HTTP: the OpenAI, llama-server and Anthropic APIs (see docs/SERVER.md)."""
     cfg = resolve_or_exit(
         "serve", model=model, host=host, port=port, parallel=parallel, ctx_size=ctx_size,
         prefill_chunk_size=prefill_chunk_size, batch_size=batch_size, max_queue=max_queue,
@@ -50,6 +51,7 @@ def serve(
         repeat_penalty=repeat_penalty, seed=seed, max_tokens=max_tokens, api_key=api_key,
         log_level=log_level, model_alias=alias, itl_budget_ms=itl_budget_ms, max_body_bytes=max_body_bytes,
         shutdown_grace=shutdown_grace, distributed=distributed, distributed_timeout=distributed_timeout,
+        cors_origins=cors_origins,
     )
     # Imported here: the server pulls in MLX, which must load after the BLAS preload.
     from ..server.serving import serve_forever

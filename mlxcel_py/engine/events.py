@@ -75,6 +75,8 @@ class Finished:
     timings: Timings
     text: str = ""  # the tail released at the end (held-back text that never became a stop)
     error: Optional[str] = None
+    stop_word: Optional[str] = None  # the stop string that ended it (finish_reason "stop" without EOS)
+    slot: Optional[int] = None  # the slot that ran it (None if it never got one)
 
 
 Event = Union[PromptProgress, TokenDelta, Finished]

@@ -222,7 +222,8 @@ class Scheduler:
             self._free_slots.sort()
         self.counters["finished"] += 1
         self.counters["cached"] += seq.adopted
-        return [Finished(seq.request.request_id, reason, seq.usage(), seq.timings(), tail, error)]
+        return [Finished(seq.request.request_id, reason, seq.usage(), seq.timings(), tail, error,
+                         stop_word=seq.stream.matched, slot=seq.slot)]
 
     def _apply_aborts(self) -> list[Event]:
         if not self._aborts:

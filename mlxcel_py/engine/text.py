@@ -27,6 +27,7 @@ class TextStream:
         self._stop = stop
         self._held = ""  # decoded but not yet released
         self.stopped = False
+        self.matched: Optional[str] = None  # the stop string that ended the text, once one has
 
     def push(self, token: int) -> str:
         """Add one generated token; returns the text it releases ("" while held back)."""
@@ -51,8 +52,9 @@ class TextStream:
         if not self._stop:
             out, self._held = self._held, ""
             return out
-        cut = _first_stop(self._held, self._stop)
-        if cut is not None:
+        hit = _first_stop(self._held, self._stop)
+        if hit is not None:
+            cut, self.matched = hit
             self.stopped = True
             out, self._held = self._held[:cut], ""
             return out
@@ -62,9 +64,10 @@ class TextStream:
         return out
 
 
-def _first_stop(text: str, stops: tuple[str, ...]) -> Optional[int]:
-    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
-    return min(hits) if hits else None
+def _first_stop(text: str, stops: tuple[str, ...]) -> Optional[tuple[int, str]]:
+    """Where the earliest stop string starts in `text`, and which one it is."""
+    hits = [(i, s) for i, s in ((text.find(s), s) for s in stops) if i >= 0]
+    return min(hits, key=lambda hit: hit[0]) if hits else None
 
 
 def _partial_stop_len(text: str, stops: tuple[str, ...]) -> int:

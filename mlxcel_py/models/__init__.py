@@ -2,12 +2,12 @@
 
 Importing this package does not import mlx.core (the BLAS preload must come first)."""
 
-from .chat import ChatPrompt, encode_chat, encode_text
+from .chat import ChatPrompt, encode_chat, encode_text, render_chat
 from .loader import default_model_path, load_model, load_tokenizer
 from ..errors import ModelLoadError
 from .types import LoadedModel
 
 __all__ = [
     "ChatPrompt", "LoadedModel", "ModelLoadError", "default_model_path",
-    "encode_chat", "encode_text", "load_model", "load_tokenizer",
+    "encode_chat", "encode_text", "load_model", "load_tokenizer", "render_chat",
 ]

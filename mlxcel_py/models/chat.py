@@ -103,6 +103,11 @@ def encode_chat(
     return ChatPrompt(tuple(ids), len(history) if strict_prefix else None)
 
 
+def render_chat(tokenizer, messages: list[dict], tools: Optional[list] = None) -> str:
+    """The prompt text `messages` render to, with the generation prompt (llama-server's /apply-template)."""
+    return _render(tokenizer, validate_messages(messages), True, tools)
+
+
 def encode_text(tokenizer, text: str, add_special_tokens: bool = True) -> tuple[int, ...]:
     """Tokenize raw text; with add_special_tokens the model's BOS is prepended when it wants one."""
     if not isinstance(text, str):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import hashlib
 import logging
 import time
 from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
@@ -12,11 +13,13 @@ import anyio
 import anyio.to_thread
 from fastapi import FastAPI, Request
 
+from .. import __version__
 from ..config import DEFAULT_MAX_BODY_BYTES
 from ..engine import EngineStats
 from ..tool_calls.render import ToolFormat, tool_format
 from .auth import Gate
-from .errors import APIError, install_error_handlers, unavailable
+from .cors import Cors, cors_options
+from .errors import APIError, CatchBugs, install_error_handlers, unavailable
 from .metrics import ServerMetrics
 from .prompts import PromptLimit, max_token_chars
 
@@ -43,6 +46,7 @@ class Runtime:
         self.vocab_size = 0
         self.prompt_limit = PromptLimit(1, 1)
         self.tool_format: Optional[ToolFormat] = None
+        self.fingerprint = ""  # system_fingerprint: this build and this model
         self.max_body_bytes = config.server.max_body_bytes if config.server else DEFAULT_MAX_BODY_BYTES
         self.draining = False
         self.failure: Optional[str] = None  # why the engine can no longer serve (a lost distributed rank)
@@ -58,9 +62,13 @@ class Runtime:
         return self.worker is not None and self.loaded is not None
 
     @property
+    def aliases(self) -> tuple[str, ...]:
+        return self.config.server.model_aliases if self.config.server else ()
+
+    @property
     def model_id(self) -> str:
-        alias = self.config.server.model_alias if self.config.server else None
-        return alias or (self.loaded.name if self.loaded else "loading")
+        """The id replies report: the first --alias, else the model's name."""
+        return self.aliases[0] if self.aliases else (self.loaded.name if self.loaded else "loading")
 
     def attach(self, worker: "EngineWorker", loaded: "LoadedModel") -> None:
         """Switch from loading to ready."""
@@ -68,6 +76,7 @@ class Runtime:
         slot_context = worker.stats().slot_context
         self.prompt_limit = PromptLimit(slot_context, max_token_chars(loaded.tokenizer, self.vocab_size))
         self.tool_format = tool_format(loaded.tokenizer)  # how this model writes tool calls
+        self.fingerprint = system_fingerprint(loaded)
         self.worker, self.loaded = worker, loaded
         # The model's objects live as long as the server: out of the collector's way, a request
         # that allocates a million objects does not pay for full collections over them (each
@@ -101,13 +110,20 @@ class Runtime:
         return None
 
     def check_model(self, name: Optional[str]) -> None:
-        """Lenient like llama-server about a missing model, but a wrong name is a 404."""
-        if not name:
-            return
-        served = {self.model_id, self.loaded.name if self.loaded else None, self.config.model.path}
-        if name not in served:
-            raise APIError(404, f"model '{name}' is not served here; this server serves '{self.model_id}'",
-                           param="model", code="model_not_found")
+        """Any name is accepted, like llama-server with one model: clients hard-code names, and
+        replies report the served id. (Kept as the one place to route names when several are served.)"""
+
+
+def system_fingerprint(loaded: "LoadedModel") -> str:
+    """Stable for one build of mlxcel-py serving one model in one form (OpenAI's system_fingerprint)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        mlx_version = version("mlx")  # read from the package metadata: the server never imports MLX
+    except PackageNotFoundError:
+        mlx_version = "?"
+    ident = "|".join((__version__, mlx_version, loaded.name, loaded.source, loaded.weights, loaded.description))
+    return "fp_" + hashlib.sha256(ident.encode()).hexdigest()[:12]
 
 
 def vocab_size(loaded: "LoadedModel") -> int:
@@ -132,7 +148,9 @@ def create_app(
 ) -> FastAPI:
     """The OpenAI-compatible app. With worker/loaded None it starts in the loading state
     (/health answers 503, everything else 503) until `app.state.runtime.attach(...)`."""
+    from .anthropic_routes import router as anthropic_router
     from .completions import router as completions_router
+    from .llama_routes import router as llama_router
     from .status_routes import router as status_router
     from .token_routes import router as token_router
 
@@ -144,10 +162,15 @@ def create_app(
         state.attach(worker, loaded)
     app.state.runtime = state
     install_error_handlers(app)
+    app.include_router(llama_router)  # first: /completions is llama-server's native route, as there
     app.include_router(completions_router)
+    app.include_router(anthropic_router)
     app.include_router(status_router)
     app.include_router(token_router)
     api_key = config.server.api_key if config.server else None
     install_openapi(app, api_key is not None)
+    # The last added runs first: CORS (preflights, headers on every answer), bugs -> 500, the gate.
     app.add_middleware(Gate, api_key=api_key, state=lambda: app.state.runtime)
+    app.add_middleware(CatchBugs)
+    app.add_middleware(Cors, **cors_options(config.server.cors_origins if config.server else ()))
     return app

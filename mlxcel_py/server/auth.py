@@ -1,5 +1,8 @@
 """The gate in front of every route: the optional API key, then loading/shutting-down.
 
+The key is taken as `Authorization: Bearer <key>` (OpenAI's clients) or `x-api-key: <key>`
+(Anthropic's). CORS preflights never get here: the CORS middleware in front answers them.
+
 A plain ASGI middleware (not BaseHTTPMiddleware) so streaming responses and client
 disconnects pass through untouched.
 """
@@ -11,7 +14,6 @@ import hmac
 import logging
 from typing import Callable, Optional
 
-from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .errors import APIError, unavailable
@@ -20,16 +22,22 @@ log = logging.getLogger("mlxcel_py.server")
 OPEN_PATHS = frozenset({"/health", "/v1/health"})
 
 
-def bearer_token(headers: list[tuple[bytes, bytes]]) -> Optional[str]:
+def presented_keys(headers: list[tuple[bytes, bytes]]) -> list[bytes]:
+    """The keys a request presents: its bearer token and its x-api-key header."""
+    keys = []
     for name, value in headers:
-        if name.lower() == b"authorization":
-            scheme, _, token = value.decode("latin-1").partition(" ")
-            return token.strip() if scheme.lower() == "bearer" else None
-    return None
+        name = name.lower()
+        if name == b"authorization":
+            scheme, _, token = value.partition(b" ")
+            if scheme.lower() == b"bearer":
+                keys.append(token.strip())
+        elif name == b"x-api-key":
+            keys.append(value.strip())
+    return keys
 
 
 class Gate:
-    """401 without the right bearer key; 503 while loading or draining (except /health)."""
+    """401 without the right key; 503 while loading or draining (except /health)."""
 
     def __init__(self, app: ASGIApp, api_key: Optional[str], state: Callable[[], object]):
         self.app = app
@@ -63,13 +71,14 @@ class Gate:
 
     def _check(self, scope: Scope) -> Optional[APIError]:
         if self.api_key is not None:
-            token = bearer_token(scope.get("headers", []))
+            keys = presented_keys(scope.get("headers", []))
             # compare_digest: the time taken does not reveal how much of the key matched.
-            if token is None or not hmac.compare_digest(token.encode("utf-8", "replace"), self.api_key):
-                return APIError(401, "invalid or missing API key; send 'Authorization: Bearer <key>'",
+            if not any([hmac.compare_digest(key, self.api_key) for key in keys]):
+                return APIError(401, "invalid or missing API key; send 'Authorization: Bearer <key>' or "
+                                "'x-api-key: <key>'",
                                 code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
         return self.state().gate_error()  # type: ignore[attr-defined]
 
 
 async def _answer(error: APIError, scope: Scope, receive: Receive, send: Send) -> None:
-    await JSONResponse(error.body(), error.status, headers=error.headers)(scope, receive, send)
+    await error.response(scope["path"])(scope, receive, send)

@@ -31,7 +31,6 @@ async def chat_completions(request: Request) -> Response:
 
 
 @router.post("/v1/completions")
-@router.post("/completions", include_in_schema=False)
 async def completions(request: Request) -> Response:
     return await _generate(request, prepare_completion)
 

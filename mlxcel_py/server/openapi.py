@@ -13,6 +13,9 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
+from .anthropic_schemas import CountTokensRequest, MessagesRequest
+from .errors import anthropic_route
+from .llama_schemas import ApplyTemplateRequest, NativeCompletionRequest
 from .schemas import ChatRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest
 
 REF = "#/components/schemas/{model}"
@@ -21,11 +24,16 @@ BODIES: dict[str, type[BaseModel]] = {
     "/v1/completions": CompletionRequest,
     "/tokenize": TokenizeRequest,
     "/detokenize": DetokenizeRequest,
+    "/completion": NativeCompletionRequest,
+    "/apply-template": ApplyTemplateRequest,
+    "/v1/messages": MessagesRequest,
+    "/v1/messages/count_tokens": CountTokensRequest,
 }
+STREAMING = ("/v1/chat/completions", "/v1/completions", "/completion", "/v1/messages")
 ERRORS = {
     "400": "Invalid request: the message and `param` name the field",
     "401": "Missing or wrong API key",
-    "404": "Unknown route or model",
+    "404": "Unknown route",
     "413": "Body larger than --max-body-bytes",
     "415": "Content-Type is not application/json",
     "429": "Every slot busy and the queue full; retry after Retry-After seconds",
@@ -45,16 +53,27 @@ ERROR_SCHEMA = {
 }
 
 
-def _error_responses(codes: list[str]) -> dict[str, Any]:
-    ref = {"$ref": "#/components/schemas/Error"}
+ANTHROPIC_ERROR_SCHEMA = {
+    "type": "object",
+    "required": ["type", "error"],
+    "properties": {"type": {"const": "error"}, "error": {
+        "type": "object", "required": ["type", "message"],
+        "properties": {"type": {"type": "string"}, "message": {"type": "string"}},
+    }},
+}
+
+
+def _error_responses(codes: list[str], path: str) -> dict[str, Any]:
+    ref = {"$ref": "#/components/schemas/" + ("AnthropicError" if anthropic_route(path) else "Error")}
     return {code: {"description": ERRORS[code], "content": {"application/json": {"schema": ref}}} for code in codes}
 
 
 def build_openapi(app: FastAPI, api_key: bool) -> dict[str, Any]:
     schema = get_openapi(title=app.title, version=app.version, routes=app.routes,
-                         description="OpenAI-compatible API of mlxcel-py serve (see docs/SERVER.md)")
+                         description="OpenAI, llama-server and Anthropic APIs of mlxcel-py serve (see docs/SERVER.md)")
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     components["Error"] = ERROR_SCHEMA
+    components["AnthropicError"] = ANTHROPIC_ERROR_SCHEMA
     for path, model in BODIES.items():
         body = model.model_json_schema(ref_template=REF)
         components.update(body.pop("$defs", {}))
@@ -62,18 +81,18 @@ def build_openapi(app: FastAPI, api_key: bool) -> dict[str, Any]:
         operation = schema["paths"][path]["post"]
         operation["requestBody"] = {"required": True, "content": {
             "application/json": {"schema": {"$ref": REF.format(model=model.__name__)}}}}
-        operation["responses"].update(_error_responses(["400", "404", "413", "415", "429", "503"]))
+        operation["responses"].update(_error_responses(["400", "404", "413", "415", "429", "503"], path))
     for path, methods in schema["paths"].items():
         for operation in methods.values():
             keyed = ["401"] if api_key and path != "/health" else []
-            operation["responses"].update(_error_responses(["503", *keyed]))
+            operation["responses"].update(_error_responses(["503", *keyed], path))
     health = schema["paths"]["/health"]["get"]["responses"]["503"]
     health["description"] = "Loading or shutting down: {\"status\": \"loading\" | \"shutting_down\"}"
     health["content"] = {"application/json": {"schema": {"type": "object"}}}
     schema["paths"]["/metrics"]["get"]["responses"]["200"]["content"] = {"text/plain": {"schema": {"type": "string"}}}
-    for path in ("/v1/chat/completions", "/v1/completions"):
+    for path in STREAMING:
         ok = schema["paths"][path]["post"]["responses"]["200"]
-        ok["description"] = "The completion as JSON, or with `stream: true` server-sent events ending in [DONE]"
+        ok["description"] = "The reply as JSON, or with `stream: true` server-sent events (OpenAI's end in [DONE])"
         ok["content"]["text/event-stream"] = {"schema": {"type": "string"}}
     if api_key:
         schema["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}

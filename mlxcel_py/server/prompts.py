@@ -145,7 +145,7 @@ def _prepared(rt: "Runtime", body: GenerationRequest, kind: Kind, ids: tuple[int
     hidden = echo is not None and echo_only(body, _max_tokens(body, rt.config.sampling.max_tokens))
     reply = Reply(kind, request_id, int(time.time()), rt.model_id,
                   include_usage=stream and body.include_usage, return_progress=bool(body.return_progress),
-                  shape=_shape(rt, sampling, ids, plan, echo, hidden))
+                  shape=_shape(rt, sampling, ids, plan, echo, hidden), fingerprint=rt.fingerprint)
     cache_prompt = True if body.cache_prompt is None else body.cache_prompt
     return Prepared(EngineRequest(request_id, ids, sampling, boundary, cache_prompt), reply, stream)
 

@@ -32,6 +32,7 @@ class Reply:
     include_usage: bool = False
     return_progress: bool = False
     shape: Shape = Shape()
+    fingerprint: Optional[str] = None  # system_fingerprint: the build and the model
 
 
 def usage_json(f: Finished, hidden: bool = False) -> dict:
@@ -88,7 +89,8 @@ def _choice(reply: Reply, part: Optional[Part], finish: Optional[str], role: boo
 
 def chunk(reply: Reply, choices: list, **extra: Any) -> dict:
     kind = "chat.completion.chunk" if reply.kind == "chat" else "text_completion"
-    return {"id": reply.id, "object": kind, "created": reply.created, "model": reply.model, "choices": choices, **extra}
+    return {"id": reply.id, "object": kind, "created": reply.created, "model": reply.model,
+            "system_fingerprint": reply.fingerprint, "choices": choices, **extra}
 
 
 def _message(reply: Reply, whole: Part, called: bool) -> dict:
@@ -118,7 +120,8 @@ def assembled_json(reply: Reply, parts: list[Part], f: Finished, finish_reason: 
         choice = {"index": 0, "text": whole.text, "logprobs": logprobs, "finish_reason": finish}
         kind = "text_completion"
     return {"id": reply.id, "object": kind, "created": reply.created, "model": reply.model,
-            "choices": [choice], "usage": usage_json(f, reply.shape.hide_output), "timings": timings_json(f)}
+            "system_fingerprint": reply.fingerprint, "choices": [choice], "usage": usage_json(f, reply.shape.hide_output),
+            "timings": timings_json(f)}
 
 
 def failure(f: Finished) -> APIError:
@@ -151,10 +154,11 @@ def event_frames(reply: Reply, event: Any, assembler: Optional[Assembler] = None
     if event.finish_reason not in ("stop", "length"):
         return frames + ended_frames(reply, event.finish_reason, failure(event))
     finish = assembler.finish_reason(event.finish_reason)
-    frames.append(sse(chunk(reply, [_choice(reply, None, finish)], timings=timings_json(event))))
+    last = [chunk(reply, [_choice(reply, None, finish)])]
     if reply.include_usage:
-        frames.append(sse(chunk(reply, [], usage=usage_json(event, reply.shape.hide_output))))
-    return frames
+        last.append(chunk(reply, [], usage=usage_json(event, reply.shape.hide_output)))
+    last[-1]["timings"] = timings_json(event)  # on the last chunk, as llama-server does
+    return frames + [sse(c) for c in last]
 
 
 def ended_frames(reply: Reply, finish_reason: str, error: APIError) -> list[str]:

@@ -75,7 +75,7 @@ class GracefulServer(uvicorn.Server):
             log.warning("%s: cut %d requests", why, count)
 
 
-def bind_socket(host: str, port: int) -> socket.socket:
+def bind_socket(host: str, port: int, v6only: bool = False) -> socket.socket:
     """A bound TCP socket (port 0 picks a free one); ServeError when the address is unusable."""
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
@@ -84,6 +84,8 @@ def bind_socket(host: str, port: int) -> socket.socket:
         raise ServeError(f"cannot resolve --host {host!r}: {exc}") from None
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if v6only and family == socket.AF_INET6:  # with several addresses, "::" must not also take IPv4
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         sock.bind(address)
     except OSError as exc:
         sock.close()
@@ -91,6 +93,19 @@ def bind_socket(host: str, port: int) -> socket.socket:
         raise ServeError(f"cannot listen on {host}:{port}: {reason}") from None
     sock.set_inheritable(True)
     return sock
+
+
+def bind_sockets(hosts: tuple[str, ...], port: int) -> list[socket.socket]:
+    """One socket per address, all on one port (port 0: the one the first address got)."""
+    socks: list[socket.socket] = []
+    try:
+        for host in hosts:
+            socks.append(bind_socket(host, socks[0].getsockname()[1] if socks else port, len(hosts) > 1))
+    except ServeError:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks
 
 
 def make_server(app: Any, config: AppConfig) -> GracefulServer:
@@ -126,12 +141,13 @@ def _in_daemon_thread(loop: asyncio.AbstractEventLoop, fn: Callable[[], Any]) ->
     return future
 
 
-async def _serve(server: GracefulServer, sock: socket.socket, config: AppConfig, url: str, cluster=None) -> None:
+async def _serve(server: GracefulServer, socks: list[socket.socket], config: AppConfig, urls: str,
+                 cluster=None) -> None:
     """Serve `config`; with a `cluster` (rank 0 of several) the model is sharded and the runner leads."""
     from ..engine import engine_session
     from ..models import load_model
 
-    serving = asyncio.ensure_future(server.serve(sockets=[sock]))
+    serving = asyncio.ensure_future(server.serve(sockets=socks))
     if cluster is None:
         load = lambda: load_model(config.model.path, on_progress=log.info)  # noqa: E731
     else:
@@ -151,7 +167,7 @@ async def _serve(server: GracefulServer, sock: socket.socket, config: AppConfig,
             if cluster is not None:
                 cluster.watch(runner, server.runtime, worker)
             # The loader and build_engine have logged the weights path and the context per slot.
-            log.info("ready: serving %s on %s", server.runtime.model_id, url)
+            log.info("ready: serving %s on %s", server.runtime.model_id, urls)
             ready = True
             await serving
     finally:
@@ -177,14 +193,13 @@ def serve_forever(config: AppConfig) -> None:
         if cluster is not None and cluster.rank != 0:
             cluster.follow(config)
             return
-    sock = bind_socket(config.server.host, config.server.port)
-    bound = dataclasses.replace(config.server, port=sock.getsockname()[1])
+    socks = bind_sockets(config.server.hosts, config.server.port)
+    bound = dataclasses.replace(config.server, port=socks[0].getsockname()[1])
     for line in startup_summary(dataclasses.replace(config, server=bound)):
         log.info("%s", line)
     from .app import create_app
 
     app = create_app(None, None, config)
     log.info("loading the model; /health answers 503 until it is ready")
-    url = f"http://{bound.host}:{bound.port}"
-    asyncio.run(_serve(make_server(app, config), sock, config, url, cluster))
+    asyncio.run(_serve(make_server(app, config), socks, config, ", ".join(bound.urls()), cluster))
     log.info("stopped")

@@ -29,8 +29,11 @@ async def health(request: Request) -> JSONResponse:
 async def models(request: Request) -> dict:
     rt = runtime(request)
     stats = rt.worker.stats()
-    meta = {"context_length": rt.loaded.context_length, "slots": len(stats.slots), "slot_context": stats.slot_context}
-    entry = {"id": rt.model_id, "object": "model", "created": rt.started, "owned_by": "mlxcel-py", "meta": meta}
+    meta = {"context_length": rt.loaded.context_length, "slots": len(stats.slots), "slot_context": stats.slot_context,
+            # llama-server's names for the same
+            "n_ctx": stats.slot_context, "n_ctx_train": rt.loaded.context_length, "n_vocab": rt.vocab_size}
+    entry = {"id": rt.model_id, "aliases": list(rt.aliases) or [rt.model_id], "object": "model",
+             "created": rt.started, "owned_by": "mlxcel-py", "meta": meta}
     return {"object": "list", "data": [entry]}
 
 

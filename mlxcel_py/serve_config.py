@@ -1,0 +1,143 @@
+"""The HTTP server's settings (serve, bench): addresses, names, key, CORS origins, limits.
+
+Part of the one resolver (`config.resolve` calls `server_config`); split out so config.py
+stays about the engine. Comma-separated lists follow llama-server (`--host`, `--alias`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Mapping, Optional
+from urllib.parse import urlsplit
+
+from .errors import ConfigError
+
+DEFAULT_MAX_BODY_BYTES = 8 << 20
+MAX_SHUTDOWN_GRACE_S = 3600.0
+LOOPBACK = "localhost"  # the --cors-origins keyword for the loopback origins (the default)
+_PORT_WILDCARD = re.compile(r"^(https?://[^/:*]+|https?://\[[0-9a-fA-F:.]+\]):\*$")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    hosts: tuple[str, ...] = ("127.0.0.1",)
+    port: int = 8080
+    api_key: Optional[str] = None
+    log_level: str = "info"
+    model_aliases: tuple[str, ...] = ()  # the first is the id replies report
+    shutdown_grace_s: float = 10.0
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    # Browser origins allowed beyond the loopback ones: "*", "scheme://host[:port]" or "scheme://host:*".
+    cors_origins: tuple[str, ...] = ()
+
+    @property
+    def host(self) -> str:
+        """The first address (the one tests and single-address setups use)."""
+        return self.hosts[0]
+
+    @property
+    def model_alias(self) -> Optional[str]:
+        return self.model_aliases[0] if self.model_aliases else None
+
+    def urls(self) -> list[str]:
+        return [url_of(host, self.port) for host in self.hosts]
+
+
+def url_of(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _csv(raw: str) -> tuple[str, ...]:
+    """Comma-separated items, stripped, empties dropped, duplicates dropped (first kept)."""
+    return tuple(dict.fromkeys(item.strip() for item in raw.split(",") if item.strip()))
+
+
+def _flag_or_env(value: Optional[str], flag: str, env: Mapping[str, str], *names: str) -> tuple[Optional[str], str]:
+    """The flag's text, else the first set environment variable's; with the name an error should use."""
+    if value is not None:
+        return value, flag
+    for name in names:
+        if (env.get(name) or "").strip():
+            return env[name], name
+    return None, flag
+
+
+def _list(value: Optional[str], label: str, what: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    items = _csv(value)
+    if not items:
+        raise ConfigError(f"{label} must name at least one {what} (got {value!r})", flag=label)
+    return items
+
+
+def check_origin(origin: str, label: str) -> str:
+    """A browser origin as CORS compares it: "*", "localhost", scheme://host[:port] or scheme://host:*."""
+    if origin in ("*", LOOPBACK) or _PORT_WILDCARD.match(origin):
+        return origin
+    parts = urlsplit(origin)
+    try:
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        parts = None  # type: ignore[assignment]
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or parts.path \
+            or parts.query or parts.fragment or parts.username:
+        raise ConfigError(f"{label}: {origin!r} is not an origin; write scheme://host[:port] (no path), "
+                          "scheme://host:* for any port, localhost, or *", flag=label)
+    return origin
+
+
+def _range(label: str, value: Optional[float], low: float, high: Optional[float] = None) -> None:
+    if value is not None and (value < low or (high is not None and value > high)):
+        bounds = f"at least {low}" if high is None else f"between {low} and {high}"
+        raise ConfigError(f"{label} must be {bounds} (got {value})", flag=label)
+
+
+def _port(value: Optional[int], env: Mapping[str, str]) -> int:
+    if value is not None:
+        _range("--port", value, 0, 65535)
+        return value
+    raw = (env.get("LLAMA_ARG_PORT") or "").strip()
+    if not raw:
+        return 8080
+    if not (raw.isascii() and raw.isdigit()):
+        raise ConfigError(f"LLAMA_ARG_PORT must be a non-negative integer (got {raw!r})", flag="LLAMA_ARG_PORT")
+    _range("LLAMA_ARG_PORT", int(raw), 0, 65535)
+    return int(raw)
+
+
+def server_config(env: Mapping[str, str], *, host: Optional[str] = None, port: Optional[int] = None,
+                  api_key: Optional[str] = None, log_level: str = "info", model_alias: Optional[str] = None,
+                  max_body_bytes: Optional[int] = None, shutdown_grace: Optional[float] = None,
+                  cors_origins: Optional[str] = None) -> ServerConfig:
+    """Flags (None = not given) over the environment -> ServerConfig; raises ConfigError."""
+    host_text, host_label = _flag_or_env(host, "--host", env, "LLAMA_ARG_HOST")
+    hosts = _list(host_text, host_label, "address") or ("127.0.0.1",)
+    alias_text, alias_label = _flag_or_env(model_alias, "--alias", env, "LLAMA_ARG_ALIAS")
+    aliases = _list(alias_text, alias_label, "model name")
+    cors_text, cors_label = _flag_or_env(cors_origins, "--cors-origins", env, "MLXCEL_CORS_ORIGINS",
+                                         "LLAMA_ARG_CORS_ORIGINS")
+    origins = tuple(check_origin(o, cors_label) for o in _list(cors_text, cors_label, "origin"))
+    if api_key == "":
+        raise ConfigError("--api-key must not be empty (omit it to disable authentication)", flag="--api-key")
+    api_key = api_key if api_key is not None else env.get("MLXCEL_API_KEY") or None
+    _range("--max-body-bytes", max_body_bytes, 1024)
+    _range("--shutdown-grace", shutdown_grace, 0, MAX_SHUTDOWN_GRACE_S)
+    return ServerConfig(
+        hosts=hosts, port=_port(port, env), api_key=api_key, log_level=log_level, model_aliases=aliases,
+        shutdown_grace_s=10.0 if shutdown_grace is None else shutdown_grace,
+        max_body_bytes=DEFAULT_MAX_BODY_BYTES if max_body_bytes is None else max_body_bytes,
+        cors_origins=origins,
+    )
+
+
+def server_summary(server: ServerConfig) -> list[str]:
+    """The startup log lines of the server settings."""
+    auth = "api key required" if server.api_key else "no api key"
+    cors = ", ".join(("loopback origins",) + tuple(o for o in server.cors_origins if o != LOOPBACK))
+    return [
+        f"server {', '.join(server.urls())} ({auth}, max_body_bytes={server.max_body_bytes}, "
+        f"shutdown_grace={server.shutdown_grace_s:g} s)",
+        f"cors {cors}",
+    ]

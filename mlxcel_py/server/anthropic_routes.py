@@ -1,0 +1,47 @@
+"""Anthropic's Messages API: POST /v1/messages (streamed or not) and /v1/messages/count_tokens.
+
+Errors on these routes are Anthropic-shaped (errors.py picks the shape by path); the API key
+may come as `x-api-key` (auth.py).
+"""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from .anthropic_prompts import count_tokens, prepare_messages
+from .anthropic_shapes import AnthropicFramer, message_json
+from .app import runtime
+from .body import read_body
+from .framed_stream import FramedStream, gather, submit
+from .streaming import CLIENT_CLOSED
+
+router = APIRouter()
+
+
+@router.post("/v1/messages")
+async def messages(request: Request) -> Response:
+    """A Messages reply: text and tool_use blocks; with `stream` Anthropic's event stream."""
+    arrived = time.perf_counter()
+    rt = runtime(request)
+    raw = await read_body(request, rt.max_body_bytes)
+    prepared = await rt.off_loop(prepare_messages, rt, raw)
+    del raw
+    gen = await submit(request, rt, prepared.job, arrived, "messages")
+    if gen is None:
+        return Response(status_code=CLIENT_CLOSED)
+    if prepared.stream:
+        return FramedStream(AnthropicFramer(prepared.reply), gen, prepared.reply.id)
+    got = await gather(request.receive, gen)
+    if got is None:
+        return Response(status_code=CLIENT_CLOSED)
+    return JSONResponse(message_json(prepared.reply, got.text, got.finished))
+
+
+@router.post("/v1/messages/count_tokens")
+async def messages_count_tokens(request: Request) -> dict:
+    """{"input_tokens": n}: the prompt the same body would run (templated and tokenized, nothing generated)."""
+    rt = runtime(request)
+    return await rt.off_loop(count_tokens, rt, await read_body(request, rt.max_body_bytes))

@@ -1,0 +1,131 @@
+"""The server settings: comma-separated --host and --alias, --cors-origins, their env fallbacks."""
+
+import socket
+
+import pytest
+from typer.testing import CliRunner
+
+import mlxcel_py.server.serving as serving
+from mlxcel_py.cli.app import app
+from mlxcel_py.config import resolve, startup_summary
+from mlxcel_py.errors import ConfigError, ServeError
+
+
+def _has_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as sock:
+            sock.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+needs_ipv6 = pytest.mark.skipif(not _has_ipv6_loopback(), reason="no IPv6 loopback on this machine")
+
+
+def test_hosts_and_aliases_are_comma_separated():
+    cfg = resolve("serve", host=" 127.0.0.1, ::1,127.0.0.1 ", model_alias="first, second,,first", port=0, env={})
+    assert cfg.server.hosts == ("127.0.0.1", "::1") and cfg.server.host == "127.0.0.1"
+    assert cfg.server.model_aliases == ("first", "second") and cfg.server.model_alias == "first"
+    assert cfg.server.urls() == ["http://127.0.0.1:0", "http://[::1]:0"]
+
+
+def test_env_fallbacks_and_flags_win():
+    env = {"LLAMA_ARG_HOST": "0.0.0.0,::", "LLAMA_ARG_ALIAS": "a,b", "LLAMA_ARG_CORS_ORIGINS": "*",
+           "MLXCEL_CORS_ORIGINS": "http://ui.example:3000"}
+    cfg = resolve("serve", env=env)
+    assert (cfg.server.hosts, cfg.server.model_aliases) == (("0.0.0.0", "::"), ("a", "b"))
+    assert cfg.server.cors_origins == ("http://ui.example:3000",)  # MLXCEL_ first
+    flags = resolve("serve", host="127.0.0.1", model_alias="c", cors_origins="*", env=env).server
+    assert (flags.hosts, flags.model_aliases, flags.cors_origins) == (("127.0.0.1",), ("c",), ("*",))
+    defaults = resolve("serve", env={}).server
+    assert (defaults.hosts, defaults.model_aliases, defaults.cors_origins) == (("127.0.0.1",), (), ())
+
+
+@pytest.mark.parametrize("origins", ["*", "localhost", "http://a.example", "https://a.example:8443",
+                                     "http://192.168.1.5:*", "http://[fe80::1]:3000", "http://[::1]:*"])
+def test_valid_origins(origins):
+    assert resolve("serve", cors_origins=origins, env={}).server.cors_origins == (origins,)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"host": " , "}, "--host must name at least one address (got ' , ')"),
+    ({"model_alias": ","}, "--alias must name at least one model name (got ',')"),
+    ({"cors_origins": "http://a.example/app"}, "--cors-origins: 'http://a.example/app' is not an origin"),
+    ({"cors_origins": "ftp://a.example"}, "--cors-origins: 'ftp://a.example' is not an origin"),
+    ({"cors_origins": "a.example"}, "--cors-origins: 'a.example' is not an origin"),
+    ({"cors_origins": "http://a.example:port"}, "--cors-origins: 'http://a.example:port' is not an origin"),
+    ({"env": {"MLXCEL_CORS_ORIGINS": "nope"}}, "MLXCEL_CORS_ORIGINS: 'nope' is not an origin"),
+])
+def test_bad_values_are_config_errors(kwargs, message):
+    env = kwargs.pop("env", {})
+    with pytest.raises(ConfigError) as info:
+        resolve("serve", env=env, **kwargs)
+    assert str(info.value).startswith(message)
+
+
+def test_summary_lists_every_url_and_the_origins():
+    cfg = resolve("serve", host="127.0.0.1,::1", port=9000, cors_origins="http://a.example:3000", env={})
+    lines = startup_summary(cfg)
+    assert lines[-2].startswith("server http://127.0.0.1:9000, http://[::1]:9000 (no api key, ")
+    assert lines[-1] == "cors loopback origins, http://a.example:3000"
+
+
+def test_cli_flags_reach_the_config(monkeypatch):
+    seen = []
+    monkeypatch.setattr(serving, "serve_forever", seen.append)
+    args = ["serve", "--host", "127.0.0.1,::1", "-a", "x,y", "--cors-origins", "*", "--port", "0"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert (seen[0].server.hosts, seen[0].server.model_aliases, seen[0].server.cors_origins) == (
+        ("127.0.0.1", "::1"), ("x", "y"), ("*",))
+    bad = CliRunner().invoke(app, ["serve", "--cors-origins", "http://x/y", "--port", "0"])
+    assert bad.exit_code != 0 and "is not an origin" in bad.stderr
+
+
+@needs_ipv6
+def test_every_address_is_bound_on_one_port():
+    socks = serving.bind_sockets(("127.0.0.1", "::1"), 0)
+    try:
+        ports = {s.getsockname()[1] for s in socks}
+        assert len(ports) == 1 and [s.family for s in socks] == [socket.AF_INET, socket.AF_INET6]
+    finally:
+        for s in socks:
+            s.close()
+
+
+@needs_ipv6
+def test_a_taken_address_closes_the_others():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ServeError, match=f"cannot listen on 127.0.0.1:{port}"):
+            serving.bind_sockets(("::1", "127.0.0.1"), port)
+        with socket.socket(socket.AF_INET6) as again:  # the ::1 socket bound first was closed
+            again.bind(("::1", port))
+
+
+@needs_ipv6
+def test_the_server_answers_on_every_address():
+    import threading
+
+    import httpx
+
+    from mlxcel_py.server.app import create_app
+    from server_helpers import START_TIMEOUT_S, wait_for
+
+    cfg = resolve("serve", host="127.0.0.1,::1", port=0, env={})
+    socks = serving.bind_sockets(cfg.server.hosts, 0)
+    server = serving.make_server(create_app(None, None, cfg), cfg)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": socks}, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started, START_TIMEOUT_S, "uvicorn to start")
+        port = socks[0].getsockname()[1]
+        for url in (f"http://127.0.0.1:{port}", f"http://[::1]:{port}"):
+            resp = httpx.get(url + "/health", timeout=10)
+            assert (resp.status_code, resp.json()) == (503, {"status": "loading"})
+    finally:
+        server.should_exit = True
+        thread.join(START_TIMEOUT_S)
