@@ -6,13 +6,18 @@ import json
 import numpy as np
 import pytest
 
-from mlxcel_py.engine.constraints import ConstraintCompiler, ConstraintViolation, GrammarError, allowed_ids
+from mlxcel_py.engine.constraints import ConstraintCompiler, ConstraintViolation, GrammarError
 from mlxcel_py.engine.request import ConstraintSpec
 from mlxcel_py.errors import RequestError
 
 from tiny import tiny_model
 
 EOS = 2
+
+
+def allowed_ids(bitmask: np.ndarray, vocab_size: int) -> np.ndarray:
+    """The token ids a bitmask row allows."""
+    return np.flatnonzero(np.unpackbits(bitmask.view(np.uint8), bitorder="little")[:vocab_size])
 
 
 @pytest.fixture(scope="module")
@@ -47,11 +52,11 @@ def test_matcher_accepts_a_valid_json_document_token_by_token(lm, compiler):
               "required": ["a"]}
     m = compiler.matcher(ConstraintSpec("json_schema", json.dumps(schema)))
     ids = lm.tokenizer.encode('{"a": [1, 23]}', add_special_tokens=False)
-    assert not m.accepting and EOS not in allowed(m, vocab)
+    assert not m.ll.is_accepting() and EOS not in allowed(m, vocab)
     drive(m, ids[:-1], vocab)
-    assert not m.accepting and EOS not in allowed(m, vocab)
+    assert not m.ll.is_accepting() and EOS not in allowed(m, vocab)
     drive(m, ids[-1:], vocab)
-    assert m.accepting and m.done and allowed(m, vocab) == set(lm.eos_token_ids)  # every end-of-turn id
+    assert m.ll.is_accepting() and m.done and allowed(m, vocab) == set(lm.eos_token_ids)  # every end-of-turn id
     m.accept(EOS)
     assert m.done
 
@@ -78,7 +83,7 @@ def test_eos_is_allowed_exactly_when_the_grammar_accepts(lm, compiler):
     a, b = (lm.tokenizer.encode(c, add_special_tokens=False)[0] for c in "ab")
     for token, accepting in ((a, False), (b, True), (a, False), (b, True)):
         m.accept(token)
-        assert m.accepting is accepting and (EOS in allowed(m, vocab)) is accepting
+        assert m.ll.is_accepting() is accepting and (EOS in allowed(m, vocab)) is accepting
         assert not m.done  # more "ab" may follow
 
 
@@ -99,7 +104,7 @@ def test_gbnf_and_json_object(lm, compiler):
     (bracket,) = lm.tokenizer.encode("[", add_special_tokens=False)
     assert bracket not in allowed(m, vocab)
     drive(m, lm.tokenizer.encode('{"x": [1, {"y": null}]}', add_special_tokens=False), vocab)
-    assert m.accepting
+    assert m.ll.is_accepting()
 
 
 def tool_spec(parallel: bool, start: str = "<tool_call>") -> ConstraintSpec:
@@ -118,7 +123,7 @@ def test_tool_call_structure_single_and_parallel(lm, compiler):
     assert single.done  # one call only: EOS must follow
     parallel = compiler.matcher(tool_spec(True))
     drive(parallel, lm.tokenizer.encode(call + "\n" + call, add_special_tokens=False), vocab)
-    assert parallel.accepting and not parallel.done
+    assert parallel.ll.is_accepting() and not parallel.done
     wrong = compiler.matcher(tool_spec(False))
     drive(wrong, lm.tokenizer.encode('<tool_call>\n{"name": "', add_special_tokens=False), vocab)
     (o,) = lm.tokenizer.encode("o", add_special_tokens=False)

@@ -57,7 +57,7 @@ def sample_document(lm, compiler, spec: ConstraintSpec, seed: int) -> str:
         logits = 3.0 * mx.random.normal((1, lm.model.args.vocab_size), key=sub)
         (out,) = sample_step(logits, [sampler], compiler)
         if out.token_id in lm.eos_token_ids:
-            assert sampler.constraint_done
+            assert sampler.matcher.done
             return lm.tokenizer.decode(tokens)
         tokens.append(out.token_id)
     raise AssertionError(f"no EOS after {MAX_STEPS} tokens: {lm.tokenizer.decode(tokens)[:200]!r}")

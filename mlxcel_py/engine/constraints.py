@@ -203,16 +203,7 @@ class ConstraintMatcher:
             raise ConstraintViolation(f"token {token} is not allowed here: {_first_lines(self.ll.get_error())}")
 
     @property
-    def accepting(self) -> bool:
-        """The text so far is a complete match: EOS is allowed now."""
-        return self.ll.is_accepting()
-
-    @property
     def done(self) -> bool:
         """Nothing but EOS can follow (or EOS was taken): the sequence can stop."""
         return self.ll.is_stopped()
 
-
-def allowed_ids(bitmask: np.ndarray, vocab_size: int) -> np.ndarray:
-    """The token ids a bitmask row allows (for tests and debugging)."""
-    return np.flatnonzero(np.unpackbits(bitmask.view(np.uint8), bitorder="little")[:vocab_size])

@@ -89,11 +89,6 @@ class SequenceSampler:
         if self.matcher is not None:
             self.matcher.accept(token)
 
-    @property
-    def constraint_done(self) -> bool:
-        """The grammar is complete and only EOS may follow."""
-        return self.matcher is not None and self.matcher.done
-
 
 @dataclass(frozen=True, slots=True)
 class SampledToken:

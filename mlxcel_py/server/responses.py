@@ -102,11 +102,6 @@ def _message(reply: Reply, whole: Part, called: bool) -> dict:
     return message
 
 
-def final_json(reply: Reply, text: str, f: Finished) -> dict:
-    """The non-streaming response body of a plain text reply."""
-    return assembled_json(reply, [Part(text)], f)
-
-
 def assembled_json(reply: Reply, parts: list[Part], f: Finished, finish_reason: Optional[str] = None) -> dict:
     """The non-streaming response body: the parts merged into one choice."""
     whole = merge(parts)
