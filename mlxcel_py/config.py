@@ -13,9 +13,11 @@ from typing import Literal, Mapping, Optional
 from .engine.plan import PrefillChunkPolicy
 from .engine.request import MAX_TOKENS_LIMIT, SamplingParams
 from .errors import ConfigError, RequestError
-from .serve_config import DEFAULT_MAX_BODY_BYTES, ServerConfig, server_config, server_summary
+from .serve_config import (
+    DEFAULT_MAX_BODY_BYTES, DistributedConfig, ServerConfig, distributed_config, server_config, server_summary,
+)
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "AppConfig", "ServerConfig", "resolve", "startup_summary"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "AppConfig", "DistributedConfig", "ServerConfig", "resolve", "startup_summary"]
 
 log = logging.getLogger("mlxcel_py.config")
 
@@ -38,12 +40,6 @@ _SAMPLING_FLAGS = {
 _SERVER_SAMPLING = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "repetition_penalty": 1.0}
 _GREEDY_SAMPLING = {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "repetition_penalty": 1.0}
 _DEFAULT_MAX_TOKENS = {"serve": MAX_TOKENS_LIMIT, "bench": MAX_TOKENS_LIMIT, "run": 4096, "generate": 256}
-DISTRIBUTED_MODES = ("auto", "tensor", "pipeline")
-# What each launcher leaves in the environment of every rank (mlx.launch sets MLX_RANK), and
-# the backend its variables name; the first match wins.
-_LAUNCH_MARKERS = ("MLX_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
-_BACKEND_MARKERS = (("MLX_IBV_DEVICES", "jaccl"), ("NCCL_HOST_IP", "nccl"), ("MLX_HOSTFILE", "ring"),
-                    ("OMPI_COMM_WORLD_SIZE", "mpi"), ("PMI_SIZE", "mpi"))
 
 
 def _parse_count(raw: str) -> Optional[int]:
@@ -159,15 +155,6 @@ class EngineConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class DistributedConfig:
-    """Serving one model over the ranks of an `mlx.launch` (see docs/DISTRIBUTED.md)."""
-
-    mode: str = "auto"  # auto: tensor where the model can shard, else pipeline
-    backend: str = "any"  # named by the launcher's environment; "any" lets MLX pick
-    timeout_s: float = 60.0  # one record (a decode step or a prefill piece) on every rank, at most
-
-
-@dataclass(frozen=True, slots=True)
 class AppConfig:
     command: str
     model: ModelSpec
@@ -233,24 +220,6 @@ def _prompt_cache(enabled: bool, max_bytes, max_entries, min_prefix) -> PromptCa
     return PromptCacheConfig(enabled, **{k: v for k, v in given.items() if v is not None})
 
 
-def _distributed(command: str, env: Mapping[str, str], mode: Optional[str],
-                 timeout: Optional[float]) -> Optional[DistributedConfig]:
-    """Set when `--distributed` is given or a launcher started this process; else None."""
-    given = mode is not None or timeout is not None
-    if given and command != "serve":
-        raise ConfigError(f"--distributed applies to serve, not {command}", flag="--distributed")
-    # Other commands under a launcher run as today, one independent process per rank.
-    if command != "serve" or not (given or any(name in env for name in _LAUNCH_MARKERS)):
-        return None
-    chosen = (mode or "auto").strip().lower()
-    if chosen not in DISTRIBUTED_MODES:
-        raise ConfigError(f"--distributed must be one of {', '.join(DISTRIBUTED_MODES)} (got {mode!r})",
-                          flag="--distributed")
-    _check_range("--distributed-timeout", timeout, 1.0)
-    backend = next((name for marker, name in _BACKEND_MARKERS if marker in env), "any")
-    return DistributedConfig(chosen, backend, 60.0 if timeout is None else float(timeout))
-
-
 def resolve(
     command: Command,
     *,
@@ -307,7 +276,7 @@ def resolve(
     elif host is not None or port is not None or api_key is not None:
         raise ConfigError(f"--host, --port and --api-key apply to serve and bench, not {command}", flag="--host")
     blas = (env.get("MLXCEL_BLAS") or "").strip() or "auto"
-    dist = _distributed(command, env, distributed, distributed_timeout)
+    dist = distributed_config(command, env, distributed, distributed_timeout)
     return AppConfig(command, ModelSpec(model), engine, sampling, chunk, blas, server, dist)
 
 

@@ -1,4 +1,5 @@
-"""The HTTP server's settings (serve, bench): addresses, names, key, CORS origins, limits.
+"""The HTTP server's settings (serve, bench): addresses, names, key, CORS origins, limits,
+and serving over the ranks of `mlx.launch` (serve).
 
 Part of the one resolver (`config.resolve` calls `server_config`); split out so config.py
 stays about the engine. Comma-separated lists follow llama-server (`--host`, `--alias`).
@@ -17,6 +18,21 @@ DEFAULT_MAX_BODY_BYTES = 8 << 20
 MAX_SHUTDOWN_GRACE_S = 3600.0
 LOOPBACK = "localhost"  # the --cors-origins keyword for the loopback origins (the default)
 _PORT_WILDCARD = re.compile(r"^(https?://[^/:*]+|https?://\[[0-9a-fA-F:.]+\]):\*$")
+DISTRIBUTED_MODES = ("auto", "tensor", "pipeline")
+# What each launcher leaves in the environment of every rank (mlx.launch sets MLX_RANK), and
+# the backend its variables name; the first match wins.
+_LAUNCH_MARKERS = ("MLX_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+_BACKEND_MARKERS = (("MLX_IBV_DEVICES", "jaccl"), ("NCCL_HOST_IP", "nccl"), ("MLX_HOSTFILE", "ring"),
+                    ("OMPI_COMM_WORLD_SIZE", "mpi"), ("PMI_SIZE", "mpi"))
+
+
+@dataclass(frozen=True, slots=True)
+class DistributedConfig:
+    """Serving one model over the ranks of an `mlx.launch` (see docs/DISTRIBUTED.md)."""
+
+    mode: str = "auto"  # auto: tensor where the model can shard, else pipeline
+    backend: str = "any"  # named by the launcher's environment; "any" lets MLX pick
+    timeout_s: float = 60.0  # one record (a decode step or a prefill piece) on every rank, at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,3 +157,21 @@ def server_summary(server: ServerConfig) -> list[str]:
         f"shutdown_grace={server.shutdown_grace_s:g} s)",
         f"cors {cors}",
     ]
+
+
+def distributed_config(command: str, env: Mapping[str, str], mode: Optional[str],
+                 timeout: Optional[float]) -> Optional[DistributedConfig]:
+    """Set when `--distributed` is given or a launcher started this process; else None."""
+    given = mode is not None or timeout is not None
+    if given and command != "serve":
+        raise ConfigError(f"--distributed applies to serve, not {command}", flag="--distributed")
+    # Other commands under a launcher run as today, one independent process per rank.
+    if command != "serve" or not (given or any(name in env for name in _LAUNCH_MARKERS)):
+        return None
+    chosen = (mode or "auto").strip().lower()
+    if chosen not in DISTRIBUTED_MODES:
+        raise ConfigError(f"--distributed must be one of {', '.join(DISTRIBUTED_MODES)} (got {mode!r})",
+                          flag="--distributed")
+    _range("--distributed-timeout", timeout, 1.0)
+    backend = next((name for marker, name in _BACKEND_MARKERS if marker in env), "any")
+    return DistributedConfig(chosen, backend, 60.0 if timeout is None else float(timeout))
