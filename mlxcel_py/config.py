@@ -24,6 +24,7 @@ log = logging.getLogger("mlxcel_py.config")
 Command = Literal["serve", "run", "generate", "bench"]
 MAX_PREFILL_CHUNK = 1_048_576
 MAX_PARALLEL = 64
+MAX_THREADS = 1024
 MAX_ITL_BUDGET_MS = 600_000
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 _SERVER_COMMANDS = ("serve", "bench")
@@ -134,6 +135,7 @@ def resolve_prefill_chunk_size(
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
     path: Optional[str] = None  # None = the embedded default model
+    threads: Optional[int] = None  # CPU compute threads (decode kernels, OpenBLAS); None = every core
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +253,7 @@ def resolve(
     distributed: Optional[str] = None,
     distributed_timeout: Optional[float] = None,
     cors_origins: Optional[str] = None,
+    threads: Optional[int] = None,
     env: Optional[Mapping[str, str]] = None,
 ) -> AppConfig:
     """Merge flags (None = not given) with the environment into one frozen AppConfig; raises ConfigError."""
@@ -277,7 +280,9 @@ def resolve(
         raise ConfigError(f"--host, --port and --api-key apply to serve and bench, not {command}", flag="--host")
     blas = (env.get("MLXCEL_BLAS") or "").strip() or "auto"
     dist = distributed_config(command, env, distributed, distributed_timeout)
-    return AppConfig(command, ModelSpec(model), engine, sampling, chunk, blas, server, dist)
+    threads, threads_label = _flag_or_env(threads, "--threads", env, "LLAMA_ARG_THREADS")
+    _check_range(threads_label, threads, 1, MAX_THREADS)
+    return AppConfig(command, ModelSpec(model, threads), engine, sampling, chunk, blas, server, dist)
 
 
 def startup_summary(cfg: AppConfig) -> list[str]:
@@ -288,6 +293,7 @@ def startup_summary(cfg: AppConfig) -> list[str]:
     cache = eng.prompt_cache
     lines = [
         f"model {cfg.model.path or 'embedded SmolLM2-135M-Instruct'}",
+        f"threads {cfg.model.threads or 'every core'}",
         f"slots {eng.num_slots} ctx_size {ctx} max_queue {eng.max_queue}",
         f"prefill_chunk_size {eng.policy.describe()}{source}",
         f"itl_budget_ms {eng.itl_budget_ms if eng.itl_budget_ms is not None else 'off'}",

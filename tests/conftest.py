@@ -17,4 +17,5 @@ def _fixed_terminal(monkeypatch):
     monkeypatch.delenv("MLXCEL_PREFILL_CHUNK", raising=False)
     monkeypatch.delenv("LLAMA_ARG_BATCH", raising=False)
     monkeypatch.delenv("MLXCEL_API_KEY", raising=False)
+    monkeypatch.delenv("LLAMA_ARG_THREADS", raising=False)
     monkeypatch.delenv("MLXCEL_ITL_BUDGET_MS", raising=False)

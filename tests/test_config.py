@@ -326,3 +326,15 @@ def test_setup_logging_installs_one_rich_handler():
     finally:
         logger.handlers[:] = before
         logger.setLevel(level)
+
+
+@pytest.mark.parametrize("command", ["serve", "run", "generate"])
+def test_threads_flag_then_llama_env_then_every_core(command):
+    assert resolve(command, env={}).model.threads is None  # every core
+    assert resolve(command, env={"LLAMA_ARG_THREADS": "1"}).model.threads == 1
+    assert resolve(command, threads=2, env={"LLAMA_ARG_THREADS": "1"}).model.threads == 2
+    with pytest.raises(ConfigError, match=r"--threads must be between 1 and 1024 \(got 0\)"):
+        resolve(command, threads=0, env={})
+    with pytest.raises(ConfigError, match=r"LLAMA_ARG_THREADS must be a non-negative integer"):
+        resolve(command, env={"LLAMA_ARG_THREADS": "many"})
+    assert "threads 2" in startup_summary(resolve(command, threads=2, env={}))

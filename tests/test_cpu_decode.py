@@ -161,3 +161,24 @@ def default_model():
 @pytest.mark.parametrize("lengths", [(20,), (8, 33, 21)])
 def test_real_model_decode_matches_mlx_lm(default_model, lengths):
     assert compare(default_model, [prompt(n, i) for i, n in enumerate(lengths)], 6) < ATOL
+
+
+def test_threads_split_the_products_without_changing_a_bit():
+    """Each output row's dot product runs whole on one thread, so any thread count gives the
+    same logits, bit for bit; the decoder sets the count on the thread that calls it."""
+    import numba
+
+    model = reference_model(400, seed=5)
+    prompts = [prompt(6, 1), prompt(19, 2)]
+    logits = {}
+    for threads in (1, numba.config.NUMBA_NUM_THREADS):
+        decoder = cpu_decode.CpuDecoder(model, threads)
+        batch, tokens, out = make_batch(model, prompts), [p[-1] for p in prompts], []
+        for _ in range(4):
+            step = np.array(decoder(tokens, batch))
+            out.append(step)
+            tokens = step.argmax(-1).tolist()
+        assert numba.get_num_threads() == threads
+        logits[threads] = np.stack(out)
+    one, many = logits.values()
+    np.testing.assert_array_equal(one, many)

@@ -11,7 +11,7 @@ from rich.console import Console
 from ..logs import setup_logging
 from .common import resolve_or_exit
 from .options import (
-    BatchSizeOpt, CtxSizeOpt, ItlBudgetOpt, LogLevelOpt, MaxTokensOpt, MinPOpt, ModelOpt, PrefillChunkOpt,
+    BatchSizeOpt, CtxSizeOpt, ItlBudgetOpt, LogLevelOpt, MaxTokensOpt, MinPOpt, ModelOpt, ThreadsOpt, PrefillChunkOpt,
     PromptCacheOpt, RepeatPenaltyOpt, SeedOpt, TempOpt, TopKOpt, TopPOpt,
 )
 
@@ -23,6 +23,7 @@ MarkdownOpt = Annotated[
 
 def run(
     model: ModelOpt = None,
+    threads: ThreadsOpt = None,
     system: SystemOpt = None,
     max_tokens: MaxTokensOpt = None,
     temp: TempOpt = None,
@@ -41,7 +42,8 @@ def run(
 ) -> None:
     """Chat with a model. Type /help for the commands; piped stdin is read one message per line."""
     cfg = resolve_or_exit(
-        "run", model=model, max_tokens=max_tokens, temp=temp, top_p=top_p, top_k=top_k, min_p=min_p,
+        "run", model=model, threads=threads,
+        max_tokens=max_tokens, temp=temp, top_p=top_p, top_k=top_k, min_p=min_p,
         repeat_penalty=repeat_penalty, seed=seed, ctx_size=ctx_size, prefill_chunk_size=prefill_chunk_size,
         batch_size=batch_size, itl_budget_ms=itl_budget_ms, prompt_cache=prompt_cache, log_level=log_level,
     )

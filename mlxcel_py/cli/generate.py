@@ -14,7 +14,7 @@ from ..errors import MlxcelError
 from ..logs import setup_logging
 from .common import fail, resolve_or_exit
 from .options import (
-    BatchSizeOpt, CtxSizeOpt, ItlBudgetOpt, LogLevelOpt, MaxTokensOpt, MinPOpt, ModelOpt, PrefillChunkOpt,
+    BatchSizeOpt, CtxSizeOpt, ItlBudgetOpt, LogLevelOpt, MaxTokensOpt, MinPOpt, ModelOpt, ThreadsOpt, PrefillChunkOpt,
     RepeatPenaltyOpt, SeedOpt, TempOpt, TopKOpt, TopPOpt,
 )
 
@@ -29,6 +29,7 @@ PromptArg = Annotated[
 def generate(
     prompt: PromptArg = None,
     model: ModelOpt = None,
+    threads: ThreadsOpt = None,
     system: Annotated[Optional[str], typer.Option("--system", "-s", help="System prompt.")] = None,
     raw: Annotated[bool, typer.Option("--raw", help="Send the prompt as is, without the chat template.")] = False,
     max_tokens: MaxTokensOpt = None,
@@ -46,7 +47,8 @@ def generate(
 ) -> None:
     """Generate a completion for one prompt; text to stdout, speed stats to stderr."""
     cfg = resolve_or_exit(
-        "generate", model=model, max_tokens=max_tokens, temp=temp, top_p=top_p, top_k=top_k, min_p=min_p,
+        "generate", model=model, threads=threads,
+        max_tokens=max_tokens, temp=temp, top_p=top_p, top_k=top_k, min_p=min_p,
         repeat_penalty=repeat_penalty, seed=seed, ctx_size=ctx_size, prefill_chunk_size=prefill_chunk_size,
         batch_size=batch_size, itl_budget_ms=itl_budget_ms, log_level=log_level,
     )

@@ -27,6 +27,6 @@ def load_or_exit(cfg: AppConfig, console: Console | None = None) -> "LoadedModel
     console = console or Console(stderr=True)
     try:
         with console.status("Loading model...") as status:
-            return load_model(cfg.model.path, on_progress=lambda msg: status.update(msg))
+            return load_model(cfg.model.path, on_progress=lambda msg: status.update(msg), threads=cfg.model.threads)
     except MlxcelError as exc:  # ModelLoadError
         fail(str(exc))

@@ -19,6 +19,15 @@ ModelOpt = Annotated[
         "(from the HF cache first). Default: the embedded SmolLM2-135M-Instruct.",
     ),
 ]
+ThreadsOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--threads",
+        "-t",
+        help="CPU threads for the CPU decode kernels and OpenBLAS. Default: every core (fastest on a quiet "
+        "machine; use 1 where other work shares the cores); env LLAMA_ARG_THREADS.",
+    ),
+]
 PrefillChunkOpt = Annotated[
     Optional[int],
     typer.Option(

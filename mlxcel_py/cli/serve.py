@@ -7,13 +7,14 @@ from .common import fail, resolve_or_exit
 from .options import (
     AliasOpt, ApiKeyOpt, BatchSizeOpt, CacheMaxBytesOpt, CacheMaxEntriesOpt, CacheMinPrefixOpt, CorsOriginsOpt, CtxSizeOpt,
     DistributedOpt, DistributedTimeoutOpt, HostOpt, ItlBudgetOpt, LogLevelOpt, MaxBodyBytesOpt, MaxQueueOpt,
-    MaxTokensOpt, MinPOpt, ModelOpt, ParallelOpt, PortOpt, PrefillChunkOpt, PromptCacheOpt, RepeatPenaltyOpt, SeedOpt,
+    MaxTokensOpt, MinPOpt, ModelOpt, ThreadsOpt, ParallelOpt, PortOpt, PrefillChunkOpt, PromptCacheOpt, RepeatPenaltyOpt, SeedOpt,
     ShutdownGraceOpt, TempOpt, TopKOpt, TopPOpt,
 )
 
 
 def serve(
     model: ModelOpt = None,
+    threads: ThreadsOpt = None,
     host: HostOpt = None,
     port: PortOpt = None,
     parallel: ParallelOpt = None,
@@ -44,7 +45,8 @@ def serve(
 ) -> None:
     """Serve the model over HTTP: the OpenAI, llama-server and Anthropic APIs (see docs/SERVER.md)."""
     cfg = resolve_or_exit(
-        "serve", model=model, host=host, port=port, parallel=parallel, ctx_size=ctx_size,
+        "serve", model=model, threads=threads,
+        host=host, port=port, parallel=parallel, ctx_size=ctx_size,
         prefill_chunk_size=prefill_chunk_size, batch_size=batch_size, max_queue=max_queue,
         prompt_cache=prompt_cache, cache_max_bytes=cache_max_bytes, cache_max_entries=cache_max_entries,
         cache_min_prefix=cache_min_prefix, temp=temp, top_p=top_p, top_k=top_k, min_p=min_p,

@@ -114,6 +114,16 @@ def preload_blas(choice: str = "auto") -> BlasInfo:
     return _loaded
 
 
+def set_blas_threads(threads: int) -> None:
+    """Cap OpenBLAS's threads (MLX's CPU matmuls) where it is the loaded BLAS; no-op elsewhere."""
+    if _loaded is None or _loaded.name != "openblas":
+        return
+    try:
+        ctypes.CDLL(None).openblas_set_num_threads(ctypes.c_int(threads))
+    except (AttributeError, OSError):  # an OpenBLAS without the call: its own default stays
+        pass
+
+
 def loaded_blas() -> BlasInfo:
     """What `preload_blas` chose (the reference BLAS when it never ran)."""
     return _loaded or BlasInfo("reference", note="no preload")

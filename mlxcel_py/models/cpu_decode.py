@@ -17,6 +17,7 @@ from typing import Callable, Optional, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
+import numba
 import numpy as np
 from mlx_lm.models.cache import BatchKVCache
 
@@ -98,7 +99,9 @@ class _Rope:
 class CpuDecoder:
     """`decoder(tokens, caches)` -> (B, vocab) float32 logits, caches advanced by one position."""
 
-    def __init__(self, model):
+    def __init__(self, model, threads: int = 1):
+        # numba's pool holds NUMBA_NUM_THREADS (every core by default); the count is per calling thread.
+        self.threads = max(1, min(threads, numba.config.NUMBA_NUM_THREADS))
         args, inner = model.args, model.model
         attn = inner.layers[0].self_attn
         self.heads, self.kv_heads, self.head_dim = attn.n_heads, attn.n_kv_heads, attn.head_dim
@@ -120,6 +123,8 @@ class CpuDecoder:
         )
 
     def __call__(self, tokens: Sequence[int], caches: list) -> mx.array:
+        if numba.get_num_threads() != self.threads:  # set once on the engine thread, which calls this
+            numba.set_num_threads(self.threads)
         positions, left_pad, views = self._kv.begin(caches, len(tokens))
         cos, sin = self._rope.at(positions)
         h = self._embed[np.asarray(tokens)]
@@ -175,13 +180,14 @@ class _KvWriter:
             cache.offset = offset
 
 
-def install(model) -> Optional[CpuDecoder]:
-    """Attach a CpuDecoder as `model.mlxcel_decode` when the model is supported; else None."""
+def install(model, threads: int = 1) -> Optional[CpuDecoder]:
+    """Attach a CpuDecoder (products split over `threads` threads) as `model.mlxcel_decode` when
+    the model is supported; else None."""
     why = supported(model)
     if why is not None:
         log.info("decode stays in mlx-lm: %s", why)
         return None
     warm_up()
-    decoder = CpuDecoder(model)
+    decoder = CpuDecoder(model, threads)
     model.mlxcel_decode = decoder
     return decoder

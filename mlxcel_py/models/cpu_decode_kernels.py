@@ -5,8 +5,10 @@ or numpy) packs the whole weight for such a GEMM and reads it two or three times
 streams it once, but only for one row. `_stream` reads 4 weight rows at a time and multiplies
 them with 4 input rows at once (16 accumulators, each a SIMD register once LLVM vectorizes
 the k loop), so the weight crosses the memory bus once and the FMA units stay busy; leftover
-input rows take a 4x1 kernel. Everything is one thread: on a shared 2-core machine a second
-thread's barrier, once per product, costs more than its bandwidth gives (docs/CPU_FAST_PATH.md).
+input rows take a 4x1 kernel. The 4-row weight blocks are split over numba's threads (`--threads`;
+each output row is computed whole by one thread, so the count changes no bit): on a quiet
+machine two threads nearly halve a product, on a shared one their barrier, once per product,
+costs more than they give (docs/CPU_FAST_PATH.md).
 
 The rest of the layer (RMS norms, RoPE, the KV write, attention, SwiGLU, residuals) is small
 but is 20-odd numpy calls a layer; `layer_step` runs it all in one call.
@@ -15,7 +17,7 @@ but is 20-odd numpy calls a layer; `layer_step` runs it all in one call.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 # Rows above which OpenBLAS's GEMM (its packing amortized) is as fast as `_stream`.
 MAX_STREAM_ROWS = 16
@@ -70,11 +72,12 @@ def _row1(x, w, out, b, n):  # pragma: no cover - jitted
     out[b, n] = acc
 
 
-@njit(fastmath=True, cache=True, nogil=True)
+@njit(fastmath=True, cache=True, nogil=True, parallel=True)
 def _stream(x, w, out):  # pragma: no cover - jitted
     rows, n_dim = x.shape[0], w.shape[0]
     rows4, n4 = rows - rows % 4, n_dim - n_dim % 4
-    for n in range(0, n4, 4):  # 4 weight rows stay in L1 while every input row passes them
+    for block in prange(n4 // 4):  # 4 weight rows stay in L1 while every input row passes them
+        n = block * 4
         for b in range(0, rows4, 4):
             _tile4(x, w, out, b, n)
         for b in range(rows4, rows):

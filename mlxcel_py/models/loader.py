@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -43,7 +44,8 @@ def cpu_is_default() -> bool:
 
 
 def load_model(
-    spec_path: Optional[str], *, dense: Optional[bool] = None, on_progress: Progress = None
+    spec_path: Optional[str], *, dense: Optional[bool] = None, on_progress: Progress = None,
+    threads: Optional[int] = None,
 ) -> LoadedModel:
     """Load a GGUF file or an mlx-lm model directory (the default model when `spec_path` is None).
 
@@ -63,7 +65,7 @@ def load_model(
         loaded = replace(loaded, name=hub_name)
     _materialize(loaded.model)
     if use_dense and cpu_is_default():
-        loaded = _install_cpu_kernels(loaded)
+        loaded = _install_cpu_kernels(loaded, threads or os.cpu_count() or 1)
     log.info("loaded %s: %s", loaded.name, loaded.description)
     return loaded
 
@@ -107,14 +109,16 @@ def _local_path(spec: str) -> tuple[Path, Optional[str]]:
     return resolve_hub_id(hub), spec
 
 
-def _install_cpu_kernels(loaded: LoadedModel) -> LoadedModel:
-    """numpy prefill attention/SwiGLU and the numpy decode step (docs/CPU_FAST_PATH.md)."""
+def _install_cpu_kernels(loaded: LoadedModel, threads: int) -> LoadedModel:
+    """numpy prefill attention/SwiGLU and the numba decode step on `threads` threads (docs/CPU_FAST_PATH.md)."""
     from . import cpu_decode, cpu_kernels
+    from .blas import set_blas_threads
 
-    notes = []
+    set_blas_threads(threads)
+    notes = [f"{threads} CPU thread{'s' if threads > 1 else ''}"]
     if cpu_kernels.install(loaded.model):
         notes.append("prefill attention+SwiGLU in numpy")
-    if cpu_decode.install(loaded.model) is not None:
+    if cpu_decode.install(loaded.model, threads) is not None:
         notes.append("decode in numpy")
     return replace(loaded, description=", ".join([loaded.description, *notes]))
 
