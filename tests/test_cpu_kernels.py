@@ -39,6 +39,46 @@ def test_wrapped_sdpa_falls_back_to_mlx_for_decode_and_masks():
     np.testing.assert_allclose(np.asarray(out), np.asarray(ref), atol=1e-5)
 
 
+def test_wrapped_sdpa_reads_a_growing_cache_in_place():
+    """Pieces over mlx-lm's KVCache (a strided view of a larger buffer) equal MLX's SDPA, and
+    numpy reads the buffer itself: no per-layer copy of the whole KV (issue 17's measurement)."""
+    from mlx_lm.models.cache import KVCache
+
+    mx.random.seed(1)
+    sdpa, cache, seen = make_sdpa(lambda *a, **k: None), KVCache(), []
+    real_asarray = np.asarray
+
+    def spy(a, *args, **kwargs):
+        out = real_asarray(a, *args, **kwargs)
+        seen.append(out)
+        return out
+
+    for length in (300, 40, 17):  # offsets 300, 340, 357: never a multiple of the cache's step
+        q = mx.random.normal((1, 6, length, 32))
+        k, v = cache.update_and_fetch(mx.random.normal((1, 2, length, 32)), mx.random.normal((1, 2, length, 32)))
+        seen.clear()
+        np.asarray, saved = spy, np.asarray
+        try:
+            out = sdpa(q, k, v, cache=cache, scale=0.2, mask="causal")
+        finally:
+            np.asarray = saved
+        ref = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.2, mask="causal")
+        np.testing.assert_allclose(np.asarray(out), np.asarray(ref), atol=2e-5)
+        assert k.shape[2] < cache.keys.shape[2]  # a view of a larger buffer
+        assert np.shares_memory(seen[1], np.asarray(cache.keys)) and np.shares_memory(seen[2], np.asarray(cache.values))
+
+
+def test_openblas_workers_sleep_soon_unless_the_environment_says_otherwise():
+    import subprocess
+    import sys
+
+    code = "import os, mlxcel_py; print(os.environ['OPENBLAS_THREAD_TIMEOUT'])"
+    env = {k: v for k, v in __import__("os").environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+    assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout.strip() == "4"
+    env["OPENBLAS_THREAD_TIMEOUT"] = "20"
+    assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout.strip() == "20"
+
+
 def test_numpy_swiglu_matches_mlx():
     gate, x = mx.random.normal((64, 96)) * 6, mx.random.normal((64, 96))
     swiglu = make_swiglu(lambda g, y: nn.silu(g) * y)
