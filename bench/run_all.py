@@ -4,7 +4,7 @@ then the results markdown, the raw JSON and the plots in docs/benchmark_results/
 
     .venv/bin/python bench/run_all.py                      # everything, on a quiet machine
     .venv/bin/python bench/run_all.py --quick              # smoke test: 1 round, short prompts, temp dir
-    .venv/bin/python bench/run_all.py --only admit,ttft    # a subset (steps: admit peers ttft scaled)
+    .venv/bin/python bench/run_all.py --only admit,ttft    # a subset (steps: admit peers ttft scaled budget)
 """
 
 from __future__ import annotations
@@ -28,10 +28,11 @@ import peers  # noqa: E402
 from mlxcel_py.bench.admit import AdmitConfig, run_admit  # noqa: E402
 from mlxcel_py.bench.report import write_results  # noqa: E402
 from mlxcel_py.bench.scaled import write_scaled_gguf  # noqa: E402
-from mlxcel_py.bench.servers import Arm, parse_arm  # noqa: E402
+from mlxcel_py.bench.servers import Arm, budget_arm, parse_arm  # noqa: E402
 from mlxcel_py.bench.ttft import TtftConfig, run_ttft  # noqa: E402
 
-STEPS = ("admit", "peers", "ttft", "scaled")
+STEPS = ("admit", "peers", "ttft", "scaled", "budget")
+BUDGET_MS = 300  # issue 17's acceptance: --itl-budget-ms 300 against --prefill-chunk-size 512
 OUR_ARMS = [parse_arm("policy="), parse_arm("c512=--prefill-chunk-size 512"),
             parse_arm("c2048=--prefill-chunk-size 2048")]
 TTFT_ARMS = [parse_arm("policy="), parse_arm("c2048=--prefill-chunk-size 2048"),
@@ -43,17 +44,20 @@ class Plan:
     admit: AdmitConfig
     ttft: TtftConfig
     scaled: AdmitConfig
+    budget_prompts: tuple[int, ...]  # the admitted prompt lengths of the budget step
 
 
 def make_plan(args: argparse.Namespace) -> Plan:
     if args.quick:
         plan = Plan(AdmitConfig(rounds=1, warmup_rounds=0, prompt_tokens=256, stream_prompt_tokens=16, quiet_s=1.0, pause_s=0.5),
                     TtftConfig(prompt_tokens=256, rounds=2),
-                    AdmitConfig(rounds=1, warmup_rounds=0, prompt_tokens=1024, stream_prompt_tokens=16, quiet_s=1.0, pause_s=0.5))
+                    AdmitConfig(rounds=1, warmup_rounds=0, prompt_tokens=1024, stream_prompt_tokens=16, quiet_s=1.0, pause_s=0.5),
+                    (256,))
     else:
-        plan = Plan(AdmitConfig(), TtftConfig(rounds=5), AdmitConfig(prompt_tokens=8192))
+        plan = Plan(AdmitConfig(), TtftConfig(rounds=5), AdmitConfig(prompt_tokens=8192), (2048, 6144))
     if args.rounds:
-        plan = Plan(*(dataclasses.replace(c, rounds=args.rounds) for c in (plan.admit, plan.ttft, plan.scaled)))
+        plan = Plan(*(dataclasses.replace(c, rounds=args.rounds) for c in (plan.admit, plan.ttft, plan.scaled)),
+                    plan.budget_prompts)
     return plan
 
 
@@ -113,6 +117,16 @@ def step_scaled(plan: Plan) -> list[dict]:
              "title": f"Admission of {plan.scaled.prompt_tokens} tokens, scaled random model"}]
 
 
+def step_budget(plan: Plan) -> list[dict]:
+    runs = []
+    for tokens in plan.budget_prompts:
+        config = dataclasses.replace(plan.admit, prompt_tokens=tokens)
+        result = run_admit([parse_arm("c512=--prefill-chunk-size 512"), budget_arm(BUDGET_MS)], config, None, say)
+        runs.append({"id": f"admit-budget-{tokens}", "kind": "admit", "checks": True, "itl_budget_ms": BUDGET_MS,
+                     "result": result, "title": f"ITL budget {BUDGET_MS} ms, {tokens}-token admission, default model"})
+    return runs
+
+
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="1 round, short prompts; results in a temp dir")
@@ -142,7 +156,8 @@ def main() -> None:
         if step == "peers":
             results["runs"] += step_peers(plan, results["peers"])
         else:
-            results["runs"] += {"admit": step_admit, "ttft": step_ttft, "scaled": step_scaled}[step](plan)
+            step_fn = {"admit": step_admit, "ttft": step_ttft, "scaled": step_scaled, "budget": step_budget}[step]
+            results["runs"] += step_fn(plan)
         paths = write_results(results, out_dir, results["stem"])  # after every step: partial results survive
     say("wrote " + ", ".join(str(p) for p in paths))
 

@@ -77,6 +77,9 @@ def test_a_run_with_a_budget_asks_for_its_checks():
     assert [c.status for c in run_checks(run)] == ["pass", "pass", "pass", "pass"]
     del run["itl_budget_ms"]
     assert len(run_checks(run)) == 2
+    del run["result"]["arms"]["policy"]  # bench/run_all.py's budget step: c512 and budget only
+    run["itl_budget_ms"] = 300
+    assert [c.name.split()[0] for c in run_checks(run)] == ["budget", "budget"]
 
 
 def ttft_result() -> dict:

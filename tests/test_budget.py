@@ -44,17 +44,17 @@ def test_calibrated_on_the_law_each_chunk_is_the_largest_size_that_fits(law, bud
 def test_exact_chunks_where_the_law_makes_them_computable():
     policy = calibrated(CPU, 300.0, start_margin=0.0)
     # 4 rows at 32 tokens each, a fresh prompt: the largest ladder size n with
-    # 0.03 + 0.05 + 0.06 + 128e-6 + 3.4e-3 n + 3.3e-7 n^2 <= 0.3 is 46.8 -> 32 (48 costs 0.3041 s).
+    # 0.03 + 0.05 + 0.06 + 128e-6 + 3.4e-3 n + 3.3e-7 n^2 <= 0.3 is 46.8 -> 40 (48 costs 0.3041 s).
     first = policy.chunk_for(TickState(4, 128, 0, 2048))
-    assert first == 32 == best_fit(CPU, policy.sizes, TickState(4, 128, 0, 2048), 0.3)
-    # Deep into a 6144-token prompt with 5 rows the piece is at the floor: 16 tokens, 0.276 s (32: 0.395 s).
+    assert first == 40 == best_fit(CPU, policy.sizes, TickState(4, 128, 0, 2048), 0.3)
+    # Deep into a 6144-token prompt with 5 rows the piece is at the floor: 16 tokens, 0.276 s (24: 0.336 s).
     assert policy.chunk_for(TickState(5, 2400, 6000, 144)) == 16
 
 
 def test_the_chunk_grows_as_the_budget_grows_and_shrinks_with_context():
     chunks = [calibrated(CPU, b, start_margin=0.0).chunk_for(TickState(4, 128, 0, 4096)) for b in (300, 1000, 3000)]
     # 3.3e-7 n^2 + 3.4e-3 n + 0.140128 <= B: n <= 46.6, 247.1, 782.2
-    assert chunks == [32, 240, 768] == [best_fit(CPU, ladder(), TickState(4, 128, 0, 4096), b / 1000)
+    assert chunks == [40, 240, 768] == [best_fit(CPU, ladder(), TickState(4, 128, 0, 4096), b / 1000)
                                         for b in (300, 1000, 3000)]
     policy = calibrated(CPU, 3000.0, start_margin=0.0)
     # Attention adds 6.7e-7 n c: at 3 s, n <= 782.2, 576.3, 374.6
@@ -151,10 +151,10 @@ def test_stats_and_describe():
 
 def test_ladder():
     sizes = ladder()
-    assert sizes[:4] == (16, 32, 48, 64) and sizes[-3:] == (1792, 1920, 2048)
-    assert all(s % 16 == 0 for s in sizes)
-    assert all((b - a) / a <= 0.125 for a, b in zip(sizes, sizes[1:]) if a >= 128)
-    assert ladder(20, 100) == (20, 32, 48, 64, 80, 96, 100)
+    assert sizes[:4] == (16, 24, 32, 40) and sizes[-3:] == (1792, 1920, 2048) and len(sizes) == 47
+    assert all(s % 8 == 0 for s in sizes)
+    assert all((b - a) / a <= 0.125 for a, b in zip(sizes, sizes[1:]) if a >= 64)
+    assert ladder(20, 100) == (20, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 100)
     with pytest.raises(ValueError):
         ladder(0, 10)
 

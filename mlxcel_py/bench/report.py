@@ -176,8 +176,11 @@ def run_checks(run: dict) -> list[Check]:
     if not run.get("checks"):
         return []
     if run["kind"] == "admit":
-        budget = run.get("itl_budget_ms")  # a run with a budget arm asks for its checks too
-        return admit_checks(run["result"]) + (budget_checks(run["result"], budget) if budget else [])
+        result, budget = run["result"], run.get("itl_budget_ms")
+        if not budget:
+            return admit_checks(result)
+        # a run with a budget arm asks for its checks too; the policy's only where it ran
+        return (admit_checks(result) if "policy" in result["arms"] else []) + budget_checks(result, budget)
     return [ttft_check(run["result"])]
 
 

@@ -21,17 +21,18 @@ from .cost_model import CostModel, CostModelStats, TickSample
 from .plan import DEFAULT_PREFILL_CHUNK, PrefillChunkPolicy
 
 DEFAULT_FLOOR = 16
-GRAIN = 16  # every ladder size is a multiple of this
+GRAIN = 8  # every ladder size is a multiple of this (one AVX register of float32)
 
 
 def ladder(floor: int = DEFAULT_FLOOR, ceiling: int = DEFAULT_PREFILL_CHUNK) -> tuple[int, ...]:
-    """The chunk sizes the policy picks from: multiples of 16 up to 256, then 8 per octave.
+    """The chunk sizes the policy picks from: multiples of 8 up to 128, then 8 per octave.
 
     Few sizes, so the runner and MLX see the same piece shapes again (buffer and kernel
     caches; a tile-aligned shape wastes no padding), the fit is trained on the shapes that
     run, and fit noise moves the chunk by whole steps, not token by token, keeping
     consecutive pieces equal (a resumed plan then matches the cold plan). At most 12.5 %
-    below the exact fit above 128 tokens.
+    below the exact fit above 64 tokens; finer than that where a long context makes even
+    small pieces cost most of the budget (16 -> 24 -> 32 tokens, not 16 -> 32).
     """
     if not 1 <= floor <= ceiling:
         raise ValueError(f"need 1 <= floor <= ceiling (got floor={floor}, ceiling={ceiling})")

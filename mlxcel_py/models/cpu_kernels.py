@@ -32,17 +32,28 @@ def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float) 
     out = np.empty((num_heads, num_q, v.shape[2]), dtype=np.float32)
     for b0 in range(0, num_q, QUERY_BLOCK):
         b1 = min(num_q, b0 + QUERY_BLOCK)
-        kend = offset + b1
+        nb, kend = b1 - b0, offset + b1
+        # Over a long context (more keys before the block than in it) the group's heads share
+        # one GEMM, so each key is read once, not once per head: a 16-token piece over 5,000
+        # keys 2.1 -> 1.5 ms a layer. Over a short one the per-head products are faster.
+        shared = offset + b0 >= nb
         for h in range(num_kv):
             heads = slice(h * group, (h + 1) * group)
-            scores = (q[heads, b0:b1] * np.float32(scale)) @ k[h, :kend].T
+            qh = q[heads, b0:b1] * np.float32(scale)
+            if shared:
+                scores = (qh.reshape(group * nb, -1) @ k[h, :kend].T).reshape(group, nb, kend)
+            else:
+                scores = qh @ k[h, :kend].T
             # Query i (at position offset+b0+i) sees keys up to its own position: only the
             # last square block of the scores holds hidden entries.
-            scores[:, :, offset + b0 : kend] += _HIDDEN[: b1 - b0, : b1 - b0]
+            scores[:, :, offset + b0 : kend] += _HIDDEN[:nb, :nb]
             scores -= scores.max(axis=-1, keepdims=True)
             np.exp(scores, out=scores)
             total = scores.sum(axis=-1, keepdims=True)
-            res = scores @ v[h, :kend]
+            if shared:
+                res = (scores.reshape(group * nb, kend) @ v[h, :kend]).reshape(group, nb, -1)
+            else:
+                res = scores @ v[h, :kend]
             res /= total  # normalize the (heads, queries, dim) output, not the larger scores
             out[heads, b0:b1] = res
     return out
