@@ -94,6 +94,23 @@ def test_with_noise_the_ticks_stay_near_the_budget():
     assert 0.01 <= policy.margin() <= 0.3  # the noise shows up as held-back margin
 
 
+def test_jittery_decode_only_ticks_between_admissions_leave_the_margin_alone():
+    """Between admissions only decode runs; its short ticks jitter by a large share (+-60 % here).
+    The margin is the error on ticks with a piece, so the next admission starts with the
+    margin the last one ended with, not the cap, and the same chunk."""
+    policy = calibrated(CPU, 300.0)
+    admit(policy, lambda _i: CPU, prompts=(2048,))
+    margin, chunk = policy.margin(), policy.chunk_for(TickState(4, 4 * 600, 0, 2048))
+    assert margin < 0.05
+    rng = __import__("random").Random(3)
+    for i in range(200):
+        shape = TickShape(0, 0, 4, 4 * (600 + i))
+        policy.observe(TickSample(shape, CPU.seconds(shape) * rng.choice((0.4, 1.0, 1.6))))
+    assert policy.model.recent_error > 0.2  # the model's own error (its Huber scale) sees the jitter
+    assert policy.margin() == margin and policy.contended_error == margin
+    assert policy.chunk_for(TickState(4, 4 * 600, 0, 2048)) >= chunk - 8
+
+
 def test_a_lone_spike_does_not_collapse_the_chunk():
     ticks = admit(calibrated(CPU, 1000.0), lambda _i: CPU, prompts=(6144,), spikes=(10,))
     calm = admit(calibrated(CPU, 1000.0), lambda _i: CPU, prompts=(6144,))

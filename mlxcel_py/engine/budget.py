@@ -2,7 +2,8 @@
 
 With `--itl-budget-ms B`, each tick the scheduler asks `chunk_for(TickState)`:
 - others decoding: the largest ladder size whose predicted tick (the decode step it rides
-  with plus the piece) fits B / (1 + margin), the margin being the model's recent error;
+  with plus the piece) fits B / (1 + margin), the margin being the recent error of the
+  predictions for such ticks (a piece riding with decode rows);
   never below `floor` (prefill always progresses) nor above `ceiling` (the alone chunk);
 - alone: the ladder size (or the whole remainder) with the best predicted prefill
   throughput, tokens per second, at the prompt's current context.
@@ -81,6 +82,10 @@ class BudgetChunkPolicy:
         self.sizes = np.array(ladder(floor, ceiling))
         self._last: dict[bool, int] = {}
         self.num_contended_ticks = self.num_over_budget = 0
+        # EWMA of |predicted - measured| / measured over contended ticks only: the ticks the
+        # budget is about. Decode-only ticks are short, so a few ms of jitter (the HTTP
+        # thread, GC) is a large relative error there that says nothing about a piece's tick.
+        self.contended_error: Optional[float] = None
 
     # -- the two calls the engine makes ------------------------------------------------------
     def chunk_for(self, state: TickState) -> int:
@@ -94,10 +99,13 @@ class BudgetChunkPolicy:
         neither decoded nor prefilled says nothing about either and is ignored."""
         if not (sample.shape.tokens or sample.shape.rows):
             return
-        self.model.observe(sample)
         if sample.shape.tokens and sample.shape.rows:
+            rel = abs(sample.seconds - self.model.predict(sample.shape)) / sample.seconds  # before the update
+            a, e = self.model.error_alpha, self.contended_error
+            self.contended_error = rel if e is None else (1 - a) * e + a * rel
             self.num_contended_ticks += 1
             self.num_over_budget += sample.seconds * 1000.0 > self.budget_ms
+        self.model.observe(sample)
 
     # -- the choices -------------------------------------------------------------------------
     def _choose(self, state: TickState) -> int:
@@ -107,7 +115,7 @@ class BudgetChunkPolicy:
         return self._fit_budget(state) if contended else self._best_throughput(state)
 
     def margin(self) -> float:
-        error = self.model.recent_error
+        error = self.contended_error
         return min(self.start_margin if error is None else error, self.max_margin)
 
     def target_s(self) -> float:

@@ -169,8 +169,9 @@ class CostModel:
         g = self.forgetting
         self._gram = g * self._gram + weight * np.outer(x, x)
         self._rhs = g * self._rhs + weight * x * actual
-        seeded = float(x @ self.seed)
-        self._sp, self._pp = g * self._sp + weight * seeded * actual, g * self._pp + weight * seeded * seeded
+        if sample.shape.tokens > 0:  # the speed pieces run at (decode-only ticks fit their own terms)
+            seeded = float(x @ self.seed)
+            self._sp, self._pp = g * self._sp + weight * seeded * actual, g * self._pp + weight * seeded * seeded
         self.theta = solve_nonnegative(self._gram, self._rhs, self.prior(), self.ridge)
         self.num_observed += 1
         self.num_outliers += weight < 1.0
