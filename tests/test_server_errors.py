@@ -7,7 +7,7 @@ import pytest
 
 from mlxcel_py.engine import build_engine
 from mlxcel_py.engine.worker import EngineWorker
-from server_helpers import GREEDY, error_of, long_prompt, start_server, stop_server, stream_post
+from server_helpers import GREEDY, error_of, long_prompt, start_server, stop_server, stream_post, wait_for
 from tiny import tiny_model
 
 CHAT = "/v1/chat/completions"
@@ -150,8 +150,14 @@ def test_loading_ready_and_draining_states():
                 resp = client.request(method, path, json={"messages": MSG})
                 assert resp.status_code == 503 and error_of(resp)["code"] == "model_loading"
                 assert resp.headers["retry-after"]
-            worker = EngineWorker(build_engine(running.config.engine, tiny_model())).start()
+            engine, calibrated = build_engine(running.config.engine, tiny_model()), threading.Event()
+            engine.prepare = lambda: calibrated.wait(30)  # stands in for the ITL-budget calibration
+            worker = EngineWorker(engine).start()
             running.runtime.attach(worker, tiny_model())
+            resp = client.get("/health")  # loaded, still calibrating: not ready yet
+            assert resp.status_code == 503 and resp.json() == {"status": "loading"}
+            calibrated.set()
+            wait_for(lambda: worker.prepared, 30, "the engine's prepare() to return")
             assert client.get("/health").json() == {"status": "ok"}
             assert client.post(CHAT, json={"messages": MSG, "max_tokens": 2}).status_code == 200
             worker.stop()  # the engine is gone: refused with 503, not a hang

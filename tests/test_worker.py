@@ -80,6 +80,22 @@ def test_an_engine_crash_fails_every_request_instead_of_hanging(worker):
     assert not worker.alive or worker.stats() is not None
 
 
+def test_prepared_only_once_the_engines_startup_work_is_done():
+    import threading
+
+    engine, _runner = make_engine(num_slots=1, slot_context=1000)
+    release, began = threading.Event(), threading.Event()
+    engine.prepare = lambda: (began.set(), release.wait(TIMEOUT))  # stands in for the calibration
+    w = EngineWorker(engine).start()
+    try:
+        assert began.wait(TIMEOUT) and not w.prepared
+        handle = w.submit(request("early", 5, max_tokens=2))  # waits in the inbox meanwhile
+        release.set()
+        assert isinstance(collect(handle)[-1], Finished) and w.prepared
+    finally:
+        w.stop()
+
+
 def test_queue_depth_counts_requests_not_yet_seen_by_the_engine():
     engine, _ = make_engine(num_slots=1, slot_context=100_000, max_queue=2)
     w = EngineWorker(engine).start()

@@ -88,6 +88,7 @@ class EngineWorker:
         self._limits = engine.limits
         self._stats = engine.stats()
         self._stopping = threading.Event()
+        self._prepared = threading.Event()  # set once the engine's prepare() (calibration) returned
         self._idle = getattr(engine, "idle", None)
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
 
@@ -143,12 +144,21 @@ class EngineWorker:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
+    @property
+    def prepared(self) -> bool:
+        """False while the engine thread runs `prepare()` (the ITL-budget calibration, ~20 s):
+        /health answers 503 "loading" then, as while the model loads."""
+        return self._prepared.is_set()
+
     # -- engine thread ---------------------------------------------------------------------
     def _loop(self) -> None:
         try:
             prepare = getattr(self._engine, "prepare", None)
-            if prepare is not None:
-                prepare()  # e.g. the ITL-budget calibration; submitted requests wait in the inbox
+            try:
+                if prepare is not None:
+                    prepare()  # e.g. the ITL-budget calibration; submitted requests wait in the inbox
+            finally:
+                self._prepared.set()
             while True:
                 if not self._drain(block=not self._engine.has_work()):
                     break

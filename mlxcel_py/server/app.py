@@ -59,7 +59,8 @@ class Runtime:
 
     @property
     def ready(self) -> bool:
-        return self.worker is not None and self.loaded is not None
+        """Loaded, and the engine's startup work (the ITL-budget calibration) is done."""
+        return self.worker is not None and self.loaded is not None and getattr(self.worker, "prepared", True)
 
     @property
     def aliases(self) -> tuple[str, ...]:

@@ -167,7 +167,8 @@ async def _serve(server: GracefulServer, socks: list[socket.socket], config: App
             if cluster is not None:
                 cluster.watch(runner, server.runtime, worker)
             # The loader and build_engine have logged the weights path and the context per slot.
-            log.info("ready: serving %s on %s", server.runtime.model_id, urls)
+            log.info("ready: serving %s on %s%s", server.runtime.model_id, urls,
+                     "" if worker.prepared else " once the ITL-budget calibration ends (/health: 503 until then)")
             ready = True
             await serving
     finally:
