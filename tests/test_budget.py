@@ -4,6 +4,8 @@ Each simulated tick: chunk_for(state) -> the piece -> the law's time -> observe 
 advances (tests/budget_sim.py). 4 streams decode while a 2048- and a 6144-token prompt are
 admitted one after the other."""
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -109,6 +111,23 @@ def test_jittery_decode_only_ticks_between_admissions_leave_the_margin_alone():
     assert policy.model.recent_error > 0.2  # the model's own error (its Huber scale) sees the jitter
     assert policy.margin() == margin and policy.contended_error == margin
     assert policy.chunk_for(TickState(4, 4 * 600, 0, 2048)) >= chunk - 8
+
+
+def test_the_next_admission_starts_from_what_the_last_one_learned():
+    """The device's pieces cost more than calibration saw (a fixed cost 3x the seed's: the
+    server's other threads), so the seed mispredicts. After one admission and 200 decode-only
+    ticks, the second admission's first ticks fit the budget: the decode ticks did not wash
+    out what the first admission taught about pieces."""
+    device = replace(CPU, piece=3 * CPU.piece)
+    policy = calibrated(CPU, 300.0)
+    first = admit(policy, lambda _i: device, prompts=(2048,))
+    assert first[0].seconds > 0.3  # the seed's first chunk overshoots
+    for i in range(200):
+        shape = TickShape(0, 0, 5, 5 * (600 + i))
+        policy.observe(TickSample(shape, device.seconds(shape)))
+    second = admit(policy, lambda _i: device, prompts=(2048,))
+    assert all(t.seconds <= 0.3 for t in second[:5])
+    assert second[0].chunk == best_fit(device, policy.sizes, second[0].state, 0.3 / (1 + policy.margin()))
 
 
 def test_a_lone_spike_does_not_collapse_the_chunk():

@@ -124,8 +124,12 @@ class CostModel:
         self.forgetting, self.ridge, self.huber = forgetting, ridge, huber
         self.error_alpha, self.min_error = error_alpha, min_error
         self.num_calibration_samples, self._ready = num_calibration_samples, ready
-        self._gram = np.zeros((len(FEATURES), len(FEATURES)))
-        self._rhs = np.zeros(len(FEATURES))
+        # Sufficient statistics in two parts, each forgotten only by its own kind of tick:
+        # [0] ticks that ran a piece, [1] decode-only ticks. Between admissions only decode
+        # runs; one forgetting clock would wipe out what the last admission taught about
+        # pieces within ~30 decode ticks, and the next admission would start from the seed.
+        self._gram = np.zeros((2, len(FEATURES), len(FEATURES)))
+        self._rhs = np.zeros((2, len(FEATURES)))
         self._sp = self._pp = 0.0  # sums for the speed factor: seed prediction x measured, squared
         self._lengths: set[int] = set()
         self.recent_error: Optional[float] = None
@@ -166,13 +170,13 @@ class CostModel:
         rel = abs(actual - predicted) / actual
         a = self.error_alpha
         self.recent_error = rel if self.recent_error is None else (1 - a) * self.recent_error + a * rel
-        g = self.forgetting
-        self._gram = g * self._gram + weight * np.outer(x, x)
-        self._rhs = g * self._rhs + weight * x * actual
+        g, kind = self.forgetting, int(sample.shape.tokens == 0)
+        self._gram[kind] = g * self._gram[kind] + weight * np.outer(x, x)
+        self._rhs[kind] = g * self._rhs[kind] + weight * x * actual
         if sample.shape.tokens > 0:  # the speed pieces run at (decode-only ticks fit their own terms)
             seeded = float(x @ self.seed)
             self._sp, self._pp = g * self._sp + weight * seeded * actual, g * self._pp + weight * seeded * seeded
-        self.theta = solve_nonnegative(self._gram, self._rhs, self.prior(), self.ridge)
+        self.theta = solve_nonnegative(self._gram.sum(axis=0), self._rhs.sum(axis=0), self.prior(), self.ridge)
         self.num_observed += 1
         self.num_outliers += weight < 1.0
         if sample.shape.tokens > 0 and len(self._lengths) < 64:
