@@ -130,6 +130,24 @@ def test_the_next_admission_starts_from_what_the_last_one_learned():
     assert second[0].chunk == best_fit(device, policy.sizes, second[0].state, 0.3 / (1 + policy.margin()))
 
 
+def test_a_contended_chunk_at_most_doubles_the_recent_pieces():
+    """The end of a long prompt teaches the fit about small pieces at a long context; the next
+    prompt's first contended pieces grow from there by doubling, not in one jump to what an
+    extrapolation of that fit allows (a 1,280-token piece stalled the streams 2.2 s here)."""
+    law = replace(CPU, att=2e-6)  # attention dominates a long prompt's last pieces
+    policy = calibrated(law, 1000.0)
+    tail = admit(policy, lambda _i: law, prompts=(6144,), streams=2)[-16:]
+    largest = max(t.shape.tokens for t in tail)
+    assert largest == 64
+    fresh = TickState(2, 2 * 900, 0, 2048)
+    unbounded = best_fit(law, policy.sizes, fresh, 1.0 / (1 + policy.margin()))
+    assert unbounded == 240  # the budget alone would allow a far bigger first piece
+    second = admit(policy, lambda _i: law, prompts=(2048,), streams=2)
+    assert second[0].chunk == max(n for n in policy.sizes if n <= 2 * largest)
+    assert all(b.chunk <= 2 * a.chunk for a, b in zip(second, second[1:]))
+    assert max(t.chunk for t in second) == unbounded or second[-1].shape.tokens < second[-1].chunk
+
+
 def test_a_lone_spike_does_not_collapse_the_chunk():
     ticks = admit(calibrated(CPU, 1000.0), lambda _i: CPU, prompts=(6144,), spikes=(10,))
     calm = admit(calibrated(CPU, 1000.0), lambda _i: CPU, prompts=(6144,))

@@ -13,6 +13,7 @@ Pure Python and numpy; see docs/adr/0008-itl-budget.md.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import Optional
 
@@ -22,6 +23,8 @@ from .cost_model import CostModel, CostModelStats, TickSample
 from .plan import DEFAULT_PREFILL_CHUNK, PrefillChunkPolicy
 
 DEFAULT_FLOOR = 16
+GROWTH = 2  # a contended chunk is at most this times the largest piece among the recent ones
+RECENT_PIECES = 16  # how many of the latest pieces (any tick that ran one) bound the growth
 GRAIN = 8  # every ladder size is a multiple of this (one AVX register of float32)
 
 
@@ -86,6 +89,11 @@ class BudgetChunkPolicy:
         # budget is about. Decode-only ticks are short, so a few ms of jitter (the HTTP
         # thread, GC) is a large relative error there that says nothing about a piece's tick.
         self.contended_error: Optional[float] = None
+        # The fit is trusted near the pieces it has seen lately: after a long prompt's last
+        # pieces (48-64 tokens at 6,000 positions) it predicted a 1,280-token piece at context
+        # 0 within budget, and that tick stalled the streams for 2.2 s. So a contended chunk at
+        # most doubles the largest recent piece (calibration alone: no bound).
+        self._recent: deque[int] = deque(maxlen=RECENT_PIECES)
 
     # -- the two calls the engine makes ------------------------------------------------------
     def chunk_for(self, state: TickState) -> int:
@@ -99,6 +107,8 @@ class BudgetChunkPolicy:
         neither decoded nor prefilled says nothing about either and is ignored."""
         if not (sample.shape.tokens or sample.shape.rows):
             return
+        if sample.shape.tokens:
+            self._recent.append(sample.shape.tokens)
         if sample.shape.tokens and sample.shape.rows:
             rel = abs(sample.seconds - self.model.predict(sample.shape)) / sample.seconds  # before the update
             a, e = self.model.error_alpha, self.contended_error
@@ -126,7 +136,11 @@ class BudgetChunkPolicy:
         predicted = self.model.predict_many(self.sizes, state.prefill_context, state.num_decoding,
                                             state.decode_context)
         fits = np.flatnonzero(predicted <= self.target_s())
-        return int(self.sizes[fits[-1]]) if len(fits) else self.floor
+        chunk = int(self.sizes[fits[-1]]) if len(fits) else self.floor
+        if self._recent:
+            bound = GROWTH * max(self._recent)
+            chunk = min(chunk, int(self.sizes[np.searchsorted(self.sizes, bound, side="right") - 1]))
+        return max(chunk, self.floor)
 
     def _best_throughput(self, state: TickState) -> int:
         """The size with the most prompt tokens per predicted second, no bigger than the rest."""
