@@ -5,7 +5,7 @@ import os as _os
 # OpenBLAS workers spin for 2^28 cycles (~0.1 s) after every call before they sleep. A CPU
 # process here holds two OpenBLAS pools (MLX's matmuls, numpy's prefill attention) and
 # numba's decode threads; on a few cores each pool's spinners steal the cores the next
-# call needs: a 128-token prefill piece took 1.1 s, 0.19 s with the shortest timeout (a
+# call needs: a 128-token prefill piece took 1.2 s, 0.19 s with the shortest timeout (a
 # 512-token piece 1.49 s -> 0.70 s; docs/CPU_FAST_PATH.md). Each library reads this once
 # when it loads, so it is set here, before numpy or MLX load; a value in the environment
 # wins. Nothing else reads it (Metal and CUDA builds use no OpenBLAS for their own work).
