@@ -7,19 +7,18 @@ engine's. Routes never call MLX.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Callable
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from ..errors import MlxcelError
 from .app import Runtime, runtime
 from .body import read_body
-from .errors import from_error, unavailable
+from .framed_stream import FramedStream, submit
 from .prompts import Prepared, prepare_chat, prepare_completion
-from .streaming import CLIENT_CLOSED, EventStream, Generation, complete
+from .responses import OpenAIFramer
+from .streaming import CLIENT_CLOSED, complete
 
 router = APIRouter()
 
@@ -41,17 +40,9 @@ async def _generate(request: Request, prepare: Callable[[Runtime, bytes], Prepar
     raw = await read_body(request, rt.max_body_bytes)
     prepared = await rt.off_loop(prepare, rt, raw)
     del raw  # a large body is not kept alive for the whole generation
-    if rt.draining:  # the shutdown began while the body was being prepared
-        raise unavailable("the server is shutting down", "server_shutting_down")
-    if await request.is_disconnected():  # the client left while its prompt was being tokenized
+    gen = await submit(request, rt, prepared.job, arrived, "messages" if prepared.reply.kind == "chat" else "prompt")
+    if gen is None:  # the client left while its prompt was being tokenized
         return Response(status_code=CLIENT_CLOSED)
-    try:
-        handle = rt.worker.submit(prepared.job, loop=asyncio.get_running_loop())
-    except MlxcelError as exc:
-        error = from_error(exc, "messages" if prepared.reply.kind == "chat" else "prompt")
-        rt.metrics.observe_rejection(error.status)
-        raise error from None
-    gen = Generation(handle, rt.worker, rt.metrics, arrived, rt.live)
     if prepared.stream:
-        return EventStream(prepared.reply, gen)
+        return FramedStream(OpenAIFramer(prepared.reply), gen, prepared.reply.id)
     return await complete(request.receive, prepared.reply, gen)

@@ -1,5 +1,6 @@
-"""Responses for the routes with their own shapes (llama-server's /completion, Anthropic's
-/v1/messages): a stream whose frames come from a `Framer`, or the whole reply gathered.
+"""Submitting a prepared request, and its SSE stream, whose frames come from a `Framer`: one per
+API (OpenAI's `responses.OpenAIFramer`, llama-server's /completion, Anthropic's /v1/messages);
+`gather` collects a whole reply for the routes with their own shapes.
 
 The transport is streaming.py's: the client is watched from submission (a client that
 leaves aborts its request), a server-side cut ends the stream with the framer's frames,
@@ -111,7 +112,8 @@ async def gather(receive: Receive, gen: Generation) -> Optional[Gathered]:
 
 async def submit(request: Request, rt: "Runtime", job: EngineRequest, arrived: float, param: str
                  ) -> Optional[Generation]:
-    """Queue a prepared request (as completions.py does); None if its client already left."""
+    """Queue a prepared request; None if its client already left. `param` names the field a
+    refusal (a prompt too long, a full queue) points at."""
     if rt.draining:  # the shutdown began while the body was being prepared
         raise unavailable("the server is shutting down", "server_shutting_down")
     if await request.is_disconnected():  # the client left while its prompt was being tokenized

@@ -163,3 +163,26 @@ def ended_frames(reply: Reply, finish_reason: str, error: APIError) -> list[str]
 
 def bug_frames() -> list[str]:
     return [sse(error_body(500, "internal server error (see the server log)"))]
+
+
+class OpenAIFramer:
+    """The frames of an OpenAI stream (a `Framer`, framed_stream.py): the chat role first, a
+    chunk per piece of the reply, the final chunk with usage; it always ends with [DONE]."""
+
+    def __init__(self, reply: Reply):
+        self.reply, self.assembler = reply, Assembler(reply.shape)
+
+    def opening(self) -> list[str]:
+        return role_frame(self.reply)
+
+    def frames(self, event: Any) -> list[str]:
+        return event_frames(self.reply, event, self.assembler)
+
+    def cut(self, error: APIError) -> list[str]:
+        return ended_frames(self.reply, CUT_REASON, error)
+
+    def bug(self) -> list[str]:
+        return bug_frames()
+
+    def closing(self) -> list[str]:
+        return [DONE]

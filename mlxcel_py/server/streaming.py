@@ -9,23 +9,18 @@ final chunk, an error frame and `[DONE]`, a non-streaming request with a 503.
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any, AsyncIterator, Awaitable, Callable, MutableSet, Optional
 
 import anyio
 from starlette.responses import JSONResponse, Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Receive
 
 from ..engine import EngineWorker, Finished, RequestHandle, TokenDelta
 from .errors import APIError
 from .metrics import ServerMetrics
 from .assembler import Assembler, Part
-from .responses import (
-    CUT_REASON, DONE, Reply, assembled_json, bug_frames, ended_frames, event_frames, failure, role_frame,
-)
-
-log = logging.getLogger("mlxcel_py.server")
+from .responses import Reply, assembled_json, failure
 
 CLIENT_CLOSED = 499  # nginx's "client closed request"; nobody reads it
 FINAL_WRITE_S = 2.0  # a client that stopped reading cannot hold a cut stream open longer than this
@@ -94,39 +89,6 @@ async def _watched(receive: Receive, gen: Generation, work: Callable[[], Awaitab
             group.cancel_scope.cancel()
     finally:
         gen.close()
-
-
-class EventStream(Response):
-    """The SSE response of one request; whatever happens it ends with `data: [DONE]`."""
-
-    def __init__(self, reply: Reply, gen: Generation):
-        super().__init__()  # a Response, so FastAPI passes it through; __call__ writes the stream
-        self.reply, self.gen = reply, gen
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-        await _watched(receive, self.gen, lambda: self._body(send))
-
-    async def _body(self, send: Send) -> None:
-        async def write(frames: list[str]) -> None:
-            for frame in frames:
-                await send({"type": "http.response.body", "body": frame.encode("utf-8"), "more_body": True})
-
-        tail: list[str] = []
-        with self.gen.scope:
-            try:
-                await write(role_frame(self.reply))
-                assembler = Assembler(self.reply.shape)
-                async for event in self.gen.events():
-                    await write(event_frames(self.reply, event, assembler))
-            except Exception:  # a bug after the 200 went out: tell the client in-band
-                log.exception("stream %s failed", self.reply.id)
-                tail = bug_frames()
-        if self.gen.cut_error is not None:
-            tail = ended_frames(self.reply, CUT_REASON, self.gen.cut_error)
-        with anyio.move_on_after(FINAL_WRITE_S):
-            await write(tail + [DONE])
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 async def assemble(gen: Generation, assembler: Assembler) -> tuple[list[Part], Finished]:
