@@ -6,7 +6,6 @@ may come as `x-api-key` (auth.py).
 
 from __future__ import annotations
 
-import time
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
@@ -15,7 +14,7 @@ from .anthropic_prompts import count_tokens, prepare_messages
 from .anthropic_shapes import AnthropicFramer, message_json
 from .app import runtime
 from .body import read_body
-from .framed_stream import FramedStream, gather, submit
+from .framed_stream import FramedStream, gather, start
 from .streaming import CLIENT_CLOSED
 
 router = APIRouter()
@@ -24,12 +23,7 @@ router = APIRouter()
 @router.post("/v1/messages")
 async def messages(request: Request) -> Response:
     """A Messages reply: text and tool_use blocks; with `stream` Anthropic's event stream."""
-    arrived = time.perf_counter()
-    rt = runtime(request)
-    raw = await read_body(request, rt.max_body_bytes)
-    prepared = await rt.off_loop(prepare_messages, rt, raw)
-    del raw
-    gen = await submit(request, rt, prepared.job, arrived, "messages")
+    prepared, gen = await start(request, prepare_messages, "messages")
     if gen is None:
         return Response(status_code=CLIENT_CLOSED)
     if prepared.stream:

@@ -7,15 +7,13 @@ engine's. Routes never call MLX.
 
 from __future__ import annotations
 
-import time
 from typing import Callable
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from .app import Runtime, runtime
-from .body import read_body
-from .framed_stream import FramedStream, submit
+from .app import Runtime
+from .framed_stream import FramedStream, start
 from .prompts import Prepared, prepare_chat, prepare_completion
 from .responses import OpenAIFramer
 from .streaming import CLIENT_CLOSED, complete
@@ -26,21 +24,16 @@ router = APIRouter()
 @router.post("/v1/chat/completions")
 @router.post("/chat/completions", include_in_schema=False)
 async def chat_completions(request: Request) -> Response:
-    return await _generate(request, prepare_chat)
+    return await _generate(request, prepare_chat, "messages")
 
 
 @router.post("/v1/completions")
 async def completions(request: Request) -> Response:
-    return await _generate(request, prepare_completion)
+    return await _generate(request, prepare_completion, "prompt")
 
 
-async def _generate(request: Request, prepare: Callable[[Runtime, bytes], Prepared]) -> Response:
-    arrived = time.perf_counter()
-    rt = runtime(request)
-    raw = await read_body(request, rt.max_body_bytes)
-    prepared = await rt.off_loop(prepare, rt, raw)
-    del raw  # a large body is not kept alive for the whole generation
-    gen = await submit(request, rt, prepared.job, arrived, "messages" if prepared.reply.kind == "chat" else "prompt")
+async def _generate(request: Request, prepare: Callable[[Runtime, bytes], Prepared], param: str) -> Response:
+    prepared, gen = await start(request, prepare, param)
     if gen is None:  # the client left while its prompt was being tokenized
         return Response(status_code=CLIENT_CLOSED)
     if prepared.stream:

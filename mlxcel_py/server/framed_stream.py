@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, TypeVar
 
 import anyio
 from starlette.requests import Request
@@ -22,6 +23,8 @@ from starlette.types import Receive, Scope, Send
 from ..engine import Finished, TokenDelta
 from ..engine import Request as EngineRequest
 from ..errors import MlxcelError
+from .app import runtime
+from .body import read_body
 from .errors import APIError, from_error, unavailable
 from .responses import failure
 from .streaming import FINAL_WRITE_S, SSE_HEADERS, Generation, _watched
@@ -30,6 +33,7 @@ if TYPE_CHECKING:
     from .app import Runtime
 
 log = logging.getLogger("mlxcel_py.server")
+P = TypeVar("P")  # a route's prepared request: it has `.job`, the engine request
 
 
 class Framer(Protocol):
@@ -125,3 +129,16 @@ async def submit(request: Request, rt: "Runtime", job: EngineRequest, arrived: f
         rt.metrics.observe_rejection(error.status)
         raise error from None
     return Generation(handle, rt.worker, rt.metrics, arrived, rt.live)
+
+
+async def start(request: Request, prepare: Callable[["Runtime", bytes], P], param: str
+                ) -> tuple[P, Optional[Generation]]:
+    """A generation route's first half: read the body on the loop, `prepare` it (parse,
+    validate, template, tokenize) on the Runtime's threads, submit it. The generation is
+    None when the client already left."""
+    arrived = time.perf_counter()
+    rt = runtime(request)
+    raw = await read_body(request, rt.max_body_bytes)
+    prepared = await rt.off_loop(prepare, rt, raw)
+    del raw  # a large body is not kept alive for the whole generation
+    return prepared, await submit(request, rt, prepared.job, arrived, param)  # type: ignore[attr-defined]

@@ -6,7 +6,6 @@ Bodies are parsed, templated and tokenized off the event loop, as on the OpenAI 
 
 from __future__ import annotations
 
-import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -20,7 +19,7 @@ from ..errors import RequestError
 from .app import runtime
 from .body import parse_body, read_body
 from .errors import APIError, from_error
-from .framed_stream import FramedStream, gather, submit
+from .framed_stream import FramedStream, gather, start
 from .llama_schemas import ApplyTemplateRequest, NativeCompletionRequest, PromptObject, refuse_unsupported
 from .llama_shapes import NativeFramer, NativeReply, default_settings, final_json, generation_settings
 from .prompts import check_token_ids, completion_prompt_ids, sampling_params
@@ -98,12 +97,7 @@ def prepare_native(rt: "Runtime", raw: bytes) -> NativePrepared:
 @router.post("/completions", include_in_schema=False)
 async def completion(request: Request) -> Response:
     """llama-server's native completion: `content`, `tokens`, `timings`, ...; streamed as {"content", "stop"} frames."""
-    arrived = time.perf_counter()
-    rt = runtime(request)
-    raw = await read_body(request, rt.max_body_bytes)
-    prepared = await rt.off_loop(prepare_native, rt, raw)
-    del raw
-    gen = await submit(request, rt, prepared.job, arrived, "prompt")
+    prepared, gen = await start(request, prepare_native, "prompt")
     if gen is None:
         return Response(status_code=CLIENT_CLOSED)
     if prepared.stream:
