@@ -7,7 +7,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from mlxcel_py.engine.logits import check_logit_bias, logprobs_of
+from mlxcel_py.engine.logits import logprobs_of
+from mlxcel_py.engine.request import check_logit_bias
 from mlxcel_py.engine.sampling import SequenceSampler, sample_rows, sample_step
 from mlxcel_py.engine.request import ConstraintSpec, SamplingParams
 from mlxcel_py.errors import RequestError

@@ -4,14 +4,16 @@ Importing this package does not import MLX; `build_engine` loads the runner when
 """
 
 from ..errors import EngineError, EngineStoppedError, PromptTooLongError, QueueFullError, RequestError
-from .events import Event, Finished, FinishReason, PromptProgress, Timings, TokenDelta, Usage, empty_finish
+from .budget import BudgetStats
+from .events import Event, Finished, FinishReason, PromptProgress, Timings, TokenDelta, TokenLogprobs, Usage, empty_finish
 from .lifecycle import build_engine, engine_session, slot_context
-from .request import MAX_TOKENS_LIMIT, Request, SamplingParams
+from .request import MAX_TOKENS_LIMIT, MAX_TOP_LOGPROBS, ConstraintSpec, Request, SamplingParams, check_logit_bias
 from .stats import EngineStats, Limits, SlotInfo
 from .tick import Engine
 from .worker import EngineWorker, RequestHandle
 
 __all__ = [
+    "BudgetStats", "ConstraintSpec", "MAX_TOP_LOGPROBS", "TokenLogprobs", "check_logit_bias",
     "Engine", "EngineError", "EngineStats", "EngineStoppedError", "EngineWorker", "Event", "FinishReason",
     "Finished", "Limits", "MAX_TOKENS_LIMIT", "PromptProgress", "PromptTooLongError", "QueueFullError",
     "Request", "RequestError", "RequestHandle", "SamplingParams", "SlotInfo", "Timings", "TokenDelta", "Usage",

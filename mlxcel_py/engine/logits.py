@@ -12,7 +12,6 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.sample_utils import make_logits_processors, make_repetition_penalty
 
-from ..errors import RequestError
 from .events import TokenLogprobs
 from .request import SamplingParams
 
@@ -38,14 +37,6 @@ def repetition_processor(params: SamplingParams) -> Optional[LogitsProcessor]:
     if params.repetition_penalty == 1.0:
         return None
     return make_repetition_penalty(params.repetition_penalty, params.repetition_context)
-
-
-def check_logit_bias(params: SamplingParams, vocab_size: int) -> None:
-    """Token ids must exist in the model's vocabulary; raises RequestError naming the field."""
-    for token, _ in params.logit_bias:
-        if token >= vocab_size:
-            raise RequestError(f"logit_bias token id {token} is out of range (the vocabulary has {vocab_size} tokens)",
-                               param="logit_bias")
 
 
 def apply_bitmask(logits: mx.array, bitmask: np.ndarray) -> mx.array:

@@ -171,3 +171,11 @@ class Request:
     def __post_init__(self) -> None:
         if not self.prompt_ids:
             raise RequestError("the prompt is empty")
+
+
+def check_logit_bias(params: SamplingParams, vocab_size: int) -> None:
+    """Token ids must exist in the model's vocabulary; raises RequestError naming the field."""
+    for token, _ in params.logit_bias:
+        if token >= vocab_size:
+            raise RequestError(f"logit_bias token id {token} is out of range (the vocabulary has {vocab_size} tokens)",
+                               param="logit_bias")

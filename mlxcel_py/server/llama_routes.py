@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse, Response
 
 from .. import __version__
 from ..engine import Request as EngineRequest
+from ..engine import check_logit_bias
 from ..errors import RequestError
 from .app import runtime
 from .body import parse_body, read_body
@@ -77,8 +78,6 @@ def prepare_native(rt: "Runtime", raw: bytes) -> NativePrepared:
         raise from_error(exc, "prompt") from None
     plan = output_plan(body, None, rt.worker.compiler)  # grammar, json_schema, response_format: compiled here
     sampling = sampling_params(body, rt.config.sampling, rt.prompt_limit.slot_context, plan.constraint)
-    from ..engine.logits import check_logit_bias  # imports MLX: after the BLAS preload, off the import path
-
     try:
         check_logit_bias(sampling, rt.vocab_size)
     except RequestError as exc:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..engine import Finished, PromptProgress, SamplingParams, TokenDelta
-from ..engine.request import MAX_TOKENS_LIMIT
+from ..engine import MAX_TOKENS_LIMIT
 from .errors import APIError
 from .llama_schemas import SAMPLERS
 from .responses import failure, timings_json

@@ -12,9 +12,8 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
+from ..engine import ConstraintSpec, SamplingParams, check_logit_bias
 from ..engine import Request as EngineRequest
-from ..engine import SamplingParams
-from ..engine.request import ConstraintSpec
 from ..errors import PromptTooLongError, RequestError
 from .assembler import Shape, ToolParsing
 from .errors import APIError, from_error
@@ -133,8 +132,6 @@ def _shape(rt: "Runtime", sampling: SamplingParams, ids: tuple[int, ...], plan: 
 
 def _prepared(rt: "Runtime", body: GenerationRequest, kind: Kind, ids: tuple[int, ...],
               boundary: Optional[int], plan: OutputPlan, echo: Optional[str] = None) -> Prepared:
-    from ..engine.logits import check_logit_bias
-
     sampling = sampling_params(body, rt.config.sampling, rt.prompt_limit.slot_context, plan.constraint)
     try:
         check_logit_bias(sampling, rt.vocab_size)

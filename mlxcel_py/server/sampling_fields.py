@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..engine.request import MAX_TOP_LOGPROBS
+from ..engine import MAX_TOP_LOGPROBS
 from .errors import APIError
 from .schemas import GenerationRequest
 

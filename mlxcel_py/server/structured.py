@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 from pydantic import BaseModel
 
-from ..engine.request import ConstraintSpec
+from ..engine import ConstraintSpec
 from ..errors import RequestError
 from ..tool_calls import ToolFormat, ToolRequest, call_constraint, tool_request
 from .errors import APIError

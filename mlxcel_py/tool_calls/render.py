@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from ..engine.request import ConstraintSpec
+from ..engine import ConstraintSpec
 from .request import ToolCallError, ToolRequest, tool_constraint
 
 # Qwen2.5's tool prompt (Hermes format), for templates that do not render tools themselves.

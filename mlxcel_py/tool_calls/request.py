@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..engine.request import ConstraintSpec
+from ..engine import ConstraintSpec
 from ..errors import RequestError
 
 MAX_TOOLS = 128  # OpenAI's limit
