@@ -15,6 +15,7 @@ import llguidance
 import numpy as np
 
 from ..errors import RequestError
+from ..models.vocab import backend_tokenizer, hf_tokenizer
 from .request import ConstraintSpec
 
 # llama.cpp json-schema-to-grammar's `space`: one space, or a newline and up to 20 indent
@@ -100,11 +101,10 @@ def grammar_text(spec: ConstraintSpec, literal=json.dumps) -> str:
 
 def _backend_json(tokenizer: Any) -> str:
     """The `tokenizers` JSON of an mlx-lm TokenizerWrapper, a transformers fast tokenizer or a Tokenizer."""
-    inner = getattr(tokenizer, "_tokenizer", tokenizer)
-    backend = getattr(inner, "backend_tokenizer", inner)
-    if not hasattr(backend, "to_str"):
+    backend = backend_tokenizer(tokenizer)
+    if backend is None:
         raise ConstraintsUnavailable("constrained decoding needs a `tokenizers` (fast) tokenizer; "
-                                     f"this model's is {type(inner).__name__}")
+                                     f"this model's is {type(hf_tokenizer(tokenizer)).__name__}")
     return backend.to_str()
 
 
@@ -173,9 +173,7 @@ class ConstraintCompiler:
 
 
 def _special_tokens(tokenizer: Any) -> dict[str, int]:
-    inner = getattr(tokenizer, "_tokenizer", tokenizer)
-    backend = getattr(inner, "backend_tokenizer", inner)
-    decoder = getattr(backend, "get_added_tokens_decoder", lambda: {})()
+    decoder = getattr(backend_tokenizer(tokenizer), "get_added_tokens_decoder", lambda: {})()
     return {tok.content: i for i, tok in decoder.items() if getattr(tok, "special", False)}
 
 

@@ -59,17 +59,13 @@ def build_engine(config: "EngineConfig", loaded: "LoadedModel", runner=None) -> 
     else:
         log.info("prompt cache: off")
     runner = runner if runner is not None else Runner(loaded.model, constraint_compiler(loaded))
-    return Engine(scheduler, runner, itl_budget_ms=config.itl_budget_ms, vocab_size=logits_width(loaded))
+    return Engine(scheduler, runner, itl_budget_ms=config.itl_budget_ms, vocab_size=loaded.logits_width)
 
 
 def constraint_compiler(loaded: "LoadedModel") -> ConstraintCompiler:
     """The model's grammar compiler (its tokenizer tables are built on the first constrained request)."""
-    return ConstraintCompiler(loaded.tokenizer, vocab_size=logits_width(loaded), eos_token_ids=loaded.eos_token_ids)
+    return ConstraintCompiler(loaded.tokenizer, vocab_size=loaded.logits_width, eos_token_ids=loaded.eos_token_ids)
 
-
-def logits_width(loaded: "LoadedModel") -> int:
-    """The model's vocabulary as its logits see it (may exceed the tokenizer's)."""
-    return getattr(getattr(loaded.model, "args", None), "vocab_size", 0) or len(loaded.tokenizer.get_vocab())
 
 
 @contextlib.contextmanager

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from .vocab import logits_width, token_vocab_size
+
 
 @dataclass(frozen=True, slots=True)
 class LoadedModel:
@@ -19,3 +21,13 @@ class LoadedModel:
     blas: str
     bos_token_id: Optional[int] = None
     add_bos: bool = False
+
+    @property
+    def vocab_size(self) -> int:
+        """Ids below this are safe both for the tokenizer and the model's embedding."""
+        return token_vocab_size(self.model, self.tokenizer)
+
+    @property
+    def logits_width(self) -> int:
+        """The model's vocabulary as its logits see it (may exceed the tokenizer's)."""
+        return logits_width(self.model, self.tokenizer)

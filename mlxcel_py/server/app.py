@@ -73,7 +73,7 @@ class Runtime:
 
     def attach(self, worker: "EngineWorker", loaded: "LoadedModel") -> None:
         """Switch from loading to ready."""
-        self.vocab_size = vocab_size(loaded)
+        self.vocab_size = loaded.vocab_size
         slot_context = worker.stats().slot_context
         self.prompt_limit = PromptLimit(slot_context, max_token_chars(loaded.tokenizer, self.vocab_size))
         self.tool_format = tool_format(loaded.tokenizer)  # how this model writes tool calls
@@ -125,19 +125,6 @@ def system_fingerprint(loaded: "LoadedModel") -> str:
         mlx_version = "?"
     ident = "|".join((__version__, mlx_version, loaded.name, loaded.source, loaded.weights, loaded.description))
     return "fp_" + hashlib.sha256(ident.encode()).hexdigest()[:12]
-
-
-def vocab_size(loaded: "LoadedModel") -> int:
-    """Ids below this are safe both for the tokenizer and the model's embedding."""
-    tok = loaded.tokenizer
-    inner = getattr(tok, "_tokenizer", tok)
-    try:
-        size = len(inner)
-    except TypeError:
-        size = int(tok.vocab_size)
-    args = getattr(loaded.model, "args", None)
-    model_vocab = getattr(args, "vocab_size", None)
-    return min(size, model_vocab) if isinstance(model_vocab, int) and model_vocab > 0 else size
 
 
 def runtime(request: Request) -> Runtime:

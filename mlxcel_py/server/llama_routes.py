@@ -17,6 +17,7 @@ from .. import __version__
 from ..engine import Request as EngineRequest
 from ..engine import check_logit_bias
 from ..errors import RequestError
+from ..models.vocab import hf_tokenizer
 from .app import runtime
 from .body import parse_body, read_body
 from .errors import APIError, from_error
@@ -117,8 +118,7 @@ def _default_path(rt: "Runtime") -> str:
 
 
 def _token_text(tokenizer: Any, name: str) -> str:
-    inner = getattr(tokenizer, "_tokenizer", tokenizer)
-    value = getattr(inner, name, None)
+    value = getattr(hf_tokenizer(tokenizer), name, None)
     return value if isinstance(value, str) else ""
 
 

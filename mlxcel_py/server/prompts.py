@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 from ..engine import ConstraintSpec, SamplingParams, check_logit_bias
 from ..engine import Request as EngineRequest
 from ..errors import PromptTooLongError, RequestError
+from ..models.vocab import backend_tokenizer
 from .assembler import Shape, ToolParsing
 from .errors import APIError, from_error
 from .logprobs import TokenPieces
@@ -49,10 +50,9 @@ class PromptLimit:
 def max_token_chars(tokenizer: Any, vocab_size: int) -> int:
     """The most characters any single token decodes to, plus one for a leading space that
     a SentencePiece decoder strips from a lone token."""
-    inner = getattr(tokenizer, "_tokenizer", tokenizer)
-    fast = getattr(inner, "_tokenizer", None)  # the Rust `tokenizers.Tokenizer`, when there is one
+    fast = backend_tokenizer(tokenizer)
     ids = [[i] for i in range(vocab_size)]
-    if fast is not None and hasattr(fast, "decode_batch"):
+    if fast is not None:
         texts = fast.decode_batch(ids, skip_special_tokens=False)
     else:
         texts = [tokenizer.decode(i) for i in ids]

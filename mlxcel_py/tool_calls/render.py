@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from ..engine import ConstraintSpec
+from ..models.vocab import hf_tokenizer
 from .request import ToolCallError, ToolRequest, tool_constraint
 
 # Qwen2.5's tool prompt (Hermes format), for templates that do not render tools themselves.
@@ -47,9 +48,7 @@ class ToolFormat:
 
 def _hf(tokenizer: Any) -> Any:
     """The transformers tokenizer inside an mlx-lm TokenizerWrapper (or the tokenizer itself)."""
-    from mlx_lm.tokenizer_utils import TokenizerWrapper
-
-    return tokenizer._tokenizer if isinstance(tokenizer, TokenizerWrapper) else tokenizer
+    return hf_tokenizer(tokenizer)
 
 
 def _parser_module(tokenizer: Any) -> Optional[str]:

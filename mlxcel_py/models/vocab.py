@@ -1,0 +1,43 @@
+"""The tokenizer layers and the vocabulary sizes, read the same way everywhere.
+
+mlx-lm wraps a transformers tokenizer in a TokenizerWrapper (`._tokenizer`), and a fast
+transformers tokenizer wraps the Rust `tokenizers.Tokenizer` (`.backend_tokenizer`)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+
+def hf_tokenizer(tokenizer: Any) -> Any:
+    """The transformers tokenizer inside an mlx-lm TokenizerWrapper (or the tokenizer itself).
+
+    Told by its `detokenizer`, not isinstance: importing mlx_lm.tokenizer_utils imports MLX, and
+    a transformers fast tokenizer has a `_tokenizer` of its own (the Rust one)."""
+    return tokenizer._tokenizer if hasattr(tokenizer, "detokenizer") else tokenizer
+
+
+def backend_tokenizer(tokenizer: Any) -> Optional[Any]:
+    """The Rust `tokenizers.Tokenizer` under any of the layers, or None for a slow tokenizer."""
+    inner = hf_tokenizer(tokenizer)
+    backend = getattr(inner, "backend_tokenizer", inner)
+    return backend if hasattr(backend, "to_str") else None
+
+
+def token_vocab_size(model: Any, tokenizer: Any) -> int:
+    """Ids below this are safe both for the tokenizer and the model's embedding."""
+    try:
+        size = len(hf_tokenizer(tokenizer))
+    except TypeError:
+        size = int(tokenizer.vocab_size)
+    width = _model_vocab(model)
+    return min(size, width) if width else size
+
+
+def logits_width(model: Any, tokenizer: Any) -> int:
+    """The model's vocabulary as its logits see it (may exceed the tokenizer's)."""
+    return _model_vocab(model) or len(tokenizer.get_vocab())
+
+
+def _model_vocab(model: Any) -> int:
+    size = getattr(getattr(model, "args", None), "vocab_size", None)
+    return size if isinstance(size, int) and size > 0 else 0
