@@ -31,9 +31,9 @@ import numpy as np  # noqa: E402
 from grammar_cases import PERSON, WEATHER_TOOL  # noqa: E402
 from mlx_lm.models.cache import make_prompt_cache  # noqa: E402
 
-from mlxcel_py.engine.constraints import ConstraintCompiler  # noqa: E402
-from mlxcel_py.engine.sampling import SequenceSampler, sample_step  # noqa: E402
-from mlxcel_py.engine.request import ConstraintSpec, SamplingParams  # noqa: E402
+from mlxcel_py.engine.runner.constraints import ConstraintCompiler  # noqa: E402
+from mlxcel_py.engine.runner.sampling import SequenceSampler, sample_step  # noqa: E402
+from mlxcel_py.engine.core.request import ConstraintSpec, SamplingParams  # noqa: E402
 from mlxcel_py.models import encode_chat, load_model  # noqa: E402
 from mlxcel_py.tool_calls import call_constraint, tool_format, tool_messages, tool_request  # noqa: E402
 

@@ -8,6 +8,7 @@ Each arm runs in its own process, because the BLAS preload must precede `import 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -38,6 +39,8 @@ def run_arm(blas: str, weights: str, num_tokens: int, runs: int) -> dict:
     if weights == "float16":
         model.model.set_dtype(mx.float16)
     ids = mx.array([[(i * 7919) % 40000 + 100 for i in range(num_tokens)]])
+    kernels = model.cpu_kernels or contextlib.nullcontext()  # the CPU prefill kernels' scope
+    kernels.__enter__()
     mx.eval(model.model(ids[:, :8]))  # warm-up: first-call allocations
     head_s = time_lm_head(model.model, num_tokens)
     prefill = float("inf")
@@ -52,6 +55,7 @@ def run_arm(blas: str, weights: str, num_tokens: int, runs: int) -> dict:
         logits = model.model(mx.argmax(logits[:, -1:], axis=-1), cache=cache)
         mx.eval(logits)
     decode = (time.perf_counter() - start) / DECODE_TOKENS
+    kernels.__exit__(None, None, None)
     label = "float16" if weights == "float16" else model.weights
     return {"blas": info.name, "weights": label, "tokens": num_tokens,
             "prefill_s": round(prefill, 3), "prefill_tok_s": round(num_tokens / prefill, 1),

@@ -27,7 +27,7 @@ from mlx_lm.sample_utils import make_sampler  # noqa: E402
 from mlxcel_py.config import resolve  # noqa: E402
 from mlxcel_py.engine import build_engine  # noqa: E402
 from mlxcel_py.engine import Finished, Request, SamplingParams  # noqa: E402
-from mlxcel_py.engine.worker import EngineWorker  # noqa: E402
+from mlxcel_py.engine.core.worker import EngineWorker  # noqa: E402
 from mlxcel_py.models import load_model  # noqa: E402
 
 

@@ -8,6 +8,7 @@ picks on its own on a recent Xeon. Prints one row per (kernels, chunk).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import sys
@@ -22,7 +23,7 @@ BLAS = preload_blas(os.environ.get("MLXCEL_BLAS", "auto"))
 import mlx.core as mx  # noqa: E402
 from mlx_lm.models.cache import make_prompt_cache  # noqa: E402
 
-from mlxcel_py.models import cpu_kernels, load_model  # noqa: E402
+from mlxcel_py.models import load_model  # noqa: E402
 
 
 def prefill_seconds(model, ids: list[int], chunk: int) -> float:
@@ -41,22 +42,19 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
     lm = load_model(None)
-    module = __import__(type(lm.model).__module__, fromlist=["_"])
-    patched = {name: getattr(module, name) for name in cpu_kernels.KERNELS}
-    originals = {name: fn.__wrapped__ for name, fn in patched.items() if hasattr(fn, "__wrapped__")}
     rng = random.Random(0)
     ids = [rng.randrange(100, 40000) for _ in range(args.tokens)]
     print(f"model: {lm.description}; BLAS {BLAS.name} {BLAS.note}; {args.tokens}-token prompt, best of {args.rounds}")
     print(f"{'kernels':>8} {'chunk':>6} {'prefill s':>10} {'tok/s':>8}")
-    for label, table in (("numpy", patched), ("mlx", originals)):
-        if not table:
+    # The numpy kernels run only inside their scope (LoadedModel.cpu_kernels; None off the CPU path).
+    for label, scope in (("numpy", lm.cpu_kernels), ("mlx", contextlib.nullcontext())):
+        if scope is None:
             continue
-        for name, fn in table.items():
-            setattr(module, name, fn)
-        prefill_seconds(lm.model, ids[:256], 256)  # warm-up
-        for chunk in args.chunks:
-            best = min(prefill_seconds(lm.model, ids, chunk) for _ in range(args.rounds))
-            print(f"{label:>8} {chunk:>6} {best:>10.2f} {args.tokens / best:>8.0f}", flush=True)
+        with scope:
+            prefill_seconds(lm.model, ids[:256], 256)  # warm-up
+            for chunk in args.chunks:
+                best = min(prefill_seconds(lm.model, ids, chunk) for _ in range(args.rounds))
+                print(f"{label:>8} {chunk:>6} {best:>10.2f} {args.tokens / best:>8.0f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ predict what `--itl-budget-ms` will do in the acceptance scenario.
 Usage: .venv/bin/python bench/bench_tick_costs.py [--budget-ms 300] [--rows 4] [--max-seconds 30]
 
 `engine.probe.TickProbe.measure(tokens, context, rows)` is the engine's calibration callable:
-one tick of the real Runner (a decode step over `rows` scratch sequences, then a
+one tick of the real ModelRunner (a decode step over `rows` scratch sequences, then a
 `tokens`-token piece of a scratch prompt whose KV holds `context` tokens), timed end to end.
 """
 
@@ -23,11 +23,12 @@ from mlxcel_py.models.blas import preload_blas  # noqa: E402
 
 BLAS = preload_blas(os.environ.get("MLXCEL_BLAS", "auto"))
 
-from mlxcel_py.engine.budget import BudgetChunkPolicy, TickState  # noqa: E402
-from mlxcel_py.engine.calibration import calibrate, default_grid  # noqa: E402
-from mlxcel_py.engine.cost_model import CostModel, TickShape  # noqa: E402
-from mlxcel_py.engine.probe import ROW_PROMPT, TickProbe  # noqa: E402
-from mlxcel_py.engine.runner import Runner  # noqa: E402
+from mlxcel_py.engine.chunking.budget import BudgetChunkPolicy  # noqa: E402
+from mlxcel_py.engine.chunking.policy import TickState  # noqa: E402
+from mlxcel_py.engine.chunking.calibration import calibrate, default_grid  # noqa: E402
+from mlxcel_py.engine.chunking.cost_model import CostModel, TickShape  # noqa: E402
+from mlxcel_py.engine.chunking.probe import ROW_PROMPT, TickProbe  # noqa: E402
+from mlxcel_py.engine.runner.model_runner import ModelRunner  # noqa: E402
 from mlxcel_py.models import load_model  # noqa: E402
 
 
@@ -67,7 +68,7 @@ def main() -> None:
     args = ap.parse_args()
     lm = load_model(None)
     print(f"model: {lm.description}; BLAS {BLAS.name}; load average {os.getloadavg()[0]:.1f}")
-    probe = TickProbe(Runner(lm.model), max_context=8192, vocab=lm.model.args.vocab_size)
+    probe = TickProbe(ModelRunner(lm.model, decode=lm.cpu_decode, kernels=lm.cpu_kernels), max_context=8192, vocab=lm.model.args.vocab_size)
     start = time.perf_counter()
     cal = calibrate(probe.measure, default_grid(2048, args.rows), max_seconds=args.max_seconds,
                     row_context=ROW_PROMPT, say=print)

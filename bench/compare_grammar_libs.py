@@ -32,7 +32,7 @@ from grammar_libs import ADAPTERS, Unsupported  # noqa: E402
 from grammar_cases import COVERAGE, GENERATIONS  # noqa: E402
 from mlx_lm.models.cache import make_prompt_cache  # noqa: E402
 
-from mlxcel_py.engine.logits import apply_bitmask as engine_apply_bitmask  # noqa: E402
+from mlxcel_py.engine.runner.logits import apply_bitmask as engine_apply_bitmask  # noqa: E402
 from mlxcel_py.models import encode_chat, load_model  # noqa: E402
 
 

@@ -140,7 +140,7 @@ def python_step(product, elementwise="numba"):
     elementwise="numpy" runs norms/rope/attention/SwiGLU as numpy ops (the first version)."""
 
     def step(model, tokens, caches):
-        dec, rows = model.mlxcel_decode, len(tokens)
+        dec, rows = DECODERS[id(model)], len(tokens)
         positions, left_pad, views = dec._kv.begin(caches, rows)
         cos, sin = dec._rope.at(positions)
         h, idx = dec._embed[np.asarray(tokens)], caches[0]._idx
@@ -219,6 +219,9 @@ def numpy_arm(step):
     return lambda lm, prompts, steps: run_steps(lm.model, prompts, steps, step)
 
 
+DECODERS: dict = {}  # id(model) -> the CpuDecoder the loader chose for it (LoadedModel.cpu_decode)
+
+
 def split_calls(x, w):
     """The fused products as separate calls (q, k, v / gate, up): what fusing saves."""
     n = w.shape[0]
@@ -249,7 +252,7 @@ def arms(base, fast):
         "numpy: tiled kernel, numpy elementwise": numpy_arm(python_step(K.product, "numpy")),
         "numpy: tiled kernel, q/k/v and gate/up unfused": numpy_arm(python_step(split_calls)),
         "numpy: tiled kernel, kernels called from Python": numpy_arm(python_step(K.product)),
-        "numpy: tiled kernel, layer_step (chosen)": numpy_arm(lambda m, t, c: m.mlxcel_decode(t, c)),
+        "numpy: tiled kernel, layer_step (chosen)": numpy_arm(lambda m, t, c: DECODERS[id(m)](t, c)),
     }
 
 
@@ -272,11 +275,12 @@ def main() -> None:
     ap.add_argument("--only", nargs="+", default=None)
     args = ap.parse_args()
     fast = load_model(args.model)
-    install, cpu_decode.install = cpu_decode.install, lambda model: None
+    DECODERS[id(fast.model)] = fast.cpu_decode
+    make, cpu_decode.decoder_for = cpu_decode.decoder_for, lambda model, threads=1: None
     base = load_model(args.model)
     table = arms(base, fast)
     table["mlx: weights pre-transposed"] = transposed_arm(args.model)
-    cpu_decode.install = install
+    cpu_decode.decoder_for = make
     if args.only:
         table = {k: v for k, v in table.items() if any(o in k for o in args.only)}
     from bench_engine import prompts as chat_prompts

@@ -175,9 +175,9 @@ def numpy_step(dec, tokens: list[int], caches: list, tm: Timer) -> mx.array:
     return logits
 
 
-def profile(path: str, model, prompts: list[list[int]], steps: int) -> tuple[dict[str, float], float]:
+def profile(path: str, lm, prompts: list[list[int]], steps: int) -> tuple[dict[str, float], float]:
     """(median ms per class, median ms of the real step) over `steps` steps, after 2 warm-ups."""
-    dec = getattr(model, "mlxcel_decode", None)
+    model, dec = lm.model, lm.cpu_decode
     per_step: dict[str, list[float]] = defaultdict(list)
     caches, tokens = make_batch(model, prompts), [p[-1] for p in prompts]
     for i in range(steps + 2):
@@ -220,9 +220,9 @@ def main() -> None:
     if "numpy" in args.paths:
         models["numpy"] = load_model(args.model)
     if "mlx" in args.paths:  # a second copy with mlx-lm's own weight layout and decode
-        install, cpu_decode.install = cpu_decode.install, lambda model: None
+        make, cpu_decode.decoder_for = cpu_decode.decoder_for, lambda model, threads=1: None
         models["mlx"] = load_model(args.model)
-        cpu_decode.install = install
+        cpu_decode.decoder_for = make
     lm = next(iter(models.values()))
     from bench_engine import prompts as chat_prompts
 
@@ -232,7 +232,7 @@ def main() -> None:
           f"load {os.getloadavg()[0]:.2f}, {args.steps} steps per median")
     for rows in args.batch:
         prompts = [list(p) for p in chat_prompts(lm, rows)]
-        results = {path: profile(path, m.model, prompts, args.steps) for path, m in models.items()}
+        results = {path: profile(path, m, prompts, args.steps) for path, m in models.items()}
         overhead = {path: engine_overhead(m, prompts, 32) for path, m in models.items()} if not args.no_engine else {}
         args_ = lm.model.args
         kv_bytes = rows * args_.num_hidden_layers * 2 * args_.num_key_value_heads * (args_.hidden_size // args_.num_attention_heads) * 4 * (

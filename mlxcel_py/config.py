@@ -10,8 +10,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Literal, Mapping, Optional
 
-from .engine.plan import PrefillChunkPolicy
-from .engine.request import MAX_TOKENS_LIMIT, SamplingParams
+from .engine.chunking.fixed import PrefillChunkPolicy
+from .engine.core.request import MAX_TOKENS_LIMIT, SamplingParams
 from .errors import ConfigError, RequestError
 from .serve_config import (
     DEFAULT_MAX_BODY_BYTES, DistributedConfig, ServerConfig, distributed_config, server_config, server_summary,

@@ -7,8 +7,8 @@ import random
 from dataclasses import dataclass, replace
 from typing import Callable, Optional, Sequence
 
-from mlxcel_py.engine.budget import TickState
-from mlxcel_py.engine.cost_model import TickSample, TickShape
+from mlxcel_py.engine.chunking.policy import TickState
+from mlxcel_py.engine.chunking.cost_model import TickSample, TickShape
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ def generate(lm, prompt_ids, sampler, compiler, max_tokens: int) -> str:
     import mlx.core as mx
     from mlx_lm.models.cache import make_prompt_cache
 
-    from mlxcel_py.engine.sampling import sample_step
+    from mlxcel_py.engine.runner.sampling import sample_step
 
     cache = make_prompt_cache(lm.model)
     logits, out = lm.model(mx.array([list(prompt_ids)]), cache=cache)[:, -1, :], []

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from mlxcel_py.engine import Engine, Request, SamplingParams
-from mlxcel_py.engine.kv import PromptCache
-from mlxcel_py.engine.plan import PrefillChunkPolicy
-from mlxcel_py.engine.scheduler import Scheduler
-from mlxcel_py.engine.step import Step, StepOutput
-from mlxcel_py.engine.text import TextStream
+from mlxcel_py.engine.core.prompt_cache import PromptCache
+from mlxcel_py.engine.chunking.fixed import PrefillChunkPolicy
+from mlxcel_py.engine.core.scheduler import Scheduler
+from mlxcel_py.engine.core.step import Runner, Step, StepOutput
+from mlxcel_py.engine.core.text_stream import TextStream
 
 EOS = 0
 
@@ -29,8 +29,10 @@ def make_stream(stop: tuple[str, ...]) -> TextStream:
     return TextStream(CharDetokenizer(), stop)
 
 
-class FakeRunner:
-    """Executes step records by recording them; decode emits token 1 for every row unless scripted."""
+class FakeRunner(Runner):
+    """Executes step records by recording them; decode emits token 1 for every row unless scripted.
+
+    Implements only `execute`: idle, close, peak memory and the compiler keep the Protocol's defaults."""
 
     def __init__(self):
         self.calls: list[tuple] = []

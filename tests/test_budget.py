@@ -9,10 +9,11 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from mlxcel_py.engine.budget import BudgetChunkPolicy, TickState, ladder
-from mlxcel_py.engine.calibration import calibrate
-from mlxcel_py.engine.cost_model import CostModel, TickSample, TickShape
-from mlxcel_py.engine.plan import PrefillChunkPolicy
+from mlxcel_py.engine.chunking.budget import BudgetChunkPolicy, ladder
+from mlxcel_py.engine.chunking.policy import TickState
+from mlxcel_py.engine.chunking.calibration import calibrate
+from mlxcel_py.engine.chunking.cost_model import CostModel, TickSample, TickShape
+from mlxcel_py.engine.chunking.fixed import PrefillChunkPolicy
 
 from budget_sim import CPU, GPU, Law, admit, best_fit
 

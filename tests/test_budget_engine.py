@@ -5,10 +5,10 @@ fake clock by a known cost law, so tick times are exact."""
 from __future__ import annotations
 
 from mlxcel_py.engine import Engine, PromptProgress
-from mlxcel_py.engine.budget import BudgetChunkPolicy, ladder
-from mlxcel_py.engine.cost_model import TickShape
-from mlxcel_py.engine.plan import PrefillChunkPolicy
-from mlxcel_py.engine.scheduler import Scheduler
+from mlxcel_py.engine.chunking.budget import BudgetChunkPolicy, ladder
+from mlxcel_py.engine.chunking.cost_model import TickShape
+from mlxcel_py.engine.chunking.fixed import PrefillChunkPolicy
+from mlxcel_py.engine.core.scheduler import Scheduler
 
 from budget_sim import CPU, Law
 from fakes import EOS, FakeRunner, make_stream, request

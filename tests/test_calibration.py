@@ -4,8 +4,8 @@ import logging
 
 import pytest
 
-from mlxcel_py.engine.calibration import calibrate, default_grid
-from mlxcel_py.engine.cost_model import TickShape
+from mlxcel_py.engine.chunking.calibration import calibrate, default_grid
+from mlxcel_py.engine.chunking.cost_model import TickShape
 
 from budget_sim import CPU
 
@@ -83,7 +83,7 @@ def test_each_shape_is_repeated_and_the_fastest_time_kept():
 
 def test_a_failed_measurement_is_skipped_and_logged(caplog):
     measure = Recorder(fail_on={(2048, 0, 0)})
-    with caplog.at_level(logging.WARNING, logger="mlxcel_py.engine.calibration"):
+    with caplog.at_level(logging.WARNING, logger="mlxcel_py.engine.chunking.calibration"):
         cal = calibrate(measure, max_seconds=1e9, say=lambda _m: None)
     assert [s.tokens for s in cal.skipped] == [2048]
     assert "the scratch KV does not fit" in caplog.text

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 import mlxcel_py.engine.lifecycle as engine_module
 from mlxcel_py.cli.app import app
 from mlxcel_py.config import reset_prefill_chunk_override
-from mlxcel_py.engine.plan import PrefillChunkPolicy
+from mlxcel_py.engine.chunking.fixed import PrefillChunkPolicy
 
 from tiny import tiny_model
 

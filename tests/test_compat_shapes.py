@@ -5,7 +5,7 @@ the tiny model does not reliably reach)."""
 import pytest
 
 from mlxcel_py.engine import Finished
-from mlxcel_py.engine.events import Timings, Usage
+from mlxcel_py.engine.core.events import Timings, Usage
 from mlxcel_py.server.anthropic_prompts import AnthropicReply, openai_messages, tools_of
 from mlxcel_py.server.anthropic_schemas import MessagesRequest
 from mlxcel_py.server.anthropic_shapes import stop_reason, usage_json

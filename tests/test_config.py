@@ -18,7 +18,7 @@ from mlxcel_py.config import (
     startup_summary,
 )
 from mlxcel_py.engine import MAX_TOKENS_LIMIT
-from mlxcel_py.engine.plan import PrefillChunkPolicy
+from mlxcel_py.engine.chunking.fixed import PrefillChunkPolicy
 from mlxcel_py.errors import ConfigError
 from mlxcel_py.logs import setup_logging
 

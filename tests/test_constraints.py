@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from mlxcel_py.engine.constraints import ConstraintCompiler, ConstraintViolation, GrammarError
-from mlxcel_py.engine.request import ConstraintSpec
+from mlxcel_py.engine.runner.constraints import ConstraintCompiler, ConstraintViolation, GrammarError
+from mlxcel_py.engine.core.request import ConstraintSpec
 from mlxcel_py.errors import RequestError
 
 from tiny import tiny_model
@@ -197,7 +197,7 @@ def test_constraint_spec_is_plain_validated_data():
 
 
 def test_a_tokenizer_without_tokenizers_tables_is_refused_with_a_clear_error():
-    from mlxcel_py.engine.constraints import ConstraintsUnavailable
+    from mlxcel_py.engine.runner.constraints import ConstraintsUnavailable
 
     class SlowTokenizer:
         pass

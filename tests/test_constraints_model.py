@@ -7,9 +7,9 @@ import json
 import jsonschema
 import pytest
 
-from mlxcel_py.engine.constraints import ConstraintCompiler
-from mlxcel_py.engine.sampling import SequenceSampler
-from mlxcel_py.engine.request import SamplingParams
+from mlxcel_py.engine.runner.constraints import ConstraintCompiler
+from mlxcel_py.engine.runner.sampling import SequenceSampler
+from mlxcel_py.engine.core.request import SamplingParams
 from mlxcel_py.models import encode_chat
 from mlxcel_py.tool_calls import call_constraint, parse_tool_calls, tool_format, tool_messages, tool_request
 

@@ -7,9 +7,9 @@ import jsonschema
 import mlx.core as mx
 import pytest
 
-from mlxcel_py.engine.constraints import ConstraintCompiler
-from mlxcel_py.engine.sampling import SequenceSampler, sample_step
-from mlxcel_py.engine.request import ConstraintSpec, SamplingParams
+from mlxcel_py.engine.runner.constraints import ConstraintCompiler
+from mlxcel_py.engine.runner.sampling import SequenceSampler, sample_step
+from mlxcel_py.engine.core.request import ConstraintSpec, SamplingParams
 
 from tiny import tiny_model
 

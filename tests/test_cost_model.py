@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from mlxcel_py.engine.cost_model import FEATURES, CostModel, TickSample, TickShape, solve_nonnegative
+from mlxcel_py.engine.chunking.cost_model import FEATURES, CostModel, TickSample, TickShape, solve_nonnegative
 
 from budget_sim import CPU, GPU, Law
 

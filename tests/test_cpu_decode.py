@@ -30,12 +30,12 @@ def make_batch(model, prompts):
     return batch
 
 
-def compare(model, prompts, steps):
+def compare(model, decode, prompts, steps):
     """Decode `steps` greedy tokens both ways from identical caches; returns the worst logit gap."""
     ours, theirs = make_batch(model, prompts), make_batch(model, prompts)
     tokens, worst = [p[-1] for p in prompts], 0.0
     for _ in range(steps):
-        got = np.array(model.mlxcel_decode(tokens, ours))
+        got = np.array(decode(tokens, ours))
         want = np.array(model(mx.array(tokens)[:, None], cache=theirs)[:, -1, :])
         worst = max(worst, float(np.abs(got - want).max()))
         assert got.argmax(-1).tolist() == want.argmax(-1).tolist()
@@ -53,30 +53,32 @@ def prompt(n, seed):
 
 def test_loader_installs_the_numpy_decoder_on_the_cpu():
     lm = tiny_model()
-    assert isinstance(lm.model.mlxcel_decode, cpu_decode.CpuDecoder)
+    assert isinstance(lm.cpu_decode, cpu_decode.CpuDecoder)
     assert lm.description.endswith("decode in numpy")
 
 
 @pytest.mark.parametrize("lengths", [(9,), (5, 17, 40)])
 def test_decode_matches_mlx_lm_at_batch_1_and_ragged_batch_3(lengths):
-    model = tiny_model().model
-    assert compare(model, [prompt(n, i) for i, n in enumerate(lengths)], 12) < ATOL
+    lm = tiny_model()
+    assert compare(lm.model, lm.cpu_decode, [prompt(n, i) for i, n in enumerate(lengths)], 12) < ATOL
 
 
 def test_untied_lm_head_decodes_like_mlx_lm():
     model = reference_model(400, seed=3, tied=False)
-    assert cpu_decode.install(model) is not None
-    assert compare(model, [prompt(7, 7), prompt(3, 8)], 6) < ATOL
+    decode = cpu_decode.decoder_for(model)
+    assert decode is not None
+    assert compare(model, decode, [prompt(7, 7), prompt(3, 8)], 6) < ATOL
 
 
 def test_decode_grows_kv_and_rope_tables_past_their_first_size():
-    model = tiny_model().model
+    lm = tiny_model()
     # rows cross the KV capacity step (256) and the first rope table (512 positions)
-    assert compare(model, [prompt(250, 1), prompt(515, 2)], 10) < ATOL
+    assert compare(lm.model, lm.cpu_decode, [prompt(250, 1), prompt(515, 2)], 10) < ATOL
 
 
 def test_rows_leaving_and_joining_keep_decoding_like_mlx_lm():
-    model = tiny_model().model
+    lm = tiny_model()
+    model = lm.model
     ours, theirs = make_batch(model, [prompt(6, 3), prompt(30, 4)]), make_batch(model, [prompt(6, 3), prompt(30, 4)])
     tokens = [1, 2]
     for step in range(8):
@@ -87,7 +89,7 @@ def test_rows_leaving_and_joining_keep_decoding_like_mlx_lm():
                     layer.filter([1])
                     layer.extend(row)
             tokens = [tokens[1], 7]
-        got = np.array(model.mlxcel_decode(tokens, ours))
+        got = np.array(lm.cpu_decode(tokens, ours))
         want = np.array(model(mx.array(tokens)[:, None], cache=theirs)[:, -1, :])
         np.testing.assert_allclose(got, want, atol=ATOL)
         tokens = want.argmax(-1).tolist()
@@ -95,13 +97,13 @@ def test_rows_leaving_and_joining_keep_decoding_like_mlx_lm():
 
 def test_extracted_row_is_a_private_copy():
     # A snapshot taken from the batch must not change when decoding writes the next position.
-    model = tiny_model().model
-    batch = make_batch(model, [prompt(8, 6)])
-    model.mlxcel_decode([3], batch)
+    lm = tiny_model()
+    batch = make_batch(lm.model, [prompt(8, 6)])
+    lm.cpu_decode([3], batch)
     snap = batch[0].extract(0)
     before = np.array(snap.keys)
     for t in range(4):
-        model.mlxcel_decode([t], batch)
+        lm.cpu_decode([t], batch)
     np.testing.assert_array_equal(np.array(snap.keys), before)
 
 
@@ -147,20 +149,20 @@ def test_unsupported_models_keep_mlx_lms_decode():
     model = reference_model(400)
     model.set_dtype(mx.float16)
     assert cpu_decode.supported(model) == "mlx.core.float16 weights"
-    assert cpu_decode.install(model) is None and not hasattr(model, "mlxcel_decode")
+    assert cpu_decode.decoder_for(model) is None
 
 
 @pytest.fixture(scope="module")
 def default_model():
     from mlxcel_py.models import load_model
 
-    return load_model(None).model
+    return load_model(None)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("lengths", [(20,), (8, 33, 21)])
 def test_real_model_decode_matches_mlx_lm(default_model, lengths):
-    assert compare(default_model, [prompt(n, i) for i, n in enumerate(lengths)], 6) < ATOL
+    assert compare(default_model.model, default_model.cpu_decode, [prompt(n, i) for i, n in enumerate(lengths)], 6) < ATOL
 
 
 def test_threads_split_the_products_without_changing_a_bit():

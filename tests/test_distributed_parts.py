@@ -14,11 +14,11 @@ from typer.testing import CliRunner
 from mlxcel_py.cli.app import app
 from mlxcel_py.config import DistributedConfig, resolve, startup_summary
 from mlxcel_py.engine import Finished, SamplingParams
-from mlxcel_py.engine.dist_link import Watchdog
-from mlxcel_py.engine.distributed import LeaderRunner, RankLostError, ShardRunner
-from mlxcel_py.engine.runner import Runner
-from mlxcel_py.engine.step import BeginSequence, PrefillPiece, Retire, Step
-from mlxcel_py.engine.worker import EngineWorker
+from mlxcel_py.engine.distributed.link import Watchdog
+from mlxcel_py.engine.distributed.runners import LeaderRunner, RankLostError, ShardRunner
+from mlxcel_py.engine.runner.model_runner import ModelRunner
+from mlxcel_py.engine.core.step import BeginSequence, PrefillPiece, Retire, Step
+from mlxcel_py.engine.core.worker import EngineWorker
 from mlxcel_py.errors import ConfigError, ModelLoadError
 from mlxcel_py.models.shard import choose_mode
 from mlxcel_py.server.cluster import _check_ranks
@@ -140,7 +140,7 @@ def outputs(runner, steps):
 
 def test_shard_runner_on_rank_0_equals_the_plain_runner():
     model, steps = tiny_model().model, steps_for({1: (5, 6, 7), 2: (9, 10)}, 4)
-    assert outputs(ShardRunner(model, FakeLink(0)), steps) == outputs(Runner(model), steps)
+    assert outputs(ShardRunner(model, FakeLink(0)), steps) == outputs(ModelRunner(model), steps)
 
 
 def test_a_follower_feeds_back_rank_0s_tokens_not_its_own():
@@ -149,7 +149,7 @@ def test_a_follower_feeds_back_rank_0s_tokens_not_its_own():
     got = outputs(ShardRunner(model, FakeLink(1, forced=list(forced))), steps)
     assert [got[0].first_token] + [o.decoded[0] for o in got[1:4]] == [11, 12, 13, 14]
     # Handed the tokens this rank would have sampled itself, it runs exactly like one process.
-    plain = outputs(Runner(model), steps)
+    plain = outputs(ModelRunner(model), steps)
     own = [[plain[0].first_token]] + [list(o.decoded) for o in plain[1:4]]
     assert outputs(ShardRunner(model, FakeLink(1, forced=own)), steps) == plain
 

@@ -7,7 +7,7 @@ import pytest
 
 from mlxcel_py.config import resolve
 from mlxcel_py.engine import EngineWorker, Finished, PromptProgress, Request, SamplingParams, TokenDelta, build_engine
-from mlxcel_py.engine.step import BeginSequence, PrefillPiece, Step
+from mlxcel_py.engine.core.step import BeginSequence, PrefillPiece, Step
 
 from tiny import greedy_tokens, tiny_model
 

@@ -10,7 +10,7 @@ import pytest
 
 from mlxcel_py.config import resolve
 from mlxcel_py.engine import Finished, PromptProgress, Request, SamplingParams, TokenDelta, build_engine
-from mlxcel_py.engine.request import ConstraintSpec
+from mlxcel_py.engine.core.request import ConstraintSpec
 
 from tiny import tiny_model
 

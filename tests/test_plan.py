@@ -12,13 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mlxcel_py.engine.plan import (
-    CONTENDED_PREFILL_CHUNK,
-    DEFAULT_PREFILL_CHUNK,
-    Piece,
-    PrefillChunkPolicy,
-    next_piece,
-)
+from mlxcel_py.engine.chunking.fixed import CONTENDED_PREFILL_CHUNK, DEFAULT_PREFILL_CHUNK, PrefillChunkPolicy
+from mlxcel_py.engine.chunking.pieces import Piece, next_piece
 
 
 def plan(prompt_len: int, adopted: int, boundary: Optional[int], chunk: int, cursor: int = 0) -> list[Piece]:

@@ -12,7 +12,7 @@ from mlxcel_py.cli.repl import ChatSession, Repl
 from mlxcel_py.config import resolve
 from mlxcel_py.engine import build_engine
 from mlxcel_py.engine import Finished, PromptProgress, TokenDelta, Timings, Usage
-from mlxcel_py.engine.worker import EngineWorker
+from mlxcel_py.engine.core.worker import EngineWorker
 from mlxcel_py.models import encode_chat
 from tiny import tiny_model
 

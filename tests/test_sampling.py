@@ -7,10 +7,10 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from mlxcel_py.engine.logits import logprobs_of
-from mlxcel_py.engine.request import check_logit_bias
-from mlxcel_py.engine.sampling import SequenceSampler, sample_rows, sample_step
-from mlxcel_py.engine.request import ConstraintSpec, SamplingParams
+from mlxcel_py.engine.runner.logits import logprobs_of
+from mlxcel_py.engine.core.request import check_logit_bias
+from mlxcel_py.engine.runner.sampling import SequenceSampler, sample_rows, sample_step
+from mlxcel_py.engine.core.request import ConstraintSpec, SamplingParams
 from mlxcel_py.errors import RequestError
 
 V = 64
@@ -135,7 +135,7 @@ def test_a_constrained_row_does_not_change_its_unconstrained_neighbours(tiny_com
 
 @pytest.fixture(scope="module")
 def tiny_compiler():
-    from mlxcel_py.engine.constraints import ConstraintCompiler
+    from mlxcel_py.engine.runner.constraints import ConstraintCompiler
 
     from tiny import tiny_model
 

@@ -3,7 +3,7 @@
 import pytest
 
 from mlxcel_py.engine import Finished, PromptProgress, PromptTooLongError, TokenDelta
-from mlxcel_py.engine.scheduler import check_fits
+from mlxcel_py.engine.core.scheduler import check_fits
 
 from fakes import make_engine, request
 

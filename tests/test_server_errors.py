@@ -6,7 +6,7 @@ import openai
 import pytest
 
 from mlxcel_py.engine import build_engine
-from mlxcel_py.engine.worker import EngineWorker
+from mlxcel_py.engine.core.worker import EngineWorker
 from server_helpers import GREEDY, error_of, long_prompt, start_server, stop_server, stream_post, wait_for
 from tiny import tiny_model
 

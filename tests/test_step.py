@@ -5,7 +5,7 @@ import random
 
 from mlxcel_py.config import resolve
 from mlxcel_py.engine import SamplingParams, build_engine
-from mlxcel_py.engine.step import BeginSequence, PrefillPiece, Retire, Step, StepOutput
+from mlxcel_py.engine.core.step import BeginSequence, PrefillPiece, Retire, Step, StepOutput
 
 from fakes import make_engine, request
 from tiny import tiny_model

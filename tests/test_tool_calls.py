@@ -177,8 +177,8 @@ def test_streamed_deltas_add_up_to_the_whole_reply_parse(cuts):
 
 def forced_call(lm, compiler, choice, temperature: float, seed: int):
     """The whole path for one forced tool call: render, constrain, generate, parse."""
-    from mlxcel_py.engine.sampling import SequenceSampler
-    from mlxcel_py.engine.request import SamplingParams
+    from mlxcel_py.engine.runner.sampling import SequenceSampler
+    from mlxcel_py.engine.core.request import SamplingParams
 
     # Random weights ramble: bound the strings and close the objects (as OpenAI's strict mode does).
     weather, clock = copy.deepcopy(WEATHER), copy.deepcopy(TIME)
@@ -201,7 +201,7 @@ def forced_call(lm, compiler, choice, temperature: float, seed: int):
 def test_a_forced_call_from_the_tiny_model_parses_and_validates(lm, seed):
     import jsonschema
 
-    from mlxcel_py.engine.constraints import ConstraintCompiler
+    from mlxcel_py.engine.runner.constraints import ConstraintCompiler
 
     compiler = ConstraintCompiler(lm.tokenizer, lm.model.args.vocab_size, lm.eos_token_ids)
     named = {"type": "function", "function": {"name": "get_weather"}}

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from mlxcel_py.engine import EngineStoppedError, Finished, PromptTooLongError, QueueFullError, TokenDelta
-from mlxcel_py.engine.worker import EngineWorker
+from mlxcel_py.engine.core.worker import EngineWorker
 from mlxcel_py.errors import RequestError
 
 from fakes import make_engine, request

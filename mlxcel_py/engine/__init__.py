@@ -4,13 +4,14 @@ Importing this package does not import MLX; `build_engine` loads the runner when
 """
 
 from ..errors import EngineError, EngineStoppedError, PromptTooLongError, QueueFullError, RequestError
-from .budget import BudgetStats
-from .events import Event, Finished, FinishReason, PromptProgress, Timings, TokenDelta, TokenLogprobs, Usage, empty_finish
+from .chunking.budget import BudgetStats
+from .core.events import Event, Finished, FinishReason, PromptProgress, Timings, TokenDelta, TokenLogprobs, Usage, empty_finish
 from .lifecycle import build_engine, engine_session, slot_context
-from .request import MAX_TOKENS_LIMIT, MAX_TOP_LOGPROBS, ConstraintSpec, Request, SamplingParams, check_logit_bias
-from .stats import EngineStats, Limits, SlotInfo
-from .tick import Engine
-from .worker import EngineWorker, RequestHandle
+from .core.request import MAX_TOKENS_LIMIT, MAX_TOP_LOGPROBS, ConstraintSpec, Request, SamplingParams, check_logit_bias
+from .core.stats import EngineStats, Limits, SlotInfo
+from .core.engine import Engine
+from .core.worker import EngineWorker, RequestHandle
+from .distributed.group import JoinedGroup, follow_leader, join_group, leader_runner
 
 __all__ = [
     "BudgetStats", "ConstraintSpec", "MAX_TOP_LOGPROBS", "TokenLogprobs", "check_logit_bias",
@@ -18,4 +19,5 @@ __all__ = [
     "Finished", "Limits", "MAX_TOKENS_LIMIT", "PromptProgress", "PromptTooLongError", "QueueFullError",
     "Request", "RequestError", "RequestHandle", "SamplingParams", "SlotInfo", "Timings", "TokenDelta", "Usage",
     "build_engine", "empty_finish", "engine_session", "slot_context",
+    "JoinedGroup", "follow_leader", "join_group", "leader_runner",
 ]

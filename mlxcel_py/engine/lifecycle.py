@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterator, Optional
 
-from .constraints import ConstraintCompiler
-from .kv import PromptCache
-from .scheduler import Scheduler
-from .text import stream_factory
-from .tick import Engine
-from .worker import EngineWorker
+from .runner.constraints import compiler_for
+from .core.prompt_cache import PromptCache
+from .core.scheduler import Scheduler
+from .core.step import Runner
+from .core.text_stream import stream_factory
+from .core.engine import Engine
+from .core.worker import EngineWorker
 
 if TYPE_CHECKING:
     from ..config import EngineConfig
@@ -31,11 +32,12 @@ def slot_context(ctx_size: int | None, num_slots: int, model_context: int) -> in
     return max(1, min(ctx_size // num_slots, model_context))
 
 
-def build_engine(config: "EngineConfig", loaded: "LoadedModel", runner=None) -> Engine:
+def build_engine(config: "EngineConfig", loaded: "LoadedModel", runner: Optional[Runner] = None) -> Engine:
     """The engine for a loaded model; every front end builds it through here.
 
-    `runner`: one built by the caller (rank 0's distributed runner); default a local Runner."""
-    from .runner import Runner, kv_bytes_per_token  # the only import of the model-calling code
+    `runner`: one built by the caller (rank 0's distributed runner); default a local ModelRunner
+    with the CPU decode step and prefill kernels the loader chose."""
+    from .runner.model_runner import ModelRunner, kv_bytes_per_token  # the only import of the model-calling code
 
     per_slot = slot_context(config.ctx_size, config.num_slots, loaded.context_length)
     pc = config.prompt_cache
@@ -58,18 +60,14 @@ def build_engine(config: "EngineConfig", loaded: "LoadedModel", runner=None) -> 
         log.info("prompt cache: up to %d entries, %d MiB, min prefix %d", pc.max_entries, pc.max_bytes >> 20, pc.min_prefix)
     else:
         log.info("prompt cache: off")
-    runner = runner if runner is not None else Runner(loaded.model, constraint_compiler(loaded))
+    if runner is None:
+        runner = ModelRunner(loaded.model, compiler_for(loaded), decode=loaded.cpu_decode, kernels=loaded.cpu_kernels)
     return Engine(scheduler, runner, itl_budget_ms=config.itl_budget_ms, vocab_size=loaded.logits_width)
 
 
-def constraint_compiler(loaded: "LoadedModel") -> ConstraintCompiler:
-    """The model's grammar compiler (its tokenizer tables are built on the first constrained request)."""
-    return ConstraintCompiler(loaded.tokenizer, vocab_size=loaded.logits_width, eos_token_ids=loaded.eos_token_ids)
-
-
-
 @contextlib.contextmanager
-def engine_session(config: "EngineConfig", loaded: "LoadedModel", runner=None) -> Iterator[EngineWorker]:
+def engine_session(config: "EngineConfig", loaded: "LoadedModel",
+                   runner: Optional[Runner] = None) -> Iterator[EngineWorker]:
     """Build the engine, run its worker thread for the body, and stop it however the body ends."""
     worker = EngineWorker(build_engine(config, loaded, runner)).start()
     try:

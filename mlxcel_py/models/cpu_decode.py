@@ -180,14 +180,12 @@ class _KvWriter:
             cache.offset = offset
 
 
-def install(model, threads: int = 1) -> Optional[CpuDecoder]:
-    """Attach a CpuDecoder (products split over `threads` threads) as `model.mlxcel_decode` when
-    the model is supported; else None."""
+def decoder_for(model, threads: int = 1) -> Optional[CpuDecoder]:
+    """A CpuDecoder (products split over `threads` threads) when the model is supported; else None.
+    The loader hands it to the runner in `LoadedModel.cpu_decode`."""
     why = supported(model)
     if why is not None:
         log.info("decode stays in mlx-lm: %s", why)
         return None
     warm_up()
-    decoder = CpuDecoder(model, threads)
-    model.mlxcel_decode = decoder
-    return decoder
+    return CpuDecoder(model, threads)

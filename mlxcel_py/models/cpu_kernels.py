@@ -4,12 +4,15 @@ MLX's CPU `exp` is scalar: at 512 queries x 2048 keys its softmax costs ~190 ms 
 and SiLU over a 2048-token MLP ~180 ms, most of a long prefill. numpy's vectorized exp is
 ~18x faster, so these run here for multi-token inputs; decode (one token per sequence,
 batched masks) stays in MLX, where the round trip would cost more than it saves.
+The loader hands a `PrefillKernels` to the runner in `LoadedModel.cpu_kernels`; mlx-lm's
+module is patched only while the runner's forwards run inside it.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Callable
+import threading
+from typing import Callable, Optional
 
 import mlx.core as mx
 import numpy as np
@@ -106,20 +109,55 @@ def make_swiglu(original: Callable) -> Callable:
 KERNELS = {"scaled_dot_product_attention": make_sdpa, "swiglu": make_swiglu}
 
 
-def install(model) -> list[str]:
-    """Route the model's prefill attention and SwiGLU through numpy; returns what was replaced."""
+class PrefillKernels:
+    """mlx-lm's attention and SwiGLU routed through numpy, only inside `with kernels:`.
+
+    mlx-lm's layers call these through their module's globals, so routing them means
+    swapping those globals; the runner enters this around each of its forwards and the
+    originals are back once the last overlapping scope (one per engine thread) has left."""
+
+    _lock = threading.Lock()
+    _depth: dict[str, int] = {}  # module name -> scopes open over it, across instances
+
+    def __init__(self, module, originals: dict[str, Callable]):
+        self.module = module
+        self._originals = originals
+        self._wrapped = {name: KERNELS[name](fn) for name, fn in originals.items()}
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._originals)
+
+    def __enter__(self) -> "PrefillKernels":
+        with self._lock:
+            key = self.module.__name__
+            if self._depth.get(key, 0) == 0:
+                for name, fn in self._wrapped.items():
+                    setattr(self.module, name, fn)
+            self._depth[key] = self._depth.get(key, 0) + 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with self._lock:
+            key = self.module.__name__
+            self._depth[key] -= 1
+            if self._depth[key] == 0:
+                for name, fn in self._originals.items():
+                    setattr(self.module, name, fn)
+
+
+def kernels_for(model) -> Optional[PrefillKernels]:
+    """The numpy prefill kernels for the model's mlx-lm module; None when it has none of them."""
     import importlib
 
     module_name = type(model).__module__  # e.g. mlx_lm.models.llama
     module = importlib.import_module(module_name)
-    done = []
-    for name, wrap in KERNELS.items():
-        original = getattr(module, name, None)
-        if original is None:
-            continue
-        if not getattr(original, "mlxcel_numpy", False):
-            setattr(module, name, wrap(original))
-        done.append(name)
-    if done:
-        log.info("CPU prefill kernels in numpy (vectorized exp) for %s: %s", module_name, ", ".join(done))
-    return done
+    originals = {}
+    for name in KERNELS:
+        fn = getattr(module, name, None)
+        if fn is not None:  # loaded while another engine's scope is open: keep mlx-lm's own
+            originals[name] = fn.__wrapped__ if getattr(fn, "mlxcel_numpy", False) else fn
+    if not originals:
+        return None
+    log.info("CPU prefill kernels in numpy (vectorized exp) for %s: %s", module_name, ", ".join(originals))
+    return PrefillKernels(module, originals)

@@ -12,14 +12,14 @@ import mlx.core as mx
 import mlx.nn as nn
 from gguf.constants import LlamaFileType
 
-from . import gguf_tensors
+from .gguf_tensors import GROUP_SIZE, check_supported, native, quantized_or_none
+from .gguf_tensors import dense as dense_tensor
 from .gguf_arch import ROPE_TENSORS, Arch, Meta, arch_for
 from .gguf_file import GGUFFile, TensorInfo, read_gguf
 from .tokenizer import TokenizerInfo, gguf_tokenizer
 from ..errors import ModelLoadError
 
 log = logging.getLogger("mlxcel_py.models")
-GROUP_SIZE = gguf_tensors.GROUP_SIZE
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +49,9 @@ def model_args(gguf: GGUFFile, arch: Arch):
 
 def _tensor(info: TensorInfo, key: str, dense: bool, arch: Arch, args) -> dict[str, mx.array]:
     """One GGUF tensor as MLX arrays under `key` (.weight, or .weight/.scales/.biases)."""
-    quant = None if dense else gguf_tensors.quantized_or_none(info)
+    quant = None if dense else quantized_or_none(info)
     if quant is None:
-        out = {key: gguf_tensors.dense(info) if dense else gguf_tensors.native(info)}
+        out = {key: dense_tensor(info) if dense else native(info)}
     else:
         base = key.rsplit(".", 1)[0]
         out = {key: quant.weight, f"{base}.scales": quant.scales, f"{base}.biases": quant.biases}
@@ -71,7 +71,7 @@ def _convert(gguf: GGUFFile, arch: Arch, args, dense: bool) -> tuple[dict, dict]
     for name, info in gguf.tensors.items():
         if name in ROPE_TENSORS:
             continue
-        gguf_tensors.check_supported(info, source)
+        check_supported(info, source)
         key = arch.mlx_name(name, source)
         converted = _tensor(info, key, dense, arch, args)
         if len(converted) == 3:

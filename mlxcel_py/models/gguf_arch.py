@@ -131,14 +131,14 @@ def _gemma3(meta: Meta) -> dict[str, Any]:
 
 def _phi3(meta: Meta) -> dict[str, Any]:
     """Phi-3.5/Phi-4-mini's LongRoPE: the converter stores its factors as two tensors."""
-    from . import gguf_tensors
+    from .gguf_tensors import dense
 
     config = _common(meta)
     config["original_max_position_embeddings"] = int(
         meta.get("rope.scaling.original_context_length", config["max_position_embeddings"])
     )
     if "rope_factors_long.weight" in meta.tensors:
-        factors = {k: gguf_tensors.dense(meta.tensors[f"rope_factors_{k}.weight"]).tolist() for k in ("long", "short")}
+        factors = {k: dense(meta.tensors[f"rope_factors_{k}.weight"]).tolist() for k in ("long", "short")}
         config["rope_scaling"] = {"type": "longrope", "long_factor": factors["long"], "short_factor": factors["short"]}
     return config
 

@@ -14,7 +14,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx_lm.models.cache import KVCache
 
-from . import gguf_tensors
+from .gguf_tensors import dense
 from .gguf_arch import Arch
 from .gguf_file import GGUFFile
 from ..errors import ModelLoadError
@@ -34,7 +34,7 @@ class FactorRoPE(nn.Module):
 
 def _rope_freqs(model, gguf: GGUFFile, args) -> None:
     info = gguf.tensors["rope_freqs.weight"]
-    factors = np.asarray(gguf_tensors.dense(info)).reshape(-1)
+    factors = np.asarray(dense(info)).reshape(-1)
     head_dim = args.head_dim or args.hidden_size // args.num_attention_heads
     if factors.size != head_dim // 2:
         raise ModelLoadError(f"rope_freqs has {factors.size} factors, expected {head_dim // 2} in {gguf.path.name}")

@@ -111,16 +111,20 @@ def _local_path(spec: str) -> tuple[Path, Optional[str]]:
 
 def _install_cpu_kernels(loaded: LoadedModel, threads: int) -> LoadedModel:
     """numpy prefill attention/SwiGLU and the numba decode step on `threads` threads (docs/CPU_FAST_PATH.md)."""
-    from . import cpu_decode, cpu_kernels
     from .blas import set_blas_threads
+    from .cpu_decode import decoder_for
+    from .cpu_kernels import kernels_for
 
     set_blas_threads(threads)
     notes = [f"{threads} CPU thread{'s' if threads > 1 else ''}"]
-    if cpu_kernels.install(loaded.model):
+    kernels = kernels_for(loaded.model)
+    if kernels is not None:
         notes.append("prefill attention+SwiGLU in numpy")
-    if cpu_decode.install(loaded.model, threads) is not None:
+    decoder = decoder_for(loaded.model, threads)
+    if decoder is not None:
         notes.append("decode in numpy")
-    return replace(loaded, description=", ".join([loaded.description, *notes]))
+    return replace(loaded, description=", ".join([loaded.description, *notes]), cpu_decode=decoder,
+                   cpu_kernels=kernels)
 
 
 def _describe(base: str, weights: str) -> str:

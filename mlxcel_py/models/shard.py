@@ -78,8 +78,6 @@ def shard_model(model, group, mode: str) -> ShardInfo:
 
     size, rank = group.size(), group.rank()
     num_layers = len(model.model.layers) if hasattr(model, "model") else len(model.layers)
-    if hasattr(model, "mlxcel_decode"):  # the CPU decode step holds whole weights and knows no collectives
-        delattr(model, "mlxcel_decode")
     if mode == "tensor":
         model.shard(group)
         args = _args(model)

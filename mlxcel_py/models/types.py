@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, ContextManager, Optional
 
 from .vocab import logits_width, token_vocab_size
 
@@ -21,6 +21,9 @@ class LoadedModel:
     blas: str
     bos_token_id: Optional[int] = None
     add_bos: bool = False
+    # The CPU fast path the loader chose (docs/CPU_FAST_PATH.md); None: mlx-lm's own code.
+    cpu_decode: Optional[Callable[[list[int], list], Any]] = None  # models/cpu_decode.CpuDecoder
+    cpu_kernels: Optional[ContextManager[Any]] = None  # models/cpu_kernels.PrefillKernels, entered per forward
 
     @property
     def vocab_size(self) -> int:

@@ -16,6 +16,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any, Optional
 
+from ..engine import follow_leader, join_group, leader_runner
 from ..errors import MlxcelError, ModelLoadError, ServeError
 
 if TYPE_CHECKING:
@@ -74,13 +75,11 @@ class Cluster:
         note = f"{everyone[0]['mode']} parallel over {self.size} ranks"
         log.info("rank %d: %s", self.rank, note)
         note = ", " + note
-        return dataclasses.replace(loaded, description=loaded.description + note)
+        # The CPU decode step holds whole weights and knows no collectives: a shard never uses it.
+        return dataclasses.replace(loaded, description=loaded.description + note, cpu_decode=None)
 
     def leader_runner(self, loaded: "LoadedModel"):
-        from ..engine.distributed import LeaderRunner
-        from ..engine.lifecycle import constraint_compiler
-
-        return LeaderRunner(loaded.model, self.link, self.config.timeout_s, compiler=constraint_compiler(loaded))
+        return leader_runner(loaded, self.link, self.config.timeout_s)
 
     def watch(self, runner: Any, runtime: "Runtime", worker: "EngineWorker") -> None:
         """On a lost rank: fail in-flight requests, report /health 503, exit 1 after LINGER_S."""
@@ -95,15 +94,11 @@ class Cluster:
 
     def follow(self, config: "AppConfig") -> None:
         """A rank other than 0: load, then execute rank 0's records until it stops or is lost."""
-        from ..engine.distributed import ShardRunner, follow
-        from ..engine.lifecycle import constraint_compiler
-
         # Ctrl-C reaches every rank of a terminal; rank 0 drains its requests, then stops this one.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         loaded = self.load(config)
         log.info("rank %d: following rank 0", self.rank)
-        runner = ShardRunner(loaded.model, self.link, constraint_compiler(loaded))
-        why = follow(runner, self.link, self.config.timeout_s)
+        why = follow_leader(loaded, self.link, self.config.timeout_s)
         if why is not None:
             raise ServeError(why)
         log.info("rank %d: stopped by rank 0", self.rank)
@@ -121,20 +116,18 @@ def _check_ranks(everyone: list[dict]) -> None:
 
 def join(config: "DistributedConfig") -> Optional[Cluster]:
     """Join the launcher's group; None when the world has one rank (serve exactly as one process)."""
-    import mlx.core as mx
+    def stalled(what: str, seconds: float) -> None:
+        _exit_now(f"{what} took over {seconds:.0f} s: did every rank start?")
 
-    from ..engine.dist_link import Link, Watchdog
-
-    watchdog = Watchdog(lambda what, s: _exit_now(f"{what} took over {s:.0f} s: did every rank start?"))
     try:
-        with watchdog.guard(f"joining the {config.backend} group", STARTUP_TIMEOUT_S):
-            group = mx.distributed.init(strict=config.backend != "any", backend=config.backend)
+        joined = join_group(config.backend, STARTUP_TIMEOUT_S, stalled)
     except RuntimeError as exc:
         raise ServeError(f"cannot join the distributed group (backend {config.backend}): {exc}") from None
-    if group.size() == 1:
+    if joined is None:
         log.info("distributed: world size 1, serving in one process")
         return None
+    link = joined.link
     log.info("distributed: rank %d of %d, backend %s, --distributed %s, timeout %g s",
-             group.rank(), group.size(), config.backend, config.mode, config.timeout_s)
-    return Cluster(config, Link(group), watchdog)
+             link.rank, link.size, config.backend, config.mode, config.timeout_s)
+    return Cluster(config, link, joined.startup)
 

@@ -19,6 +19,8 @@ from typing import Iterable, Optional
 
 import numpy as np
 
+from .policy import check_count
+
 FEATURES = ("tick", "piece", "tokens", "tokens_x_context", "tokens_sq", "rows", "row_context")
 # Natural units the coefficients are reported in (seconds per ...).
 UNITS = ("tick", "piece", "token", "token*context", "token^2", "row", "row context token")
@@ -39,9 +41,7 @@ class TickShape:
 
     def __post_init__(self) -> None:
         for name in ("tokens", "context", "rows", "row_context"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"{name} must be a non-negative integer (got {value!r})")
+            check_count(name, getattr(self, name))
 
     def features(self) -> np.ndarray:
         return features(np.array([self.tokens]), self.context, self.rows, self.row_context)[0]

@@ -1,4 +1,5 @@
-"""The contract between the scheduler and the runner: one `Step` record in, one `StepOutput` back.
+"""The contract between the scheduler and the runner: one `Step` record in, one `StepOutput` back,
+through a `Runner` (the Protocol at the end of this file).
 
 Plain, immutable data (ints, tuples, small frozen dataclasses): the runner executes what a
 record says, in the record's order, and keeps KV, samplers and prompt-cache snapshots by id
@@ -13,10 +14,13 @@ retirement of what finished in the piece, so the next admission finds its snapsh
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, Protocol
 
 from .events import TokenLogprobs
 from .request import SamplingParams
+
+if TYPE_CHECKING:
+    from ..runner.constraints import ConstraintCompiler
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +69,7 @@ class Step:
     decode: tuple[int, ...] = ()  # seq ids, one row each, in this order
     prefill: Optional[PrefillPiece] = None
     drop_snapshots: tuple[int, ...] = ()
+    decode_context: int = 0  # KV positions the decode rows attend over (the cost model's row context)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,3 +84,26 @@ class StepOutput:
     # One per piece token when the sequence asked for prompt logprobs (None for the prompt's first).
     prompt_logprobs: tuple[Optional[TokenLogprobs], ...] = ()
     failed: tuple[tuple[int, str], ...] = ()  # (seq id, why): sequences whose sampling failed, to end with "error"
+
+
+class Runner(Protocol):
+    """What executes `Step` records: `runner.ModelRunner` in one process, the runners of
+    engine/distributed/ over ranks, fakes in tests. Implementations subclass it, so the
+    members they do not need keep these defaults (nothing to do, nothing to report)."""
+
+    # The grammar compiler constrained sequences need (thread-safe); None: constraints refused.
+    compiler: Optional["ConstraintCompiler"] = None
+
+    def execute(self, step: Step) -> StepOutput:
+        """Run one record in its order (retire, decode, prefill, drop snapshots); ends in a sync."""
+        raise NotImplementedError
+
+    def idle(self) -> None:
+        """Called by the worker when there is nothing to do (a distributed leader pings its ranks)."""
+
+    def peak_memory_bytes(self) -> int:
+        """The peak memory the runner's arrays have taken; 0 when it does not know."""
+        return 0
+
+    def close(self) -> None:
+        """Free everything the runner holds; called once, after the last record."""

@@ -2,7 +2,7 @@
 
 Rank 0 leads: `LeaderRunner.execute` broadcasts each `Step` record, then runs it on its own
 shard. Every other rank runs `follow`: receive a record, execute it, until rank 0 says stop.
-All ranks run the same `Runner` code over the same records, so the model's collectives
+All ranks run the same `ModelRunner` code over the same records, so the model's collectives
 (all-reduces inside the layers, pipeline sends) line up. Tokens are sampled on rank 0 and
 shared, so every rank feeds the same tokens back whatever its logits' last bits (see
 docs/DISTRIBUTED.md). One process (world size 1) never builds any of this.
@@ -14,16 +14,16 @@ import contextlib
 import logging
 import os
 import time
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, ContextManager, Iterator, Optional
 
 import mlx.core as mx
 
-from ..errors import EngineError
-from .constraints import ConstraintCompiler
-from .dist_link import Link, Watchdog
-from .runner import Runner
-from .sampling import SampledToken
-from .step import Step, StepOutput
+from ...errors import EngineError
+from ..runner.constraints import ConstraintCompiler
+from .link import Link, Watchdog
+from ..runner.model_runner import ModelRunner
+from ..runner.sampling import SampledToken
+from ..core.step import Step, StepOutput
 
 log = logging.getLogger("mlxcel_py.distributed")
 
@@ -34,11 +34,14 @@ class RankLostError(EngineError):
     """A rank died, stalled or failed: the ranks can no longer execute records together."""
 
 
-class ShardRunner(Runner):
-    """A `Runner` over this rank's shard whose sampled tokens are rank 0's, on every rank."""
+class ShardRunner(ModelRunner):
+    """A `ModelRunner` over this rank's shard whose sampled tokens are rank 0's, on every rank.
 
-    def __init__(self, model, link: Link, compiler: Optional[ConstraintCompiler] = None):
-        super().__init__(model, compiler)
+    No CPU decode step: it holds whole weights and knows no collectives."""
+
+    def __init__(self, model, link: Link, compiler: Optional[ConstraintCompiler] = None, *,
+                 kernels: Optional[ContextManager[Any]] = None):
+        super().__init__(model, compiler, kernels=kernels)
         self.link = link
 
     def _sample(self, logits: mx.array, seq_ids) -> list[SampledToken]:
@@ -54,8 +57,8 @@ class LeaderRunner(ShardRunner):
     """Rank 0's runner: broadcast each record, run it; a lost rank is reported once through `on_lost`."""
 
     def __init__(self, model, link: Link, timeout_s: float, keepalive_s: float = KEEPALIVE_S,
-                 compiler: Optional[ConstraintCompiler] = None):
-        super().__init__(model, link, compiler)
+                 compiler: Optional[ConstraintCompiler] = None, *, kernels: Optional[ContextManager[Any]] = None):
+        super().__init__(model, link, compiler, kernels=kernels)
         self.timeout_s = timeout_s
         self.keepalive_s = keepalive_s
         self.on_lost: Callable[[str], None] = _exit_lost  # the server swaps in one that fails requests first

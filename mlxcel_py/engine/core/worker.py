@@ -10,13 +10,16 @@ import asyncio
 import logging
 import queue
 import threading
-from typing import AsyncIterator, Callable, Iterator, Optional, Protocol
+from typing import TYPE_CHECKING, AsyncIterator, Callable, Iterator, Optional, Protocol
 
-from ..errors import EngineError, EngineStoppedError, QueueFullError, RequestError
+from ...errors import EngineError, EngineStoppedError, QueueFullError, RequestError
 from .events import Event, Finished, empty_finish
 from .request import Request
 from .scheduler import check_fits
 from .stats import EngineStats, Limits
+
+if TYPE_CHECKING:
+    from ..runner.constraints import ConstraintCompiler
 
 log = logging.getLogger("mlxcel_py.engine")
 
@@ -29,6 +32,12 @@ class StepEngine(Protocol):
     def has_work(self) -> bool: ...
     def step(self, on_admitted: Optional[Callable[[], None]] = None) -> list[Event]: ...
     def stats(self) -> EngineStats: ...
+    def prepare(self) -> None: ...
+    def idle(self) -> None: ...
+    def close(self) -> None: ...
+
+    @property
+    def compiler(self) -> Optional["ConstraintCompiler"]: ...
 
     @property
     def limits(self) -> Limits: ...
@@ -89,7 +98,6 @@ class EngineWorker:
         self._stats = engine.stats()
         self._stopping = threading.Event()
         self._prepared = threading.Event()  # set once the engine's prepare() (calibration) returned
-        self._idle = getattr(engine, "idle", None)
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
 
     # -- public API (any thread) -------------------------------------------------------
@@ -124,7 +132,7 @@ class EngineWorker:
     @property
     def compiler(self):
         """The engine's grammar compiler (None for engines without one); safe from any thread."""
-        return getattr(self._engine, "compiler", None)
+        return self._engine.compiler
 
     def stats(self) -> EngineStats:
         """The snapshot taken after the latest tick."""
@@ -136,9 +144,8 @@ class EngineWorker:
         self._inbox.put(("stop", None))
         if self._thread.is_alive():
             self._thread.join(timeout)
-        close = getattr(self._engine, "close", None)
-        if close is not None and not self._thread.is_alive():
-            close()
+        if not self._thread.is_alive():
+            self._engine.close()
 
     @property
     def alive(self) -> bool:
@@ -153,10 +160,8 @@ class EngineWorker:
     # -- engine thread ---------------------------------------------------------------------
     def _loop(self) -> None:
         try:
-            prepare = getattr(self._engine, "prepare", None)
             try:
-                if prepare is not None:
-                    prepare()  # e.g. the ITL-budget calibration; submitted requests wait in the inbox
+                self._engine.prepare()  # e.g. the ITL-budget calibration; submitted requests wait in the inbox
             finally:
                 self._prepared.set()
             while True:
@@ -164,8 +169,8 @@ class EngineWorker:
                     break
                 if self._engine.has_work():
                     self._dispatch(self._engine.step(on_admitted=self._publish_stats))
-                elif self._idle is not None:
-                    self._idle()  # a distributed engine's keepalive to its other ranks
+                else:
+                    self._engine.idle()  # a distributed engine's keepalive to its other ranks
                 self._publish_stats()
         except EngineError as exc:  # the engine cannot go on (a lost distributed rank): no abort pass
             log.error("engine stopped: %s", exc)

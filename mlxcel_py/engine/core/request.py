@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..errors import RequestError
+from ...errors import RequestError
 
 # Absurdly large values are refused rather than silently clamped.
 MAX_TOP_K = 1_000_000

@@ -14,10 +14,10 @@ import numpy as np
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
 
 from .constraints import ConstraintCompiler, ConstraintMatcher, ConstraintViolation
-from .events import TokenLogprobs
+from ..core.events import TokenLogprobs
 from .logits import apply_bitmask, generated_processors, logprobs_of, repetition_processor, token_logprobs
 from .logits import top_alternatives
-from .request import SamplingParams
+from ..core.request import SamplingParams
 
 Sampler = Callable[[mx.array], mx.array]
 

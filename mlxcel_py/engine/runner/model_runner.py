@@ -1,22 +1,27 @@
-"""The only code that calls the model: it executes `Step` records (engine/step.py).
+"""The only code that calls the model: it executes `Step` records (engine/core/step.py).
 
-Per sequence id it holds a prefill KV cache, then a row of the decode batch, and a sampler;
-per snapshot id, the prompt cache's KV. The batch's row order is an implementation detail:
-each decode step reorders it to the record's order when they differ.
+Per sequence id it holds one `SequenceState` (its sampler, its prefill KV cache until it
+joins the decode batch, its latest token); per snapshot id, the prompt cache's KV. The
+batch's row order is an implementation detail: each decode step reorders it to the
+record's order when they differ.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Callable, ContextManager, Optional
 
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
 from .constraints import ConstraintCompiler
-from .events import TokenLogprobs
+from ..core.events import TokenLogprobs
 from .logits import sequence_logprobs
 from .sampling import SampledToken, SequenceSampler, sample_step
-from .step import PrefillPiece, Retire, Step, StepOutput
+from ..core.step import PrefillPiece, Retire, Runner, Step, StepOutput
+
+DecodeFn = Callable[[list[int], list], mx.array]  # (last tokens, batch KV) -> (B, V) logits
 
 
 def _project_fn(model) -> Optional[Callable[[mx.array], mx.array]]:
@@ -53,19 +58,32 @@ def kv_bytes_per_token(model) -> int:
     return 2 * len(cache) * heads * head_dim * dtype.size
 
 
-class Runner:
-    """Executes steps; owns every KV array and sampler, keyed by the ids the records carry."""
+@dataclass(slots=True)
+class SequenceState:
+    """What the runner holds for one sequence id, from its first piece to its retirement."""
 
-    def __init__(self, model, compiler: Optional[ConstraintCompiler] = None):
+    sampler: SequenceSampler
+    prefill_cache: Optional[list] = None  # its own KV while prefilling; None once in the decode batch
+    last_token: Optional[int] = None  # the latest sampled token (the next decode step's input)
+    prompt_row: Optional[mx.array] = None  # echo: the last prompt position's raw logits, between pieces
+
+
+class ModelRunner(Runner):
+    """Executes steps; owns every KV array and sampler, keyed by the ids the records carry.
+
+    `decode`: the loader's CPU decode step (models/cpu_decode.py; None: mlx-lm's forward);
+    `kernels`: the loader's scope for its CPU prefill kernels (models/cpu_kernels.py), entered
+    around every forward."""
+
+    def __init__(self, model, compiler: Optional[ConstraintCompiler] = None, *,
+                 decode: Optional[DecodeFn] = None, kernels: Optional[ContextManager[Any]] = None):
         self.model = model
         self.compiler = compiler  # grammars for constrained sequences (built lazily per model)
         self._project = _project_fn(model)
-        self._fast_decode = getattr(model, "mlxcel_decode", None)  # models/cpu_decode.py, CPU only
-        self._prefill: dict[int, list] = {}
-        self._samplers: dict[int, SequenceSampler] = {}
-        self._last: dict[int, int] = {}  # the latest sampled token of each decode row
+        self._fast_decode = decode
+        self._kernels = kernels if kernels is not None else contextlib.nullcontext()
+        self._seqs: dict[int, SequenceState] = {}
         self._snapshots: dict[int, list[KVCache]] = {}
-        self._prompt_rows: dict[int, mx.array] = {}  # echo: the last prompt position's raw logits
         self._rows: list[int] = []  # the decode batch's row order
         self._batch: Optional[list] = None
 
@@ -91,35 +109,36 @@ class Runner:
     def _run_piece(self, piece: PrefillPiece) -> tuple[Optional[SampledToken], tuple]:
         if piece.begin is not None:
             self._begin(piece)
-        cache = self._prefill[piece.seq_id]
-        sampler = self._samplers[piece.seq_id]
-        sampler.extend_prompt(piece.tokens)
+        state = self._seqs[piece.seq_id]
+        cache = state.prefill_cache
+        state.sampler.extend_prompt(piece.tokens)
         prompt: tuple = ()
-        if sampler.params.prompt_logprobs:
-            logits, prompt = self._score_piece(piece, cache)
-        else:
-            logits = self._forward_prefill(mx.array(piece.tokens)[None], cache, piece.terminal)
+        with self._kernels:
+            if state.sampler.params.prompt_logprobs:
+                logits, prompt = self._score_piece(piece, state)
+            else:
+                logits = self._forward_prefill(mx.array(piece.tokens)[None], cache, piece.terminal)
         if piece.snapshot_id is not None:
             self._snapshots[piece.snapshot_id] = _copy_kv(cache, piece.end)
         if not piece.terminal:
             return None, prompt
         sampled = self._sample(logits, [piece.seq_id])[0]
-        self._join(piece.seq_id, self._prefill.pop(piece.seq_id), sampled.token_id)
+        self._join(piece.seq_id, state, sampled.token_id)
         return sampled, prompt
 
-    def _score_piece(self, piece: PrefillPiece, cache: list) -> tuple[mx.array, tuple[Optional[TokenLogprobs], ...]]:
+    def _score_piece(self, piece: PrefillPiece, state: SequenceState) -> tuple[mx.array, tuple[Optional[TokenLogprobs], ...]]:
         """Forward a piece with logits at every position: each prompt token's logprob given the
         tokens before it (the first token of the prompt has none). Returns the last row too."""
-        logits = self.model(mx.array(piece.tokens)[None], cache=cache)[0]
-        previous = self._prompt_rows.pop(piece.seq_id, None)
+        logits = self.model(mx.array(piece.tokens)[None], cache=state.prefill_cache)[0]
+        previous, state.prompt_row = state.prompt_row, None
         rows = logits[:-1] if previous is None else mx.concatenate([previous, logits[:-1]], axis=0)
         scored = piece.tokens[1:] if previous is None else piece.tokens
-        top = self._samplers[piece.seq_id].params.top_logprobs
+        top = state.sampler.params.top_logprobs
         out = tuple(sequence_logprobs(rows, list(scored), top)) if scored else ()
         if previous is None:
             out = (None,) + out
         if not piece.terminal:
-            self._prompt_rows[piece.seq_id] = logits[-1:]
+            state.prompt_row = logits[-1:]
         return logits[-1:], out
 
     def _begin(self, piece: PrefillPiece) -> None:
@@ -136,8 +155,8 @@ class Runner:
             if self.compiler is None:
                 raise RuntimeError("a constrained sequence reached a runner without a grammar compiler")
             matcher = self.compiler.matcher(constraint)  # compiled (and cached) when the request was checked
-        self._samplers[piece.seq_id] = SequenceSampler(begin.sampling, prompt_ids=begin.history, matcher=matcher)
-        self._prefill[piece.seq_id] = cache
+        sampler = SequenceSampler(begin.sampling, prompt_ids=begin.history, matcher=matcher)
+        self._seqs[piece.seq_id] = SequenceState(sampler, prefill_cache=cache)
 
     def _forward_prefill(self, tokens: mx.array, cache: list, terminal: bool) -> Optional[mx.array]:
         """Run one piece; the (1, V) logits of its last position when terminal, else only the KV."""
@@ -153,29 +172,30 @@ class Runner:
             return None
         return self._project(hidden[:, -1, :])
 
-    def _join(self, seq_id: int, cache: list, token: int) -> None:
+    def _join(self, seq_id: int, state: SequenceState, token: int) -> None:
         """Merge a finished prefill's KV into the decode batch."""
-        rows = [layer.merge([layer]) for layer in cache]
+        rows = [layer.merge([layer]) for layer in state.prefill_cache]
+        state.prefill_cache, state.last_token = None, token
         if self._batch is None:
             self._batch = rows
         else:
             for batch_layer, row in zip(self._batch, rows):
                 batch_layer.extend(row)
         self._rows.append(seq_id)
-        self._last[seq_id] = token
 
     # -- decode -----------------------------------------------------------------------------
     def _decode(self, seq_ids: tuple[int, ...]) -> list[SampledToken]:
         if tuple(self._rows) != seq_ids:
             self._reorder(seq_ids)
-        last = [self._last[s] for s in seq_ids]
+        last = [self._seqs[s].last_token for s in seq_ids]
         if self._fast_decode is not None:  # the CPU decode step (models/cpu_decode.py), same contract
             logits = self._fast_decode(last, self._batch)
         else:
-            logits = self.model(mx.array(last)[:, None], cache=self._batch)[:, -1, :]
+            with self._kernels:
+                logits = self.model(mx.array(last)[:, None], cache=self._batch)[:, -1, :]
         sampled = self._sample(logits, seq_ids)
         for seq_id, s in zip(seq_ids, sampled):
-            self._last[seq_id] = s.token_id
+            self._seqs[seq_id].last_token = s.token_id
         return sampled
 
     def _reorder(self, seq_ids: tuple[int, ...]) -> None:
@@ -188,17 +208,15 @@ class Runner:
 
     def _sample(self, logits: mx.array, seq_ids) -> list[SampledToken]:
         """Sample each row, read logprobs where asked, and advance each sampler (penalties, grammar)."""
-        return sample_step(logits, [self._samplers[s] for s in seq_ids], self.compiler)
+        return sample_step(logits, [self._seqs[s].sampler for s in seq_ids], self.compiler)
 
     # -- retire -----------------------------------------------------------------------------
     def _retire(self, retire: tuple[Retire, ...]) -> None:
         """Free finished or aborted sequences; store the snapshots asked for first."""
         drop: set[int] = set()
         for work in retire:
-            self._samplers.pop(work.seq_id, None)
-            self._last.pop(work.seq_id, None)
-            self._prompt_rows.pop(work.seq_id, None)
-            if self._prefill.pop(work.seq_id, None) is not None or work.seq_id not in self._rows:
+            state = self._seqs.pop(work.seq_id, None)
+            if (state is not None and state.prefill_cache is not None) or work.seq_id not in self._rows:
                 continue  # aborted mid-prefill, or never started
             drop.add(work.seq_id)
             if work.snapshot_id is not None:
@@ -234,7 +252,7 @@ class Runner:
         This made an abort at process exit after engine-thread work rarer, not impossible
         (ml-explore/mlx#3126); the console script (`cli/app.main`) exits with os._exit.
         """
-        self._prefill.clear()
+        self._seqs.clear()
         self._snapshots.clear()
         self._batch, self._rows = None, []
         mx.synchronize()

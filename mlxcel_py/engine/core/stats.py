@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Optional
 
-from .budget import BudgetStats
+from ..chunking.budget import BudgetStats
 
 
 SlotState = Literal["idle", "prefill", "decode"]

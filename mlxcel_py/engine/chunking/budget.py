@@ -1,6 +1,7 @@
 """The prefill chunk chosen by time: the largest piece whose tick fits an ITL budget.
 
-With `--itl-budget-ms B`, each tick the scheduler asks `chunk_for(TickState)`:
+With `--itl-budget-ms B`, each tick the scheduler asks `chunk_for(TickState)` (the
+`ChunkPolicy` Protocol, chunking/policy.py):
 - others decoding: the largest ladder size whose predicted tick (the decode step it rides
   with plus the piece) fits B / (1 + margin), the margin being the recent error of the
   predictions for such ticks (a piece riding with decode rows);
@@ -20,7 +21,8 @@ from typing import Optional
 import numpy as np
 
 from .cost_model import CostModel, CostModelStats, TickSample
-from .plan import DEFAULT_PREFILL_CHUNK, PrefillChunkPolicy
+from .fixed import DEFAULT_PREFILL_CHUNK, PrefillChunkPolicy
+from .policy import TickState
 
 DEFAULT_FLOOR = 16
 GROWTH = 2  # a contended chunk is at most this times the largest piece among the recent ones
@@ -46,16 +48,6 @@ def ladder(floor: int = DEFAULT_FLOOR, ceiling: int = DEFAULT_PREFILL_CHUNK) -> 
             sizes.add(v)
         v += max(GRAIN, 1 << (v.bit_length() - 4))
     return tuple(sorted(sizes))
-
-
-@dataclass(frozen=True, slots=True)
-class TickState:
-    """What the scheduler knows when it plans the prefill piece of this tick."""
-
-    num_decoding: int = 0  # sequences in this tick's decode step
-    decode_context: int = 0  # KV positions over those sequences
-    prefill_context: int = 0  # the prefilling prompt's cursor: tokens already in its KV
-    remaining: Optional[int] = None  # prompt tokens left to prefill (None: unknown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +89,7 @@ class BudgetChunkPolicy:
 
     # -- the two calls the engine makes ------------------------------------------------------
     def chunk_for(self, state: TickState) -> int:
-        """The chunk for this tick's piece; read every tick, like PrefillChunkPolicy.chunk."""
+        """The chunk for this tick's piece; read every tick, like PrefillChunkPolicy.chunk_for."""
         chunk = self._choose(state)
         self._last[state.num_decoding > 0] = chunk
         return chunk

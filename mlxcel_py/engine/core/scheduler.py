@@ -7,25 +7,23 @@ whether anything is decoding *now*; the plan resumes at the sequence's cursor.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections import deque
-from typing import Callable, Optional, Union
+from typing import Callable, Optional
 
-from ..errors import PromptTooLongError
+from ...errors import PromptTooLongError
+from ..chunking.pieces import next_piece
+from ..chunking.policy import ChunkPolicy, TickState
 from .events import Event, Finished, PromptProgress, TokenDelta, TokenLogprobs
-from .budget import BudgetChunkPolicy, TickState
-from .cost_model import TickShape
-from .kv import KVBudget, PromptCache
-from .plan import PrefillChunkPolicy, next_piece
+from .kv_budget import KVBudget
+from .prompt_cache import PromptCache
 from .request import Request
 from .sequence import Sequence
 from .stats import EngineStats, SlotInfo
 from .step import BeginSequence, PrefillPiece, Retire, Step, StepOutput
-from .text import TextStream
+from .text_stream import TextStream
 
 Clock = Callable[[], float]
-ChunkPolicy = Union[PrefillChunkPolicy, BudgetChunkPolicy]
 
 
 def check_fits(request: Request, slot_context: int) -> None:
@@ -67,7 +65,6 @@ class Scheduler:
         self._free_slots = list(range(num_slots))
         self._next_id = 0
         self.counters = {"finished": 0, "prompt": 0, "cached": 0, "generated": 0, "decode_steps": 0}
-        self.tick_shape = TickShape()  # what the current tick computes, for the ITL-budget cost model
         self.pieces_by_chunk: dict[int, int] = {}
 
     # -- requests in ----------------------------------------------------------------------
@@ -84,10 +81,13 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.waiting or self.prefilling or self.running or self._aborts or self._retired)
 
+    def switch_policy(self, policy: ChunkPolicy) -> None:
+        """Plan the next pieces with `policy` (the engine's calibration hands over the budget policy)."""
+        self.policy = policy
+
     # -- one tick: admit, then a decode step, then a prefill piece -------------------------
     def admit(self) -> list[Event]:
         """Apply aborts, then park the next waiting request as the chunked prefill."""
-        self.tick_shape = TickShape()
         events = self._apply_aborts()
         if self.prefilling is None and self.waiting and self._free_slots:
             seq = self.waiting.popleft()
@@ -106,8 +106,7 @@ class Scheduler:
             return None
         for seq in self.running:  # one KV position per sequence; a slot's context caps it
             self.budget.reserve(seq.seq_id, 1)
-        self.tick_shape = TickShape(rows=len(self.running), row_context=self._decode_context())
-        return self._step(decode=tuple(s.seq_id for s in self.running))
+        return self._step(decode=tuple(s.seq_id for s in self.running), decode_context=self._decode_context())
 
     def schedule_prefill(self) -> Optional[Step]:
         """The parked prefill's next piece, cut with the chunk for the state right now."""
@@ -130,7 +129,6 @@ class Scheduler:
             begin = BeginSequence(seq.request.sampling, prompt[: seq.adopted], adopt_id)
         work = PrefillPiece(seq.seq_id, piece.start, prompt[piece.start : piece.end], chunk, piece.terminal,
                             snapshot_id, begin)
-        self.tick_shape = dataclasses.replace(self.tick_shape, tokens=piece.length, context=piece.start)
         return self._step(prefill=work)
 
     def schedule_retire(self) -> Optional[Step]:
@@ -153,10 +151,11 @@ class Scheduler:
         return events
 
     # -- helpers ---------------------------------------------------------------------------
-    def _step(self, decode: tuple[int, ...] = (), prefill: Optional[PrefillPiece] = None) -> Step:
+    def _step(self, decode: tuple[int, ...] = (), prefill: Optional[PrefillPiece] = None,
+              decode_context: int = 0) -> Step:
         retired, self._retired = tuple(self._retired), []
         dropped = self.prompt_cache.take_dropped() if self.prompt_cache is not None else ()
-        return Step(retired, decode, prefill, dropped)
+        return Step(retired, decode, prefill, dropped, decode_context)
 
     def _prefilled(self, piece: PrefillPiece, out: StepOutput) -> list[Event]:
         seq = self.prefilling
@@ -259,5 +258,5 @@ class Scheduler:
             num_kv_tokens=self.budget.num_used,
             prompt_cache_entries=len(self.prompt_cache) if self.prompt_cache else 0,
             prompt_cache_bytes=self.prompt_cache.nbytes if self.prompt_cache else 0,
-            budget=self.policy.stats() if isinstance(self.policy, BudgetChunkPolicy) else None,
+            budget=self.policy.stats(),
         )

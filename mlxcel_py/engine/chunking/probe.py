@@ -12,8 +12,8 @@ import random
 import time
 from typing import Callable, Optional
 
-from .request import SamplingParams
-from .step import BeginSequence, PrefillPiece, Retire, Step
+from ..core.request import SamplingParams
+from ..core.step import BeginSequence, PrefillPiece, Retire, Step
 
 ROW_PROMPT = 32  # tokens each scratch decode row starts with
 BUILD_PIECE = 512  # untimed pieces that build a scratch context

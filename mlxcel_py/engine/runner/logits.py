@@ -12,8 +12,8 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.sample_utils import make_logits_processors, make_repetition_penalty
 
-from .events import TokenLogprobs
-from .request import SamplingParams
+from ..core.events import TokenLogprobs
+from ..core.request import SamplingParams
 
 LogitsProcessor = Callable[[mx.array, mx.array], mx.array]
 

@@ -1,7 +1,7 @@
-"""KV bookkeeping in plain Python: the prompt cache index and the token budget.
+"""The prompt cache's index in plain Python: which token prefixes have a KV snapshot, under which id.
 
-The KV arrays themselves live in the runner, under ids handed out here, so the scheduler
-can be tested with lists.
+The KV arrays themselves live in the runner, under the ids handed out here, so the
+scheduler can be tested with lists.
 """
 
 from __future__ import annotations
@@ -99,23 +99,3 @@ class PromptCache:
         entry = self._entries.pop(key)
         self.nbytes -= entry.nbytes
         self._dropped.append(entry.snapshot_id)
-
-
-class KVBudget:
-    """Tokens of KV in use, per sequence, against a fixed capacity."""
-
-    def __init__(self, capacity: int):
-        self.capacity = capacity
-        self._used: dict[int, int] = {}
-        self.num_used = 0
-
-    def reserve(self, seq_id: int, num_tokens: int) -> bool:
-        """Reserve before a forward; False (nothing reserved) when it would not fit."""
-        if self.num_used + num_tokens > self.capacity:
-            return False
-        self._used[seq_id] = self._used.get(seq_id, 0) + num_tokens
-        self.num_used += num_tokens
-        return True
-
-    def release(self, seq_id: int) -> None:
-        self.num_used -= self._used.pop(seq_id, 0)

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .events import Timings, Usage
-from .kv import CacheHit
+from .prompt_cache import CacheHit
 from .request import Request
-from .text import TextStream
+from .text_stream import TextStream
 
 
 @dataclass(slots=True)

@@ -1,34 +1,47 @@
-"""The synchronous engine: one `step()` is one scheduler tick."""
+"""The synchronous engine: one `step()` is one scheduler tick over one `Runner`."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
-from .budget import BudgetChunkPolicy
-from .calibration import calibrate, default_grid
-from .cost_model import TickSample
+from ..chunking.budget import BudgetChunkPolicy
+from ..chunking.calibration import calibrate, default_grid
+from ..chunking.cost_model import TickSample, TickShape
+from ..chunking.probe import ROW_PROMPT, TickProbe
 from .events import Event
-from .probe import ROW_PROMPT, TickProbe
 from .request import Request
 from .scheduler import Scheduler
 from .stats import EngineStats, Limits
+from .step import Runner, Step
+
+if TYPE_CHECKING:
+    from ..runner.constraints import ConstraintCompiler
 
 log = logging.getLogger("mlxcel_py.engine")
 CALIBRATION_CONTEXT = 4096  # the scratch prompt the calibration may build (bounded by the slot)
 
 
+def tick_shape(steps: Iterable[Step]) -> TickShape:
+    """What a tick's records computed, for the cost model: its decode rows and its prefill piece."""
+    tokens = context = rows = row_context = 0
+    for step in steps:
+        if step.decode:
+            rows, row_context = len(step.decode), step.decode_context
+        if step.prefill is not None:
+            tokens, context = len(step.prefill.tokens), step.prefill.start
+    return TickShape(tokens, context, rows, row_context)
+
+
 class Engine:
     """Admit, decode the active batch, run one prefill piece, retire; returns the tick's events."""
 
-    def __init__(self, scheduler: Scheduler, runner, *, itl_budget_ms: Optional[int] = None, vocab_size: int = 0):
+    def __init__(self, scheduler: Scheduler, runner: Runner, *, itl_budget_ms: Optional[int] = None,
+                 vocab_size: int = 0):
         self.scheduler = scheduler
         self.runner = runner
         self.itl_budget_ms, self.vocab_size = itl_budget_ms, vocab_size
-        # The worker calls this when it has nothing to do: a distributed runner's keepalive
-        # to the other ranks. None in one process, so the worker calls nothing at all.
-        self.idle: Optional[Callable[[], None]] = getattr(runner, "idle", None)
         self._peak_memory = 0  # read from the runner after each tick, on the engine thread
 
     def prepare(self) -> None:
@@ -43,9 +56,10 @@ class Engine:
                             row_context=ROW_PROMPT)
         finally:
             probe.close()
-        s.policy = BudgetChunkPolicy(self.itl_budget_ms, cal.model(), ceiling=s.policy.alone)
-        log.info("prefill_chunk_size %s", s.policy.describe())
-        log.info("cost model seeded by %d calibration ticks: %s", len(cal.samples), s.policy.model.stats().describe())
+        policy = BudgetChunkPolicy(self.itl_budget_ms, cal.model(), ceiling=s.policy.alone)
+        s.switch_policy(policy)
+        log.info("prefill_chunk_size %s", policy.describe())
+        log.info("cost model seeded by %d calibration ticks: %s", len(cal.samples), policy.model.stats().describe())
 
     def step(self, on_admitted: Optional[Callable[[], None]] = None) -> list[Event]:
         """One tick: admit, the decode step, one prefill piece (its chunk chosen after the decode),
@@ -58,15 +72,16 @@ class Engine:
         events = s.admit()
         if on_admitted is not None:
             on_admitted()
+        issued: list[Step] = []
         for schedule in (s.schedule_decode, s.schedule_prefill, s.schedule_retire):
             if (step := schedule()) is not None:
+                issued.append(step)
                 events += s.update(step, self.runner.execute(step))
         elapsed = s.clock() - start
-        if elapsed > 0 and (s.tick_shape.tokens or s.tick_shape.rows):
-            s.policy.observe(TickSample(s.tick_shape, elapsed))  # the budget policy learns; a fixed one ignores it
-        peak = getattr(self.runner, "peak_memory_bytes", None)
-        if peak is not None:
-            self._peak_memory = peak()
+        shape = tick_shape(issued)
+        if elapsed > 0 and (shape.tokens or shape.rows):
+            s.policy.observe(TickSample(shape, elapsed))  # the budget policy learns; a fixed one ignores it
+        self._peak_memory = self.runner.peak_memory_bytes()
         return events
 
     def add_request(self, request: Request) -> None:
@@ -78,11 +93,15 @@ class Engine:
     def has_work(self) -> bool:
         return self.scheduler.has_work()
 
+    def idle(self) -> None:
+        """Nothing to do this tick: the runner's keepalive (a distributed leader pings its ranks)."""
+        self.runner.idle()
+
     @property
-    def compiler(self):
+    def compiler(self) -> Optional["ConstraintCompiler"]:
         """The runner's grammar compiler (thread-safe): the HTTP side compiles a request's grammar
         with it before queuing, so a bad one is a 400 and the runner finds it cached."""
-        return getattr(self.runner, "compiler", None)
+        return self.runner.compiler
 
     @property
     def limits(self) -> Limits:
@@ -94,6 +113,4 @@ class Engine:
 
     def close(self) -> None:
         """Called by the worker on the stopping thread once the engine thread has ended."""
-        close = getattr(self.runner, "close", None)
-        if close is not None:
-            close()
+        self.runner.close()

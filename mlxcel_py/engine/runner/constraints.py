@@ -9,14 +9,17 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from typing import Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 import llguidance
 import numpy as np
 
-from ..errors import RequestError
-from ..models.vocab import backend_tokenizer, hf_tokenizer
-from .request import ConstraintSpec
+from ...errors import RequestError
+from ...models.vocab import backend_tokenizer, hf_tokenizer
+from ..core.request import ConstraintSpec
+
+if TYPE_CHECKING:
+    from ...models import LoadedModel
 
 # llama.cpp json-schema-to-grammar's `space`: one space, or a newline and up to 20 indent
 # characters. Unbounded whitespace lets a small model loop on newlines forever.
@@ -205,3 +208,8 @@ class ConstraintMatcher:
         """Nothing but EOS can follow (or EOS was taken): the sequence can stop."""
         return self.ll.is_stopped()
 
+
+
+def compiler_for(loaded: "LoadedModel") -> ConstraintCompiler:
+    """The model's grammar compiler (its tokenizer tables are built on the first constrained request)."""
+    return ConstraintCompiler(loaded.tokenizer, vocab_size=loaded.logits_width, eos_token_ids=loaded.eos_token_ids)
