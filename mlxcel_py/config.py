@@ -12,6 +12,7 @@ from typing import Literal, Mapping, Optional
 
 from .engine.chunking.fixed import PrefillChunkPolicy
 from .engine.core.request import MAX_TOKENS_LIMIT, SamplingParams
+from .config_values import check_range, env_count, flag_or_env, parse_count
 from .errors import ConfigError, RequestError
 from .serve_config import (
     DEFAULT_MAX_BODY_BYTES, DistributedConfig, ServerConfig, distributed_config, server_config, server_summary,
@@ -43,17 +44,11 @@ _GREEDY_SAMPLING = {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, 
 _DEFAULT_MAX_TOKENS = {"serve": MAX_TOKENS_LIMIT, "bench": MAX_TOKENS_LIMIT, "run": 4096, "generate": 256}
 
 
-def _parse_count(raw: str) -> Optional[int]:
-    """A non-negative decimal integer, surrounding whitespace allowed; None when it is not one."""
-    text = raw.strip()
-    return int(text) if text.isascii() and text.isdigit() else None
-
-
 def _chunk_from_env(raw: Optional[str]) -> Optional[int]:
     # Empty counts as unset (`MLXCEL_PREFILL_CHUNK= cmd` clears it), like the LLAMA_ARG_* variables.
     if raw is None or not raw.strip():
         return None
-    value = _parse_count(raw)
+    value = parse_count(raw)
     if value is None:
         log.warning("ignoring MLXCEL_PREFILL_CHUNK=%r: expected a non-negative integer", raw)
     return value
@@ -71,12 +66,6 @@ def prefill_chunk_override() -> Optional[int]:
     return _override  # type: ignore[return-value]
 
 
-def reset_prefill_chunk_override() -> None:
-    """Forget the cached MLXCEL_PREFILL_CHUNK (tests)."""
-    global _override
-    _override = _UNREAD
-
-
 @dataclass(frozen=True, slots=True)
 class ResolvedChunk:
     """The explicit prefill chunk (None = the alone/contended policy) and where it came from."""
@@ -86,30 +75,9 @@ class ResolvedChunk:
     source: str = "default"
 
 
-def _env_count(env: Mapping[str, str], name: str) -> Optional[int]:
-    raw = env.get(name)
-    if raw is None or not raw.strip():
-        return None
-    value = _parse_count(raw)
-    if value is None:
-        raise ConfigError(f"{name} must be a non-negative integer (got {raw!r})", flag=name)
-    return value
-
-
-def _flag_or_env(value: Optional[int], flag: str, env: Mapping[str, str], name: str) -> tuple[Optional[int], str]:
-    """The flag's value, else the env var's; with the label that an error message should name."""
-    if value is not None:
-        return value, flag
-    return _env_count(env, name), name
-
-
-def _check_range(flag: str, value: Optional[float], low: float, high: Optional[float] = None) -> None:
-    if value is None:
-        return
-    if high is None and value < low:
-        raise ConfigError(f"{flag} must be at least {low} (got {value})", flag=flag)
-    if high is not None and not low <= value <= high:
-        raise ConfigError(f"{flag} must be between {low} and {high} (got {value})", flag=flag)
+def _count_flag(value: Optional[int], flag: str, env: Mapping[str, str], name: str) -> tuple[Optional[int], str]:
+    """A count flag over its environment variable (llama-server's LLAMA_ARG_*)."""
+    return flag_or_env(value, flag, env, name, parse=env_count)
 
 
 def resolve_prefill_chunk_size(
@@ -119,7 +87,7 @@ def resolve_prefill_chunk_size(
     for name, value in (("--prefill-chunk-size", flag), ("--batch-size", batch_size)):
         if value is not None and value < 0:
             raise ConfigError(f"{name} must be a non-negative integer (got {value})", flag=name)
-    batch_size, batch_source = _flag_or_env(batch_size, "--batch-size", env, "LLAMA_ARG_BATCH")
+    batch_size, batch_source = _count_flag(batch_size, "--batch-size", env, "LLAMA_ARG_BATCH")
     conflict = flag is not None and batch_size is not None and flag != batch_size
     if conflict:
         log.warning("--prefill-chunk-size %d and %s %d differ; using %d", flag, batch_source, batch_size, flag)
@@ -193,13 +161,13 @@ def _engine(command: str, env: Mapping[str, str], chunk: ResolvedChunk, parallel
                           flag="--parallel")
     parallel_label, ctx_label = "--parallel", "--ctx-size"
     if serving:  # llama-server's environment variables
-        parallel, parallel_label = _flag_or_env(parallel, "--parallel", env, "LLAMA_ARG_N_PARALLEL")
-        ctx_size, ctx_label = _flag_or_env(ctx_size, "--ctx-size", env, "LLAMA_ARG_CTX_SIZE")
-    _check_range(parallel_label, parallel, 1, MAX_PARALLEL)
-    _check_range(ctx_label, ctx_size, 64)
-    _check_range("--max-queue", max_queue, 1)
+        parallel, parallel_label = _count_flag(parallel, "--parallel", env, "LLAMA_ARG_N_PARALLEL")
+        ctx_size, ctx_label = _count_flag(ctx_size, "--ctx-size", env, "LLAMA_ARG_CTX_SIZE")
+    check_range(parallel_label, parallel, 1, MAX_PARALLEL)
+    check_range(ctx_label, ctx_size, 64)
+    check_range("--max-queue", max_queue, 1)
     chunk_label = "--prefill-chunk-size" if chunk.source == "default" else chunk.source
-    _check_range(chunk_label, chunk.explicit, 0, MAX_PREFILL_CHUNK)
+    check_range(chunk_label, chunk.explicit, 0, MAX_PREFILL_CHUNK)
     slots = (4 if parallel is None else parallel) if serving else 1
     queue = 64 if max_queue is None else max_queue
     return EngineConfig(PrefillChunkPolicy.resolve(chunk.explicit), slots, ctx_size, queue, cache, itl_budget_ms)
@@ -207,8 +175,8 @@ def _engine(command: str, env: Mapping[str, str], chunk: ResolvedChunk, parallel
 
 def _itl_budget(flag: Optional[int], env: Mapping[str, str], chunk: ResolvedChunk) -> Optional[int]:
     """--itl-budget-ms, else MLXCEL_ITL_BUDGET_MS; an explicit chunk pins both states and wins."""
-    value, label = _flag_or_env(flag, "--itl-budget-ms", env, "MLXCEL_ITL_BUDGET_MS")
-    _check_range(label, value, 1, MAX_ITL_BUDGET_MS)
+    value, label = _count_flag(flag, "--itl-budget-ms", env, "MLXCEL_ITL_BUDGET_MS")
+    check_range(label, value, 1, MAX_ITL_BUDGET_MS)
     if value is None or chunk.explicit is None:
         return value
     log.warning("%s %d is ignored: %s pins the prefill chunk to %d", label, value, chunk.source, chunk.explicit)
@@ -218,7 +186,7 @@ def _itl_budget(flag: Optional[int], env: Mapping[str, str], chunk: ResolvedChun
 def _prompt_cache(enabled: bool, max_bytes, max_entries, min_prefix) -> PromptCacheConfig:
     given = {"max_bytes": max_bytes, "max_entries": max_entries, "min_prefix": min_prefix}
     for name, value in given.items():
-        _check_range("--cache-" + name.replace("_", "-"), value, 0)
+        check_range("--cache-" + name.replace("_", "-"), value, 0)
     return PromptCacheConfig(enabled, **{k: v for k, v in given.items() if v is not None})
 
 
@@ -280,8 +248,8 @@ def resolve(
         raise ConfigError(f"--host, --port and --api-key apply to serve and bench, not {command}", flag="--host")
     blas = (env.get("MLXCEL_BLAS") or "").strip() or "auto"
     dist = distributed_config(command, env, distributed, distributed_timeout)
-    threads, threads_label = _flag_or_env(threads, "--threads", env, "LLAMA_ARG_THREADS")
-    _check_range(threads_label, threads, 1, MAX_THREADS)
+    threads, threads_label = _count_flag(threads, "--threads", env, "LLAMA_ARG_THREADS")
+    check_range(threads_label, threads, 1, MAX_THREADS)
     return AppConfig(command, ModelSpec(model, threads), engine, sampling, chunk, blas, server, dist)
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Mapping, Optional
 from urllib.parse import urlsplit
 
+from .config_values import check_range, env_count, flag_or_env
 from .errors import ConfigError
 
 DEFAULT_MAX_BODY_BYTES = 8 << 20
@@ -69,16 +70,6 @@ def _csv(raw: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(item.strip() for item in raw.split(",") if item.strip()))
 
 
-def _flag_or_env(value: Optional[str], flag: str, env: Mapping[str, str], *names: str) -> tuple[Optional[str], str]:
-    """The flag's text, else the first set environment variable's; with the name an error should use."""
-    if value is not None:
-        return value, flag
-    for name in names:
-        if (env.get(name) or "").strip():
-            return env[name], name
-    return None, flag
-
-
 def _list(value: Optional[str], label: str, what: str) -> tuple[str, ...]:
     if value is None:
         return ()
@@ -104,23 +95,16 @@ def check_origin(origin: str, label: str) -> str:
     return origin
 
 
-def _range(label: str, value: Optional[float], low: float, high: Optional[float] = None) -> None:
-    if value is not None and (value < low or (high is not None and value > high)):
-        bounds = f"at least {low}" if high is None else f"between {low} and {high}"
-        raise ConfigError(f"{label} must be {bounds} (got {value})", flag=label)
-
-
 def _port(value: Optional[int], env: Mapping[str, str]) -> int:
     if value is not None:
-        _range("--port", value, 0, 65535)
+        check_range("--port", value, 0, 65535)
         return value
     raw = (env.get("LLAMA_ARG_PORT") or "").strip()
     if not raw:
         return 8080
-    if not (raw.isascii() and raw.isdigit()):
-        raise ConfigError(f"LLAMA_ARG_PORT must be a non-negative integer (got {raw!r})", flag="LLAMA_ARG_PORT")
-    _range("LLAMA_ARG_PORT", int(raw), 0, 65535)
-    return int(raw)
+    port = env_count(raw, "LLAMA_ARG_PORT")
+    check_range("LLAMA_ARG_PORT", port, 0, 65535)
+    return port
 
 
 def server_config(env: Mapping[str, str], *, host: Optional[str] = None, port: Optional[int] = None,
@@ -128,18 +112,18 @@ def server_config(env: Mapping[str, str], *, host: Optional[str] = None, port: O
                   max_body_bytes: Optional[int] = None, shutdown_grace: Optional[float] = None,
                   cors_origins: Optional[str] = None) -> ServerConfig:
     """Flags (None = not given) over the environment -> ServerConfig; raises ConfigError."""
-    host_text, host_label = _flag_or_env(host, "--host", env, "LLAMA_ARG_HOST")
+    host_text, host_label = flag_or_env(host, "--host", env, "LLAMA_ARG_HOST")
     hosts = _list(host_text, host_label, "address") or ("127.0.0.1",)
-    alias_text, alias_label = _flag_or_env(model_alias, "--alias", env, "LLAMA_ARG_ALIAS")
+    alias_text, alias_label = flag_or_env(model_alias, "--alias", env, "LLAMA_ARG_ALIAS")
     aliases = _list(alias_text, alias_label, "model name")
-    cors_text, cors_label = _flag_or_env(cors_origins, "--cors-origins", env, "MLXCEL_CORS_ORIGINS",
+    cors_text, cors_label = flag_or_env(cors_origins, "--cors-origins", env, "MLXCEL_CORS_ORIGINS",
                                          "LLAMA_ARG_CORS_ORIGINS")
     origins = tuple(check_origin(o, cors_label) for o in _list(cors_text, cors_label, "origin"))
     if api_key == "":
         raise ConfigError("--api-key must not be empty (omit it to disable authentication)", flag="--api-key")
     api_key = api_key if api_key is not None else env.get("MLXCEL_API_KEY") or None
-    _range("--max-body-bytes", max_body_bytes, 1024)
-    _range("--shutdown-grace", shutdown_grace, 0, MAX_SHUTDOWN_GRACE_S)
+    check_range("--max-body-bytes", max_body_bytes, 1024)
+    check_range("--shutdown-grace", shutdown_grace, 0, MAX_SHUTDOWN_GRACE_S)
     return ServerConfig(
         hosts=hosts, port=_port(port, env), api_key=api_key, log_level=log_level, model_aliases=aliases,
         shutdown_grace_s=10.0 if shutdown_grace is None else shutdown_grace,
@@ -172,6 +156,6 @@ def distributed_config(command: str, env: Mapping[str, str], mode: Optional[str]
     if chosen not in DISTRIBUTED_MODES:
         raise ConfigError(f"--distributed must be one of {', '.join(DISTRIBUTED_MODES)} (got {mode!r})",
                           flag="--distributed")
-    _range("--distributed-timeout", timeout, 1.0)
+    check_range("--distributed-timeout", timeout, 1.0)
     backend = next((name for marker, name in _BACKEND_MARKERS if marker in env), "any")
     return DistributedConfig(chosen, backend, 60.0 if timeout is None else float(timeout))

@@ -9,10 +9,11 @@ from typer.testing import CliRunner
 
 import mlxcel_py.engine.lifecycle as engine_module
 from mlxcel_py.cli.app import app
-from mlxcel_py.config import reset_prefill_chunk_override
 from mlxcel_py.engine.chunking.fixed import PrefillChunkPolicy
 
+from config_helpers import reset_prefill_chunk_override
 from tiny import tiny_model
+
 
 runner = CliRunner()
 

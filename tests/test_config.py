@@ -12,7 +12,6 @@ from mlxcel_py.config import (
     ConfigError,
     ResolvedChunk,
     prefill_chunk_override,
-    reset_prefill_chunk_override,
     resolve,
     resolve_prefill_chunk_size,
     startup_summary,
@@ -21,6 +20,8 @@ from mlxcel_py.engine import MAX_TOKENS_LIMIT
 from mlxcel_py.engine.chunking.fixed import PrefillChunkPolicy
 from mlxcel_py.errors import ConfigError
 from mlxcel_py.logs import setup_logging
+
+from config_helpers import reset_prefill_chunk_override
 
 
 @pytest.fixture(autouse=True)

@@ -7,11 +7,11 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from mlxcel_py.engine.runner.logits import logprobs_of
-from mlxcel_py.engine.core.request import check_logit_bias
-from mlxcel_py.engine.runner.sampling import SequenceSampler, sample_rows, sample_step
-from mlxcel_py.engine.core.request import ConstraintSpec, SamplingParams
+from mlxcel_py.engine.core.request import ConstraintSpec, SamplingParams, check_logit_bias
+from mlxcel_py.engine.runner.sampling import SequenceSampler, sample_step
 from mlxcel_py.errors import RequestError
+
+from sampling_helpers import logprobs_of, sample_rows
 
 V = 64
 

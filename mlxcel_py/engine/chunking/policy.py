@@ -10,7 +10,7 @@ switched in by `Engine.prepare`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Protocol
+from typing import TYPE_CHECKING, Optional, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from .budget import BudgetStats
@@ -34,6 +34,7 @@ class TickState:
     remaining: Optional[int] = None  # prompt tokens left to prefill (None: unknown)
 
 
+@runtime_checkable  # the policies implement it structurally; the tests check they do
 class ChunkPolicy(Protocol):
     """The prefill chunk as a function of the tick's state.
 

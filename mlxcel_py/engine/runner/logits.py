@@ -63,17 +63,6 @@ def token_logprobs(token: int, chosen: float, ids: Optional[list[int]], values: 
     return TokenLogprobs(int(token), float(chosen), top)
 
 
-def logprobs_of(logits: mx.array, token: int, num: int) -> TokenLogprobs:
-    """Logprob of `token` and the top `num` (0-20) alternatives, from a processed (1, V) logits row."""
-    row = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-    if num == 0:
-        return token_logprobs(token, row[0, token].item(), None, None)
-    ids, values = top_alternatives(row, num)
-    chosen = row[0, token]
-    mx.eval(ids, values, chosen)
-    return token_logprobs(token, chosen.item(), ids[0].tolist(), values[0].tolist())
-
-
 def sequence_logprobs(logits: mx.array, tokens: list[int], num: int) -> list[TokenLogprobs]:
     """Each token's logprob under the (L, V) raw logits row before it, with `num` alternatives (echo)."""
     rows = logits - mx.logsumexp(logits, axis=-1, keepdims=True)

@@ -15,7 +15,7 @@ from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
 
 from .constraints import ConstraintCompiler, ConstraintMatcher, ConstraintViolation
 from ..core.events import TokenLogprobs
-from .logits import apply_bitmask, generated_processors, logprobs_of, repetition_processor, token_logprobs
+from .logits import apply_bitmask, generated_processors, repetition_processor, token_logprobs
 from .logits import top_alternatives
 from ..core.request import SamplingParams
 
@@ -126,17 +126,6 @@ def _rows(logits: mx.array, samplers: Sequence[SequenceSampler], compiler) -> tu
     return tokens, normalized
 
 
-def sample_rows(logits: mx.array, samplers: list[SequenceSampler],
-                compiler: Optional[ConstraintCompiler] = None) -> mx.array:
-    """Sample a (B, V) batch of logits, one sampler per row; one argmax when all are greedy.
-
-    Lazy and stateless: the caller advances each sampler (`accept`). `sample_step` does both."""
-    if all(s.greedy and not s.needs_processing for s in samplers):
-        return mx.argmax(logits, axis=-1)
-    tokens, _ = _rows(logits, samplers, compiler)
-    return mx.concatenate(tokens, axis=0)
-
-
 def sample_step(logits: mx.array, samplers: list[SequenceSampler],
                 compiler: Optional[ConstraintCompiler] = None) -> list[SampledToken]:
     """Sample a (B, V) batch, read logprobs where asked, and advance every sampler over its token."""
@@ -171,4 +160,4 @@ def _accept(sampler: SequenceSampler, token: int) -> Optional[str]:
     return None
 
 
-__all__ = ["SampledToken", "SequenceSampler", "logprobs_of", "mask_constrained", "sample_rows", "sample_step"]
+__all__ = ["SampledToken", "SequenceSampler", "mask_constrained", "sample_step"]

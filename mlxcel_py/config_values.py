@@ -1,0 +1,47 @@
+"""Reading one setting: a flag over its environment variables, counts parsed, ranges checked.
+
+Shared by config.py (the engine's settings) and serve_config.py (the server's); a bad value
+is a `ConfigError` naming the flag or variable it came from.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping, Optional, TypeVar
+
+from .errors import ConfigError
+
+T = TypeVar("T")
+
+
+def parse_count(raw: str) -> Optional[int]:
+    """A non-negative decimal integer, surrounding whitespace allowed; None when it is not one."""
+    text = raw.strip()
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+def env_count(raw: str, name: str) -> int:
+    """`raw` from variable `name` as a non-negative integer; ConfigError naming it when it is not one."""
+    value = parse_count(raw)
+    if value is None:
+        raise ConfigError(f"{name} must be a non-negative integer (got {raw!r})", flag=name)
+    return value
+
+
+def flag_or_env(value: Optional[T], flag: str, env: Mapping[str, str], *names: str,
+                parse: Optional[Callable[[str, str], T]] = None) -> tuple[Optional[T], str]:
+    """The flag's value, else the first set (non-blank) variable's, parsed by `parse(raw, name)`;
+    with the label an error message should name (the flag when nothing was set)."""
+    if value is not None:
+        return value, flag
+    for name in names:
+        raw = env.get(name)
+        if raw is not None and raw.strip():
+            return (parse(raw, name) if parse is not None else raw), name  # type: ignore[return-value]
+    return None, flag
+
+
+def check_range(label: str, value: Optional[float], low: float, high: Optional[float] = None) -> None:
+    """ConfigError naming `label` unless `value` (None: not given) is at least `low` and at most `high`."""
+    if value is not None and (value < low or (high is not None and value > high)):
+        bounds = f"at least {low}" if high is None else f"between {low} and {high}"
+        raise ConfigError(f"{label} must be {bounds} (got {value})", flag=label)
