@@ -29,9 +29,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 import peers  # noqa: E402
 
-from mlxcel_py.bench.client import StreamLog, completion_body, new_client, stream_request  # noqa: E402
-from mlxcel_py.bench.prompts import build_prompt, load_encoder, round_seed  # noqa: E402
-from mlxcel_py.bench.servers import Arm, ManagedServer, ServerSpec, mlxcel_spec  # noqa: E402
+from mlxcel_py.loadtest.client import StreamLog, completion_body, new_client, stream_request  # noqa: E402
+from mlxcel_py.loadtest.prompts import build_prompt, load_encoder, round_seed  # noqa: E402
+from mlxcel_py.loadtest.servers import Arm, ManagedServer, ServerSpec, mlxcel_spec  # noqa: E402
 
 PROMPT_TOKENS = 32
 

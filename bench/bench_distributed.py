@@ -32,7 +32,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from mlxcel_py.bench.scaled import ScaledDims, write_scaled_gguf  # noqa: E402
+from mlxcel_py.loadtest.scaled import ScaledDims, write_scaled_gguf  # noqa: E402
 
 # About TinyLlama's proportions at a sixth of its width: 16 layers, 16 heads, 4 kv heads.
 MEDIUM = ScaledDims(hidden=1024, layers=16, heads=16, kv_heads=4, ffn=2816, context=4096, vocab=512)

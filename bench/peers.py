@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from mlxcel_py.bench.servers import Arm, ManagedServer, ServerSpec, free_port
+from mlxcel_py.loadtest.servers import Arm, ManagedServer, ServerSpec, free_port
 
 OPENBLAS = "/lib/x86_64-linux-gnu/libopenblas.so.0"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mlxcel-py" / "bench"
@@ -118,7 +118,7 @@ def peer_arms(steps: tuple[int, ...] = (2048, 512)) -> tuple[list[Arm], dict[str
 
 
 def check(step: int) -> None:
-    from mlxcel_py.bench.client import StreamLog, completion_body, new_client, stream_request
+    from mlxcel_py.loadtest.client import StreamLog, completion_body, new_client, stream_request
 
     model_dir = ensure_converted()
     async def one(url: str) -> StreamLog:

@@ -25,11 +25,11 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 import peers  # noqa: E402
 
-from mlxcel_py.bench.admit import AdmitConfig, run_admit  # noqa: E402
-from mlxcel_py.bench.report import write_results  # noqa: E402
-from mlxcel_py.bench.scaled import write_scaled_gguf  # noqa: E402
-from mlxcel_py.bench.servers import Arm, budget_arm, parse_arm  # noqa: E402
-from mlxcel_py.bench.ttft import TtftConfig, run_ttft  # noqa: E402
+from mlxcel_py.loadtest.admit import AdmitConfig, run_admit  # noqa: E402
+from mlxcel_py.loadtest.report import write_results  # noqa: E402
+from mlxcel_py.loadtest.scaled import write_scaled_gguf  # noqa: E402
+from mlxcel_py.loadtest.servers import Arm, budget_arm, parse_arm  # noqa: E402
+from mlxcel_py.loadtest.ttft import TtftConfig, run_ttft  # noqa: E402
 
 STEPS = ("admit", "peers", "ttft", "scaled", "budget")
 BUDGET_MS = 300  # issue 17's acceptance: --itl-budget-ms 300 against --prefill-chunk-size 512

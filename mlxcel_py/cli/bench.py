@@ -33,7 +33,7 @@ def _err() -> Console:
 
 
 def _arms(arm: list[str], url: list[str], itl_budget_ms: Optional[int] = None):
-    from ..bench.servers import budget_arm, parse_arms
+    from ..loadtest.servers import budget_arm, parse_arms
 
     try:
         return parse_arms(arm, url, [budget_arm(itl_budget_ms)] if itl_budget_ms is not None else [])
@@ -80,8 +80,8 @@ def admit(
 ) -> None:
     """N streams decode; then one long prompt is admitted. Stream inter-token latency before and
     during its prefill, and its TTFT, per arm and round."""
-    from ..bench.admit import AdmitConfig, run_admit
-    from ..bench.report import ADMIT_HEADERS, admit_checks, admit_rows, budget_checks
+    from ..loadtest.admit import AdmitConfig, run_admit
+    from ..loadtest.report import ADMIT_HEADERS, admit_checks, admit_rows, budget_checks
 
     arms = _arms(arm, url, itl_budget_ms)
     cfg = AdmitConfig(num_streams=streams, prompt_tokens=prompt_tokens, stream_prompt_tokens=stream_prompt_tokens,
@@ -112,9 +112,9 @@ def ttft(
     out: OutOpt = None,
 ) -> None:
     """Single-stream TTFT per arm, rounds interleaved; each arm's median against the null arm's range."""
-    from ..bench.report import TTFT_HEADERS, ttft_rows
-    from ..bench.servers import null_arm
-    from ..bench.ttft import TtftConfig, run_ttft
+    from ..loadtest.report import TTFT_HEADERS, ttft_rows
+    from ..loadtest.servers import null_arm
+    from ..loadtest.ttft import TtftConfig, run_ttft
 
     arms = _arms(arm, url)
     try:

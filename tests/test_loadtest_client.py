@@ -11,12 +11,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from mlxcel_py.bench.admit import AdmitConfig, admit_rounds, build_round_prompts, run_admit
-from mlxcel_py.bench.client import (
+from mlxcel_py.loadtest.admit import AdmitConfig, admit_rounds, build_round_prompts, run_admit
+from mlxcel_py.loadtest.client import (
     Frame, StreamLog, completion_body, frame_from_json, new_client, parse_sse, parse_sse_line, stream_request,
 )
-from mlxcel_py.bench.servers import Arm
-from mlxcel_py.bench.ttft import TtftConfig, run_ttft
+from mlxcel_py.loadtest.servers import Arm
+from mlxcel_py.loadtest.ttft import TtftConfig, run_ttft
 
 OURS = [
     'data: {"id":"c1","object":"text_completion","choices":[{"index":0,"text":"","logprobs":null,'

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mlxcel_py.bench.admit import summarize_round
-from mlxcel_py.bench.stats import (
+from mlxcel_py.loadtest.admit import summarize_round
+from mlxcel_py.loadtest.stats import (
     itls_overlapping, itls_within, min_med_max, percentile, summarize, tokens_within,
 )
 

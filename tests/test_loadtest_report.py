@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from mlxcel_py.bench.admit import summarize_round
-from mlxcel_py.bench.report import (
+from mlxcel_py.loadtest.admit import summarize_round
+from mlxcel_py.loadtest.report import (
     admit_checks, admit_rows, budget_checks, render_markdown, run_checks, ttft_check, ttft_rows, write_results,
 )
-from mlxcel_py.bench.ttft import null_verdicts
+from mlxcel_py.loadtest.ttft import null_verdicts
 
 
 def fake_round(index: int, stall_s: float, ttft_s: float = 1.0) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlxcel_py.bench.prompts import build_prompt, random_words, round_seed
+from mlxcel_py.loadtest.prompts import build_prompt, random_words, round_seed
 from mlxcel_py.errors import ConfigError
 
 

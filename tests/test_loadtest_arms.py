@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from mlxcel_py.bench.servers import Arm, budget_arm, mlxcel_spec, null_arm, parse_arm, parse_arms, parse_url_arm
-from mlxcel_py.bench.ttft import arm_order, null_verdicts
+from mlxcel_py.loadtest.servers import Arm, budget_arm, mlxcel_spec, null_arm, parse_arm, parse_arms, parse_url_arm
+from mlxcel_py.loadtest.ttft import arm_order, null_verdicts
 from mlxcel_py.errors import ConfigError
 
 
@@ -69,9 +69,9 @@ def test_budget_arm_command_line():
 def test_bench_admit_adds_the_budget_arm_and_prints_its_checks(monkeypatch):
     from typer.testing import CliRunner
 
-    import mlxcel_py.bench.admit as admit_module
+    import mlxcel_py.loadtest.admit as admit_module
     from mlxcel_py.cli.bench import app
-    from test_bench_report import budget_result
+    from test_loadtest_report import budget_result
 
     seen = []
 
@@ -133,7 +133,7 @@ HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 
 
 def test_managed_server_starts_waits_and_stops():
-    from mlxcel_py.bench.servers import ManagedServer, ServerSpec, free_port
+    from mlxcel_py.loadtest.servers import ManagedServer, ServerSpec, free_port
 
     port = free_port()
     server = ManagedServer(ServerSpec("h", (sys.executable, "-c", HEALTH_SERVER, str(port)), port), 30)
@@ -143,7 +143,7 @@ def test_managed_server_starts_waits_and_stops():
 
 
 def test_managed_server_reports_a_dead_process():
-    from mlxcel_py.bench.servers import ManagedServer, ServerSpec
+    from mlxcel_py.loadtest.servers import ManagedServer, ServerSpec
 
     spec = ServerSpec("dead", (sys.executable, "-c", "print('bad flag'); raise SystemExit(3)"), 1)
     with pytest.raises(RuntimeError, match=r"(?s)exited with 3.*bad flag"):
