@@ -1,6 +1,8 @@
 """The engine's public API: requests in, events out, through one worker thread that owns MLX.
 
 Importing this package does not import MLX; `build_engine` loads the runner when called.
+Inside: core/ (pure Python: Engine, scheduler, records), chunking/ (the prefill chunk policies),
+runner/ and distributed/ (the only engine code that imports MLX).
 """
 
 from ..errors import EngineError, EngineStoppedError, PromptTooLongError, QueueFullError, RequestError

@@ -124,10 +124,6 @@ class PrefillKernels:
         self._originals = originals
         self._wrapped = {name: KERNELS[name](fn) for name, fn in originals.items()}
 
-    @property
-    def names(self) -> list[str]:
-        return list(self._originals)
-
     def __enter__(self) -> "PrefillKernels":
         with self._lock:
             key = self.module.__name__
