@@ -2,7 +2,7 @@
 
 Usage: .venv/bin/python bench/bench_constraints.py [--max-tokens 96] [--runs 3]
 For json_object, a nested schema and a forced tool call, greedy and temperature 1, it
-decodes with the real sampling path (engine/sampling.py) and prints, per token:
+decodes with the real sampling path (engine/runner/sampling.py) and prints, per token:
   model    the model's forward step (batch 1)
   free     sampling at the same temperature without a constraint (greedy: the one-argmax fast path)
   fill     computing the grammar's bitmask (llguidance)

@@ -121,7 +121,7 @@ class EngineConfig:
     ctx_size: Optional[int]  # total KV tokens over all slots; None = each slot gets the model's max context
     max_queue: int = 64
     prompt_cache: PromptCacheConfig = field(default_factory=PromptCacheConfig)
-    itl_budget_ms: Optional[int] = None  # choose the chunk per tick by time (engine/budget.py)
+    itl_budget_ms: Optional[int] = None  # choose the chunk per tick by time (engine/chunking/budget.py)
 
 
 @dataclass(frozen=True, slots=True)

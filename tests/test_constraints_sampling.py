@@ -1,5 +1,5 @@
 """Random sampling from random logits under a grammar mask always yields documents that a
-second implementation (`jsonschema`) validates: the whole pipeline of engine/sampling.py."""
+second implementation (`jsonschema`) validates: the whole pipeline of engine/runner/sampling.py."""
 
 import json
 

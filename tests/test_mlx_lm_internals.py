@@ -14,15 +14,15 @@ USED = [
     ("mlx_lm.tokenizer_utils", "_byte_decoder", "models/tokenizer.py: exact byte-level decoding"),
     ("mlx_lm.tokenizer_utils", "BPEStreamingDetokenizer", "models/tokenizer.py: ByteLevelDetokenizer"),
     ("mlx_lm.tokenizer_utils", "TokenizerWrapper", "models/tokenizer.py: wraps the GGUF tokenizer"),
-    ("mlx_lm.models.cache", "KVCache", "engine/runner.py: KV snapshots and adoption"),
-    ("mlx_lm.models.cache", "BatchKVCache", "engine/runner.py: the decode batch (KVCache.merge)"),
-    ("mlx_lm.models.cache", "make_prompt_cache", "engine/runner.py: per-sequence prefill caches"),
+    ("mlx_lm.models.cache", "KVCache", "engine/runner/model_runner.py: KV snapshots and adoption"),
+    ("mlx_lm.models.cache", "BatchKVCache", "engine/runner/model_runner.py: the decode batch (KVCache.merge)"),
+    ("mlx_lm.models.cache", "make_prompt_cache", "engine/runner/model_runner.py: per-sequence prefill caches"),
     ("mlx_lm.models.llama", "scaled_dot_product_attention", "models/cpu_kernels.py: replaced on CPU"),
     ("mlx_lm.models.llama", "swiglu", "models/cpu_kernels.py: replaced on CPU"),
-    ("mlx_lm.sample_utils", "apply_top_p", "engine/sampling.py"),
-    ("mlx_lm.sample_utils", "apply_min_p", "engine/sampling.py"),
-    ("mlx_lm.sample_utils", "apply_top_k", "engine/sampling.py"),
-    ("mlx_lm.sample_utils", "make_repetition_penalty", "engine/sampling.py"),
+    ("mlx_lm.sample_utils", "apply_top_p", "engine/runner/sampling.py"),
+    ("mlx_lm.sample_utils", "apply_min_p", "engine/runner/sampling.py"),
+    ("mlx_lm.sample_utils", "apply_top_k", "engine/runner/sampling.py"),
+    ("mlx_lm.sample_utils", "make_repetition_penalty", "engine/runner/sampling.py"),
     ("mlx_lm.utils", "load", "models/loader.py: mlx-lm directories"),
     ("mlx_lm.utils", "dequantize_model", "models/loader.py: dense float32 on CPU"),
 ]
@@ -53,14 +53,14 @@ def test_kv_cache_shape():
     cache = KVCache()
     keys = mx.zeros((1, 2, 5, 4))
     cache.update_and_fetch(keys, keys)
-    assert (cache.offset, cache.keys.shape[2] >= 5) == (5, True), "KVCache.offset/keys changed (engine/runner.py)"
-    assert cache.trim(2) == 2 and cache.offset == 3, "KVCache.trim changed (engine/runner.py trims pads)"
+    assert (cache.offset, cache.keys.shape[2] >= 5) == (5, True), "KVCache.offset/keys changed (engine/runner/model_runner.py)"
+    assert cache.trim(2) == 2 and cache.offset == 3, "KVCache.trim changed (engine/runner/model_runner.py trims pads)"
     batch = cache.merge([cache])
-    assert isinstance(batch, BatchKVCache), "KVCache.merge no longer builds a BatchKVCache (engine/runner.py)"
+    assert isinstance(batch, BatchKVCache), "KVCache.merge no longer builds a BatchKVCache (engine/runner/model_runner.py)"
     for method in ("extend", "filter", "extract"):
-        assert callable(getattr(batch, method, None)), f"BatchKVCache.{method} changed (engine/runner.py)"
+        assert callable(getattr(batch, method, None)), f"BatchKVCache.{method} changed (engine/runner/model_runner.py)"
     row = batch.extract(0)
-    assert isinstance(row, KVCache) and row.offset == 3, "BatchKVCache.extract changed (engine/runner.py)"
+    assert isinstance(row, KVCache) and row.offset == 3, "BatchKVCache.extract changed (engine/runner/model_runner.py)"
 
 
 def test_tied_embedding_projection():
@@ -71,6 +71,6 @@ def test_tied_embedding_projection():
                      tie_word_embeddings=True)
     model = Model(args)
     assert callable(getattr(model.model.embed_tokens, "as_linear", None)), (
-        "nn.Embedding.as_linear changed (engine/runner.py projects the last position only)"
+        "nn.Embedding.as_linear changed (engine/runner/model_runner.py projects the last position only)"
     )
-    assert model.args.tie_word_embeddings, "llama ModelArgs.tie_word_embeddings changed (engine/runner.py)"
+    assert model.args.tie_word_embeddings, "llama ModelArgs.tie_word_embeddings changed (engine/runner/model_runner.py)"

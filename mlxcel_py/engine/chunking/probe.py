@@ -1,4 +1,4 @@
-"""Timing real ticks on the runner, for the ITL-budget calibration (engine/calibration.py).
+"""Timing real ticks on the runner, for the ITL-budget calibration (engine/chunking/calibration.py).
 
 `TickProbe.measure(tokens, context, rows)` times one tick of the asked shape end to end: a
 decode step over `rows` scratch sequences, then a `tokens`-token piece of a scratch prompt

@@ -18,7 +18,7 @@ MAX_TOKENS_LIMIT = 1_000_000
 MAX_LOGIT_BIAS = 1024  # entries in one request's logit_bias
 MAX_TOP_LOGPROBS = 20  # OpenAI's limit
 MAX_CONSTRAINT_CHARS = 1 << 20
-# What a ConstraintSpec's text holds, by kind (engine/constraints.py compiles them).
+# What a ConstraintSpec's text holds, by kind (engine/runner/constraints.py compiles them).
 CONSTRAINT_KINDS = ("json_schema", "json_object", "gbnf", "regex", "tool_call")
 
 

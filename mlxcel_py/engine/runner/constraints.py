@@ -2,7 +2,7 @@
 once, and give each sequence a matcher that says which tokens may come next.
 
 No MLX here: masks are numpy int32 bitmasks (bit i of word w allows token 32*w + i), which
-engine/logits.py applies to the logits. See docs/STRUCTURED_OUTPUT.md."""
+engine/runner/logits.py applies to the logits. See docs/STRUCTURED_OUTPUT.md."""
 
 from __future__ import annotations
 
