@@ -25,7 +25,7 @@ from .schemas import GenerationRequest
 
 if TYPE_CHECKING:
     from ..tool_calls import ToolFormat
-    from .app import Runtime
+    from .runtime import Runtime
 
 # Claude Code's system prompt starts with a per-request stamp (cch=xxxxx;) that would defeat the
 # prompt cache; llama-server blanks it the same way (llama.cpp PR 21793).

@@ -7,20 +7,16 @@ may come as `x-api-key` (auth.py).
 from __future__ import annotations
 
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from .anthropic_prompts import count_tokens, prepare_messages
 from .anthropic_shapes import AnthropicFramer, message_json
-from .app import runtime
+from .runtime import runtime
 from .body import read_body
 from .framed_stream import FramedStream, gather, start
 from .streaming import CLIENT_CLOSED
 
-router = APIRouter()
-
-
-@router.post("/v1/messages")
 async def messages(request: Request) -> Response:
     """A Messages reply: text and tool_use blocks; with `stream` Anthropic's event stream."""
     prepared, gen = await start(request, prepare_messages, "messages")
@@ -34,7 +30,6 @@ async def messages(request: Request) -> Response:
     return JSONResponse(message_json(prepared.reply, got.text, got.finished))
 
 
-@router.post("/v1/messages/count_tokens")
 async def messages_count_tokens(request: Request) -> dict:
     """{"input_tokens": n}: the prompt the same body would run (templated and tokenized, nothing generated)."""
     rt = runtime(request)

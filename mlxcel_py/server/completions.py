@@ -9,25 +9,19 @@ from __future__ import annotations
 
 from typing import Callable
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from fastapi.responses import Response
 
-from .app import Runtime
+from .runtime import Runtime
 from .framed_stream import FramedStream, start
 from .prompts import Prepared, prepare_chat, prepare_completion
 from .responses import OpenAIFramer
 from .streaming import CLIENT_CLOSED, complete
 
-router = APIRouter()
-
-
-@router.post("/v1/chat/completions")
-@router.post("/chat/completions", include_in_schema=False)
 async def chat_completions(request: Request) -> Response:
     return await _generate(request, prepare_chat, "messages")
 
 
-@router.post("/v1/completions")
 async def completions(request: Request) -> Response:
     return await _generate(request, prepare_completion, "prompt")
 

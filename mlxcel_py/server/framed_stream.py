@@ -23,14 +23,14 @@ from starlette.types import Receive, Scope, Send
 from ..engine import Finished, TokenDelta
 from ..engine import Request as EngineRequest
 from ..errors import MlxcelError
-from .app import runtime
+from .runtime import runtime
 from .body import read_body
 from .errors import APIError, from_error, unavailable
 from .responses import failure
 from .streaming import FINAL_WRITE_S, SSE_HEADERS, Generation, _watched
 
 if TYPE_CHECKING:
-    from .app import Runtime
+    from .runtime import Runtime
 
 log = logging.getLogger("mlxcel_py.server")
 P = TypeVar("P")  # a route's prepared request: it has `.job`, the engine request

@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from .. import __version__
@@ -18,7 +18,7 @@ from ..engine import Request as EngineRequest
 from ..engine import check_logit_bias
 from ..errors import RequestError
 from ..models.vocab import hf_tokenizer
-from .app import runtime
+from .runtime import runtime
 from .body import parse_body, read_body
 from .errors import APIError, from_error
 from .framed_stream import FramedStream, gather, start
@@ -29,10 +29,7 @@ from .structured import output_plan
 from .streaming import CLIENT_CLOSED
 
 if TYPE_CHECKING:
-    from .app import Runtime
-
-router = APIRouter()
-
+    from .runtime import Runtime
 
 @dataclass(frozen=True, slots=True)
 class NativePrepared:
@@ -93,8 +90,6 @@ def prepare_native(rt: "Runtime", raw: bytes) -> NativePrepared:
     return NativePrepared(job, reply, stream)
 
 
-@router.post("/completion")
-@router.post("/completions", include_in_schema=False)
 async def completion(request: Request) -> Response:
     """llama-server's native completion: `content`, `tokens`, `timings`, ...; streamed as {"content", "stop"} frames."""
     prepared, gen = await start(request, prepare_native, "prompt")
@@ -122,7 +117,6 @@ def _token_text(tokenizer: Any, name: str) -> str:
     return value if isinstance(value, str) else ""
 
 
-@router.get("/props")
 async def props(request: Request) -> dict:
     """llama-server's server properties (read-only, as llama-server without --props)."""
     rt = runtime(request)
@@ -158,7 +152,6 @@ def _apply_template(rt: "Runtime", raw: bytes) -> dict:
         raise from_error(exc, "messages") from None
 
 
-@router.post("/apply-template")
 async def apply_template(request: Request) -> dict:
     """The prompt text the chat messages render to, as /v1/chat/completions would feed the model."""
     rt = runtime(request)

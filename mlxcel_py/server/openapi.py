@@ -13,23 +13,9 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from .anthropic_schemas import CountTokensRequest, MessagesRequest
 from .errors import anthropic_route
-from .llama_schemas import ApplyTemplateRequest, NativeCompletionRequest
-from .schemas import ChatRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest
 
 REF = "#/components/schemas/{model}"
-BODIES: dict[str, type[BaseModel]] = {
-    "/v1/chat/completions": ChatRequest,
-    "/v1/completions": CompletionRequest,
-    "/tokenize": TokenizeRequest,
-    "/detokenize": DetokenizeRequest,
-    "/completion": NativeCompletionRequest,
-    "/apply-template": ApplyTemplateRequest,
-    "/v1/messages": MessagesRequest,
-    "/v1/messages/count_tokens": CountTokensRequest,
-}
-STREAMING = ("/v1/chat/completions", "/v1/completions", "/completion", "/v1/messages")
 ERRORS = {
     "400": "Invalid request: the message and `param` name the field",
     "401": "Missing or wrong API key",
@@ -68,13 +54,15 @@ def _error_responses(codes: list[str], path: str) -> dict[str, Any]:
     return {code: {"description": ERRORS[code], "content": {"application/json": {"schema": ref}}} for code in codes}
 
 
-def build_openapi(app: FastAPI, api_key: bool) -> dict[str, Any]:
+def build_openapi(app: FastAPI, api_key: bool, bodies: dict[str, type[BaseModel]],
+                  streaming: tuple[str, ...]) -> dict[str, Any]:
+    """FastAPI's schema plus `bodies` (path -> the body it parses), the errors, and the SSE replies."""
     schema = get_openapi(title=app.title, version=app.version, routes=app.routes,
                          description="OpenAI, llama-server and Anthropic APIs of mlxcel-py serve (see docs/SERVER.md)")
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     components["Error"] = ERROR_SCHEMA
     components["AnthropicError"] = ANTHROPIC_ERROR_SCHEMA
-    for path, model in BODIES.items():
+    for path, model in bodies.items():
         body = model.model_json_schema(ref_template=REF)
         components.update(body.pop("$defs", {}))
         components[model.__name__] = body
@@ -90,7 +78,7 @@ def build_openapi(app: FastAPI, api_key: bool) -> dict[str, Any]:
     health["description"] = "Loading or shutting down: {\"status\": \"loading\" | \"shutting_down\"}"
     health["content"] = {"application/json": {"schema": {"type": "object"}}}
     schema["paths"]["/metrics"]["get"]["responses"]["200"]["content"] = {"text/plain": {"schema": {"type": "string"}}}
-    for path in STREAMING:
+    for path in streaming:
         ok = schema["paths"][path]["post"]["responses"]["200"]
         ok["description"] = "The reply as JSON, or with `stream: true` server-sent events (OpenAI's end in [DONE])"
         ok["content"]["text/event-stream"] = {"schema": {"type": "string"}}
@@ -100,12 +88,13 @@ def build_openapi(app: FastAPI, api_key: bool) -> dict[str, Any]:
     return schema
 
 
-def install_openapi(app: FastAPI, api_key: bool) -> None:
+def install_openapi(app: FastAPI, api_key: bool, bodies: dict[str, type[BaseModel]],
+                    streaming: tuple[str, ...]) -> None:
     """Serve the schema at /openapi.json (built once, on first request)."""
     built: list[dict[str, Any]] = []
 
     @app.get("/openapi.json", include_in_schema=False)
     async def openapi() -> JSONResponse:
         if not built:
-            built.append(build_openapi(app, api_key))
+            built.append(build_openapi(app, api_key, bodies, streaming))
         return JSONResponse(built[0])

@@ -26,7 +26,7 @@ from .structured import OutputPlan, output_plan
 from .unsupported import refuse_unsupported
 
 if TYPE_CHECKING:
-    from .app import Runtime
+    from .runtime import Runtime
 
 
 @dataclass(frozen=True, slots=True)

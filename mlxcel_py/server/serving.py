@@ -19,6 +19,8 @@ import uvicorn
 
 from ..config import AppConfig, startup_summary
 from ..errors import ServeError
+from .app import create_app
+from .errors import APIError
 
 log = logging.getLogger("mlxcel_py.server")
 # After the grace period the server cuts open requests itself; uvicorn's own deadline (which
@@ -67,8 +69,6 @@ class GracefulServer(uvicorn.Server):
             timer.cancel()
 
     def _cut(self, why: str) -> None:
-        from .errors import APIError
-
         message = f"the server shut down before this request finished ({why})"
         count = self.runtime.cut_all(APIError(503, message, code="server_shutting_down"))
         if count:
@@ -198,8 +198,6 @@ def serve_forever(config: AppConfig) -> None:
     bound = dataclasses.replace(config.server, port=socks[0].getsockname()[1])
     for line in startup_summary(dataclasses.replace(config, server=bound)):
         log.info("%s", line)
-    from .app import create_app
-
     app = create_app(None, None, config)
     log.info("loading the model; /health answers 503 until it is ready")
     asyncio.run(_serve(make_server(app, config), socks, config, ", ".join(bound.urls()), cluster))

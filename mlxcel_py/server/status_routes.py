@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from .app import runtime
+from .runtime import runtime
 from .metrics import CONTENT_TYPE
 
-router = APIRouter()
-
-
-@router.get("/health")
-@router.get("/v1/health", include_in_schema=False)
 async def health(request: Request) -> JSONResponse:
     rt = runtime(request)
     if rt.failure is not None:
@@ -24,8 +19,6 @@ async def health(request: Request) -> JSONResponse:
     return JSONResponse({"status": "ok"})
 
 
-@router.get("/v1/models")
-@router.get("/models", include_in_schema=False)
 async def models(request: Request) -> dict:
     rt = runtime(request)
     stats = rt.worker.stats()
@@ -37,12 +30,10 @@ async def models(request: Request) -> dict:
     return {"object": "list", "data": [entry]}
 
 
-@router.get("/metrics")
 async def metrics(request: Request) -> Response:
     return Response(runtime(request).metrics.render(), media_type=CONTENT_TYPE)
 
 
-@router.get("/slots")
 async def slots(request: Request) -> list[dict]:
     stats = runtime(request).worker.stats()
     return [

@@ -4,20 +4,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 
 from ..errors import RequestError
-from .app import runtime
+from .runtime import runtime
 from .body import parse_body, read_body
 from .errors import APIError
 from .prompts import check_token_ids
 from .schemas import DetokenizeRequest, TokenizeRequest
 
 if TYPE_CHECKING:
-    from .app import Runtime
-
-router = APIRouter()
-
+    from .runtime import Runtime
 
 def _tokenize(rt: "Runtime", raw: bytes) -> dict:
     from ..models import encode_text
@@ -39,13 +36,11 @@ def _detokenize(rt: "Runtime", raw: bytes) -> dict:
     return {"content": rt.loaded.tokenizer.decode(body.tokens)}
 
 
-@router.post("/tokenize")
 async def tokenize(request: Request) -> dict:
     rt = runtime(request)
     return await rt.off_loop(_tokenize, rt, await read_body(request, rt.max_body_bytes))
 
 
-@router.post("/detokenize")
 async def detokenize(request: Request) -> dict:
     rt = runtime(request)
     return await rt.off_loop(_detokenize, rt, await read_body(request, rt.max_body_bytes))
