@@ -188,7 +188,7 @@ def serve_forever(config: AppConfig) -> None:
     preload_blas(config.blas)
     cluster = None
     if config.distributed is not None:  # under mlx.launch: only rank 0 binds the port
-        from .cluster import join
+        from .http.cluster import join
 
         cluster = join(config.distributed)
         if cluster is not None and cluster.rank != 0:

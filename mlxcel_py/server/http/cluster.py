@@ -16,13 +16,13 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any, Optional
 
-from ..errors import MlxcelError, ModelLoadError, ServeError
+from ...errors import MlxcelError, ModelLoadError, ServeError
 
 if TYPE_CHECKING:
-    from ..config import AppConfig, DistributedConfig
-    from ..engine import EngineWorker
-    from ..models import LoadedModel
-    from .app import Runtime
+    from ...config import AppConfig, DistributedConfig
+    from ...engine import EngineWorker
+    from ...models import LoadedModel
+    from ..runtime import Runtime
 
 log = logging.getLogger("mlxcel_py.distributed")
 
@@ -48,8 +48,8 @@ class Cluster:
 
     def load(self, config: "AppConfig") -> "LoadedModel":
         """Load and shard on this rank, then learn what every rank holds; ModelLoadError if any failed."""
-        from ..models import load_model
-        from ..models.shard import choose_mode, fingerprint, shard_model
+        from ...models import load_model
+        from ...models.shard import choose_mode, fingerprint, shard_model
 
         loaded, info = None, {}
         try:
@@ -77,8 +77,8 @@ class Cluster:
         return dataclasses.replace(loaded, description=loaded.description + note)
 
     def leader_runner(self, loaded: "LoadedModel"):
-        from ..engine.distributed import LeaderRunner
-        from ..engine.lifecycle import constraint_compiler
+        from ...engine.distributed import LeaderRunner
+        from ...engine.lifecycle import constraint_compiler
 
         return LeaderRunner(loaded.model, self.link, self.config.timeout_s, compiler=constraint_compiler(loaded))
 
@@ -95,8 +95,8 @@ class Cluster:
 
     def follow(self, config: "AppConfig") -> None:
         """A rank other than 0: load, then execute rank 0's records until it stops or is lost."""
-        from ..engine.distributed import ShardRunner, follow
-        from ..engine.lifecycle import constraint_compiler
+        from ...engine.distributed import ShardRunner, follow
+        from ...engine.lifecycle import constraint_compiler
 
         # Ctrl-C reaches every rank of a terminal; rank 0 drains its requests, then stops this one.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -123,7 +123,7 @@ def join(config: "DistributedConfig") -> Optional[Cluster]:
     """Join the launcher's group; None when the world has one rank (serve exactly as one process)."""
     import mlx.core as mx
 
-    from ..engine.dist_link import Link, Watchdog
+    from ...engine.dist_link import Link, Watchdog
 
     watchdog = Watchdog(lambda what, s: _exit_now(f"{what} took over {s:.0f} s: did every rank start?"))
     try:
