@@ -13,19 +13,18 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from fastapi import FastAPI
 from pydantic import BaseModel
 
-from .anthropic_routes import messages, messages_count_tokens
-from .anthropic_schemas import CountTokensRequest, MessagesRequest
-from .auth import Gate
-from .completions import chat_completions, completions
-from .cors import Cors, cors_options
-from .errors import CatchBugs, install_error_handlers
-from .llama_routes import apply_template, completion, props
-from .llama_schemas import ApplyTemplateRequest, NativeCompletionRequest
-from .openapi import install_openapi
+from .anthropic.routes import messages, messages_count_tokens
+from .anthropic.schemas import CountTokensRequest, MessagesRequest
+from .http.auth import Gate
+from .http.cors import Cors, cors_options
+from .http.errors import CatchBugs, install_error_handlers
+from .http.openapi import install_openapi
+from .http.status import health, metrics, slots
+from .llama.routes import apply_template, completion, detokenize, props, tokenize
+from .llama.schemas import ApplyTemplateRequest, DetokenizeRequest, NativeCompletionRequest, TokenizeRequest
+from .openai.routes import chat_completions, completions, models
+from .openai.schemas import ChatRequest, CompletionRequest
 from .runtime import Runtime
-from .schemas import ChatRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest
-from .status_routes import health, metrics, models, slots
-from .token_routes import detokenize, tokenize
 
 if TYPE_CHECKING:
     from ..config import AppConfig
@@ -60,10 +59,10 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/apply-template", apply_template, ApplyTemplateRequest),
     Route("POST", "/tokenize", tokenize, TokenizeRequest),
     Route("POST", "/detokenize", detokenize, DetokenizeRequest),
-    # Anthropic's Messages API (its errors in Anthropic's shape: errors.py)
+    # Anthropic's Messages API (its errors in Anthropic's shape: http/errors.py)
     Route("POST", "/v1/messages", messages, MessagesRequest, streams=True),
     Route("POST", "/v1/messages/count_tokens", messages_count_tokens, CountTokensRequest),
-    # the server's own state
+    # the server's own state, whatever the dialect
     Route("GET", "/health", health),
     Route("GET", "/v1/health", health, alias=True),
     Route("GET", "/metrics", metrics),

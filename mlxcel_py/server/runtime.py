@@ -18,16 +18,16 @@ from starlette.requests import Request
 from .. import __version__
 from ..config import DEFAULT_MAX_BODY_BYTES
 from ..engine import EngineStats
-from ..tool_calls.render import ToolFormat, tool_format
-from .errors import APIError, unavailable
-from .metrics import ServerMetrics
-from .prompts import PromptLimit, max_token_chars
+from ..tool_calls import ToolFormat, tool_format
+from .generation.prompt import PromptLimit, max_token_chars
+from .http.errors import APIError, unavailable
+from .http.metrics import ServerMetrics
 
 if TYPE_CHECKING:
     from ..config import AppConfig
     from ..engine import EngineWorker
     from ..models import LoadedModel
-    from .streaming import Generation
+    from .generation.submit import Generation
 
 T = TypeVar("T")
 # Threads that parse, template and tokenize request bodies: the event loop never does.

@@ -13,9 +13,8 @@ from typing import Sequence
 
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import JSONResponse, Response
-from starlette.types import ASGIApp
 
-from ..serve_config import LOOPBACK
+from ...serve_config import LOOPBACK
 from .errors import APIError
 
 LOOPBACK_HOSTS = r"(localhost|127\.0\.0\.1|\[::1\])"
@@ -60,6 +59,3 @@ def cors_options(origins: Sequence[str]) -> dict:
         "max_age": PREFLIGHT_MAX_AGE_S,
     }
 
-
-def with_cors(app: ASGIApp, origins: Sequence[str]) -> Cors:
-    return Cors(app, **cors_options(origins))

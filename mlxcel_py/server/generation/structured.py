@@ -13,10 +13,9 @@ from typing import Any, Optional
 
 from pydantic import BaseModel
 
-from ..engine import ConstraintSpec
-from ..errors import RequestError
-from ..tool_calls import ToolFormat, ToolRequest, call_constraint, tool_request
-from .errors import APIError
+from ...engine import ConstraintSpec
+from ...errors import FieldError, RequestError
+from ...tool_calls import ToolFormat, ToolRequest, call_constraint, tool_request
 from .schemas import GenerationRequest
 
 
@@ -41,8 +40,8 @@ def _response_format(body: GenerationRequest) -> Optional[ConstraintSpec]:
     if fmt.type == "json_object":  # llama-server also takes a schema here
         return ConstraintSpec("json_object") if fmt.schema_ is None else _schema_spec(fmt.schema_)
     if fmt.json_schema.schema_ is None:
-        raise APIError(400, "response_format.json_schema.schema is required for type json_schema",
-                       param="response_format")
+        raise FieldError("response_format.json_schema.schema is required for type json_schema",
+                         param="response_format")
     return _schema_spec(fmt.json_schema.schema_)  # `strict` changes nothing: the schema is always enforced
 
 
@@ -58,7 +57,7 @@ def _format_specs(body: GenerationRequest) -> list[tuple[str, ConstraintSpec]]:
         try:
             spec = build()
         except RequestError as exc:  # e.g. longer than a constraint may be
-            raise APIError(400, str(exc), param=name) from None
+            raise FieldError(str(exc), param=name) from None
         if spec is not None:
             specs.append((name, spec))
     return specs
@@ -80,15 +79,15 @@ def _tools(body: GenerationRequest) -> tuple[Optional[ToolRequest], bool]:
     function_call = getattr(body, "function_call", None)
     if functions:
         if tools:
-            raise APIError(400, "send tools or the deprecated functions, not both", param="functions")
+            raise FieldError("send tools or the deprecated functions, not both", param="functions")
         as_tools = [{"type": "function", "function": _dump(f)} for f in functions]
         try:
             return tool_request(as_tools, _legacy_choice(function_call), False), True
         except RequestError as exc:
             param = {"tools": "functions", "tool_choice": "function_call"}.get(exc.param, exc.param)
-            raise APIError(400, str(exc), param=param) from None
+            raise FieldError(str(exc), param=param) from None
     if function_call not in (None, "none", "auto"):
-        raise APIError(400, "function_call names a function, but functions is empty", param="function_call")
+        raise FieldError("function_call names a function, but functions is empty", param="function_call")
     if tools is None:
         tool_choice = getattr(body, "tool_choice", None)
         return tool_request(None, _dump(tool_choice)), False
@@ -98,11 +97,11 @@ def _tools(body: GenerationRequest) -> tuple[Optional[ToolRequest], bool]:
 def _compile(compiler: Any, spec: ConstraintSpec, field: str) -> None:
     """Compile now, so a grammar the library refuses is a 400 and the runner finds it cached."""
     if compiler is None:
-        raise APIError(400, "constrained decoding is not available on this server", param=field)
+        raise FieldError("constrained decoding is not available on this server", param=field)
     try:
         compiler.compile(spec)
     except RequestError as exc:  # GrammarError, or a tokenizer that cannot drive a grammar
-        raise APIError(400, str(exc), param=field) from None
+        raise FieldError(str(exc), param=field) from None
 
 
 def output_plan(body: GenerationRequest, fmt: Optional[ToolFormat], compiler: Any) -> OutputPlan:
@@ -111,14 +110,14 @@ def output_plan(body: GenerationRequest, fmt: Optional[ToolFormat], compiler: An
         tools, legacy = _tools(body)
         forced = call_constraint(tools, fmt) if tools is not None and fmt is not None else None
     except RequestError as exc:  # ToolCallError names its field
-        raise APIError(400, str(exc), param=exc.param) from None
+        raise FieldError(str(exc), param=exc.param) from None
     specs = _format_specs(body)
     if forced is not None:
         specs.append(("function_call" if legacy else "tool_choice", forced))
     if len(specs) > 1:
         names = " and ".join(name for name, _ in specs)
-        raise APIError(400, f"only one of response_format, json_schema, grammar and a forced tool_choice may "
-                            f"constrain the output (got {names})", param=specs[1][0])
+        raise FieldError(f"only one of response_format, json_schema, grammar and a forced tool_choice may "
+                         f"constrain the output (got {names})", param=specs[1][0])
     if not specs:
         return OutputPlan(tools=tools, legacy_functions=legacy)
     field, spec = specs[0]

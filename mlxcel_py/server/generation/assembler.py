@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..engine import Finished, PromptProgress, TokenDelta
-from ..tool_calls import ToolCallStream, ToolFormat
+from ...engine import Finished, PromptProgress, TokenDelta
+from ...tool_calls import ToolCallStream, ToolFormat
 from .logprobs import RowMaker, TokenPieces, TokenRow
 
 

@@ -17,9 +17,9 @@ from typing import Any, Callable, Iterator, Optional
 
 import uvicorn
 
-from ..config import AppConfig, startup_summary
-from ..errors import ServeError
-from .app import create_app
+from ...config import AppConfig, startup_summary
+from ...errors import ServeError
+from ..app import create_app
 from .errors import APIError
 
 log = logging.getLogger("mlxcel_py.server")
@@ -144,8 +144,8 @@ def _in_daemon_thread(loop: asyncio.AbstractEventLoop, fn: Callable[[], Any]) ->
 async def _serve(server: GracefulServer, socks: list[socket.socket], config: AppConfig, urls: str,
                  cluster=None) -> None:
     """Serve `config`; with a `cluster` (rank 0 of several) the model is sharded and the runner leads."""
-    from ..engine import engine_session
-    from ..models import load_model
+    from ...engine import engine_session
+    from ...models import load_model
 
     serving = asyncio.ensure_future(server.serve(sockets=socks))
     if cluster is None:
@@ -179,8 +179,8 @@ async def _serve(server: GracefulServer, socks: list[socket.socket], config: App
 
 def serve_forever(config: AppConfig) -> None:
     """Run `mlxcel-py serve` until SIGINT/SIGTERM; raises ServeError or ModelLoadError to the CLI."""
-    from ..logs import setup_logging
-    from ..models.blas import preload_blas
+    from ...logs import setup_logging
+    from ...models.blas import preload_blas
 
     if config.server is None:
         raise ServeError("serve_forever needs a serve config")
@@ -188,7 +188,7 @@ def serve_forever(config: AppConfig) -> None:
     preload_blas(config.blas)
     cluster = None
     if config.distributed is not None:  # under mlx.launch: only rank 0 binds the port
-        from .http.cluster import join
+        from .cluster import join
 
         cluster = join(config.distributed)
         if cluster is not None and cluster.rank != 0:

@@ -13,11 +13,22 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..engine import Finished, PromptProgress, TokenDelta
-from ..tool_calls import ToolCall, ToolCallStream
-from .anthropic_prompts import AnthropicReply
-from .errors import APIError, anthropic_error_body
-from .responses import failure
+from ...engine import Finished, PromptProgress, TokenDelta
+from ...tool_calls import ToolCall, ToolCallStream, ToolFormat, ToolRequest
+from ..generation.submit import failure
+from ..http.errors import APIError, anthropic_error_body
+
+
+@dataclass(frozen=True, slots=True)
+class AnthropicReply:
+    """What a Messages reply is labelled with, and how to read tool calls out of its text."""
+
+    id: str
+    model: str
+    prompt_tokens: int
+    max_tokens: int
+    tools: Optional[ToolRequest] = None  # None: no tool calls are parsed (none given, or choice "none")
+    fmt: Optional[ToolFormat] = None
 
 
 def new_tool_use_id() -> str:

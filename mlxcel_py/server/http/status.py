@@ -1,12 +1,14 @@
-"""What the server is doing: /health, /v1/models, /metrics, /slots."""
+"""What the server is doing, whatever the dialect: /health, /metrics, /slots (/v1/models is in
+openai/, /props in llama/)."""
 
 from __future__ import annotations
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from .runtime import runtime
+from ..runtime import runtime
 from .metrics import CONTENT_TYPE
+
 
 async def health(request: Request) -> JSONResponse:
     rt = runtime(request)
@@ -17,17 +19,6 @@ async def health(request: Request) -> JSONResponse:
     if not rt.ready:
         return JSONResponse({"status": "loading"}, status_code=503)
     return JSONResponse({"status": "ok"})
-
-
-async def models(request: Request) -> dict:
-    rt = runtime(request)
-    stats = rt.worker.stats()
-    meta = {"context_length": rt.loaded.context_length, "slots": len(stats.slots), "slot_context": stats.slot_context,
-            # llama-server's names for the same
-            "n_ctx": stats.slot_context, "n_ctx_train": rt.loaded.context_length, "n_vocab": rt.vocab_size}
-    entry = {"id": rt.model_id, "aliases": list(rt.aliases) or [rt.model_id], "object": "model",
-             "created": rt.started, "owned_by": "mlxcel-py", "meta": meta}
-    return {"object": "list", "data": [entry]}
 
 
 async def metrics(request: Request) -> Response:

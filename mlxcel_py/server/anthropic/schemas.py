@@ -4,7 +4,8 @@ with their JSON types, and what this server does with each field.
 Field list: the official `anthropic` Python client 2.14 (`types/message_create_params.py`,
 `message_count_tokens_params.py`), plus `temperature`, `top_p` and `top_k`, which that
 release no longer declares but the API still takes (older clients send them). A content
-block or tool this server cannot render is a 400 that names its type.
+block or tool this server cannot render is a 400 that names its type; what is done with
+each field: fields.py.
 """
 
 from __future__ import annotations
@@ -14,20 +15,20 @@ from typing import Any, Literal, Optional, Union
 from pydantic import Discriminator, Field, Tag, model_validator
 from typing_extensions import Annotated
 
-from .schemas import _Body
+from ..generation.schemas import Body
 
 Object = dict[str, Any]
 SUPPORTED_BLOCKS = ("text", "tool_use", "tool_result")
 
 
-class TextBlock(_Body):
+class TextBlock(Body):
     type: Literal["text"]
     text: str
     cache_control: Optional[Object] = None  # a caching hint: ignored
     citations: Optional[list[Object]] = None  # accepted as sent; citations are not generated
 
 
-class ToolUseBlock(_Body):
+class ToolUseBlock(Body):
     type: Literal["tool_use"]
     id: str
     name: str
@@ -35,7 +36,7 @@ class ToolUseBlock(_Body):
     cache_control: Optional[Object] = None
 
 
-class ToolResultBlock(_Body):
+class ToolResultBlock(Body):
     type: Literal["tool_result"]
     tool_use_id: str
     content: Union[str, list[TextBlock], None] = None
@@ -43,7 +44,7 @@ class ToolResultBlock(_Body):
     cache_control: Optional[Object] = None
 
 
-class UnsupportedBlock(_Body):
+class UnsupportedBlock(Body):
     """Any other block type (image, document, thinking, server tool results, ...): refused by name."""
 
     model_config = {"extra": "allow", "strict": True}
@@ -70,12 +71,12 @@ Block = Annotated[
 ]
 
 
-class Message(_Body):
+class Message(Body):
     role: Literal["user", "assistant", "system"]
     content: Union[str, list[Block]]
 
 
-class CustomTool(_Body):
+class CustomTool(Body):
     name: str
     input_schema: Object
     description: Optional[str] = None
@@ -89,7 +90,7 @@ class CustomTool(_Body):
 
 
 
-class ServerTool(_Body):
+class ServerTool(Body):
     """Anthropic's server tools (web_search_..., bash_..., text_editor_...): refused by name."""
 
     model_config = {"extra": "allow", "strict": True}
@@ -110,7 +111,7 @@ Tool = Annotated[Union[Annotated[CustomTool, Tag("Custom")], Annotated[ServerToo
                  Discriminator(_tool_tag)]
 
 
-class ToolChoice(_Body):
+class ToolChoice(Body):
     type: Literal["auto", "any", "tool", "none"]
     name: Optional[str] = None
     disable_parallel_tool_use: Optional[bool] = None
@@ -122,18 +123,18 @@ class ToolChoice(_Body):
         return self
 
 
-class Thinking(_Body):
+class Thinking(Body):
     type: str
     budget_tokens: Optional[int] = None
     display: Optional[str] = None
 
 
-class OutputConfig(_Body):
+class OutputConfig(Body):
     effort: Optional[str] = None
     format: Optional[Object] = None
 
 
-class CountTokensRequest(_Body):
+class CountTokensRequest(Body):
     """POST /v1/messages/count_tokens: what the prompt would be."""
 
     model: str
@@ -163,17 +164,3 @@ class MessagesRequest(CountTokensRequest):
     inference_geo: Optional[str] = None
     user_profile_id: Optional[str] = None
     workspace_id: Optional[str] = None
-
-
-HONOURED = frozenset({
-    "model", "messages", "system", "max_tokens", "stop_sequences", "temperature", "top_p", "top_k", "stream",
-    "tools", "tool_choice",
-})
-# Refused unless inert (anthropic_prompts.refuse_unsupported): thinking other than disabled,
-# output_config's format or an effort other than the default "high".
-REFUSED = frozenset({"thinking", "output_config"})
-# Change nothing here (docs/SERVER.md lists them).
-IGNORED = frozenset({
-    "metadata", "cache_control", "service_tier", "container", "diagnostics", "inference_geo", "speed",
-    "user_profile_id", "workspace_id",
-})

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from ..engine import TokenLogprobs
+from ...engine import TokenLogprobs
 
 # What OpenAI reports for a token it deems impossible; JSON has no -Infinity.
 FLOOR = -9999.0

@@ -7,15 +7,15 @@ with the values that turn them off in llama-server, which is what they are here.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..engine import Finished, PromptProgress, SamplingParams, TokenDelta
-from ..engine import MAX_TOKENS_LIMIT
-from .errors import APIError
-from .llama_schemas import SAMPLERS
-from .responses import failure, timings_json
+from ...engine import MAX_TOKENS_LIMIT, Finished, PromptProgress, SamplingParams, TokenDelta
+from ..generation.stream import sse
+from ..generation.submit import failure
+from ..generation.usage import timings_json
+from ..http.errors import APIError
+from .fields import SAMPLERS
 
 RANDOM_SEED = 4294967295  # llama-server's LLAMA_DEFAULT_SEED: "a random seed"
 DRY_BREAKERS = ["\n", ":", '"', "*"]
@@ -104,10 +104,6 @@ def pick_fields(body: dict, paths: tuple[str, ...]) -> dict:
     return out
 
 
-def _sse(obj: Any) -> str:
-    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
-
-
 @dataclass
 class NativeFramer:
     """The frames of a /completion stream: {"content", "tokens", "stop": false, ...} per piece of
@@ -122,7 +118,7 @@ class NativeFramer:
         return []
 
     def _partial(self, content: str, tokens: list[int], **extra: Any) -> str:
-        return _sse({"index": 0, "content": content, "tokens": tokens, "stop": False, "id_slot": -1,
+        return sse({"index": 0, "content": content, "tokens": tokens, "stop": False, "id_slot": -1,
                      "tokens_predicted": self.predicted, "tokens_evaluated": self.reply.prompt_tokens, **extra})
 
     def frames(self, event: Any) -> list[str]:
@@ -140,7 +136,7 @@ class NativeFramer:
         frames = self._release(event.text) if event.text else []
         if event.finish_reason not in ("stop", "length"):
             return frames + self.cut(failure(event))
-        return frames + [_sse(final_json(self.reply, "", tuple(self.ids), event))]
+        return frames + [sse(final_json(self.reply, "", tuple(self.ids), event))]
 
     def _release(self, text: str) -> list[str]:
         if not text:
@@ -149,10 +145,10 @@ class NativeFramer:
         return [self._partial(text, tokens)]
 
     def cut(self, error: APIError) -> list[str]:
-        return [_sse(error.body())]
+        return [sse(error.body())]
 
     def bug(self) -> list[str]:
-        return [_sse(APIError(500, "internal server error (see the server log)").body())]
+        return [sse(APIError(500, "internal server error (see the server log)").body())]
 
     def closing(self) -> list[str]:
         return []

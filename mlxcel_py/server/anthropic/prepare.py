@@ -12,64 +12,27 @@ import dataclasses
 import json
 import re
 import uuid
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Union
 
-from ..engine import Request as EngineRequest
-from ..errors import RequestError
-from ..tool_calls import ToolRequest, call_constraint, tool_messages, tool_request
-from .anthropic_schemas import CountTokensRequest, Message, MessagesRequest, TextBlock
-from .errors import APIError, from_error
-from .prompts import sampling_params
-from .schemas import GenerationRequest
+from ...engine import Request as EngineRequest
+from ...errors import FieldError
+from ...models import encode_chat
+from ...models.chat import validate_messages
+from ...tool_calls import ToolRequest, call_constraint, tool_messages, tool_request
+from ..generation.prepared import Prepared, blame, refuse_unsupported
+from ..generation.sampling import sampling_params
+from ..generation.schemas import GenerationRequest
+from ..http.body import parse_body
+from .fields import NOT_SUPPORTED
+from .schemas import CountTokensRequest, Message, MessagesRequest, TextBlock
+from .shapes import AnthropicReply
 
 if TYPE_CHECKING:
-    from ..tool_calls import ToolFormat
-    from .runtime import Runtime
+    from ..runtime import Runtime
 
 # Claude Code's system prompt starts with a per-request stamp (cch=xxxxx;) that would defeat the
 # prompt cache; llama-server blanks it the same way (llama.cpp PR 21793).
 _BILLING_STAMP = re.compile(r"^(x-anthropic-billing-header:[^\n]*?cch=)[0-9a-zA-Z]{5};")
-
-
-@dataclass(frozen=True, slots=True)
-class AnthropicReply:
-    """What a Messages reply is labelled with, and how to read tool calls out of its text."""
-
-    id: str
-    model: str
-    prompt_tokens: int
-    max_tokens: int
-    tools: Optional[ToolRequest] = None  # None: no tool calls are parsed (none given, or choice "none")
-    fmt: Optional["ToolFormat"] = None
-
-
-@dataclass(frozen=True, slots=True)
-class MessagesPrepared:
-    job: EngineRequest
-    reply: AnthropicReply
-    stream: bool
-
-
-def refuse_unsupported(body: CountTokensRequest) -> None:
-    """A 400 naming a field set to a value that would change the output and that we cannot honour."""
-    def refuse(param: str, message: str) -> None:
-        raise APIError(400, f"'{param}' {message}", param=param, code="unsupported_parameter")
-
-    if body.thinking is not None and body.thinking.type != "disabled":
-        refuse("thinking", f'type "{body.thinking.type}" is not supported by this server; it accepts only '
-                           '{"type": "disabled"}')
-    config = body.output_config
-    if config is not None and config.format is not None:
-        refuse("output_config", "format (structured output) is not supported yet by this server")
-    if config is not None and config.effort not in (None, "high"):
-        refuse("output_config", f'effort "{config.effort}" is not supported by this server; it accepts only "high"')
-    for i, tool in enumerate(body.tools or ()):
-        if tool.strict:
-            refuse("tools", f"[{i}].strict is not supported by this server (only a forced tool_choice "
-                            "guarantees schema-valid input here)")
-        if tool.input_examples:
-            refuse("tools", f"[{i}].input_examples is not supported by this server")
 
 
 def _text(blocks: Union[str, list[TextBlock], None]) -> str:
@@ -89,8 +52,8 @@ def _turns(i: int, msg: Message) -> list[dict]:
     allowed = {"system": ("text",), "user": ("text", "tool_result"), "assistant": ("text", "tool_use")}[msg.role]
     for j, block in enumerate(msg.content):
         if block.type not in allowed:
-            raise APIError(400, f"messages[{i}].content[{j}]: {'an' if msg.role == 'assistant' else 'a'} "
-                           f"{msg.role} message cannot hold a '{block.type}' block", param="messages")
+            raise FieldError(f"messages[{i}].content[{j}]: {'an' if msg.role == 'assistant' else 'a'} "
+                             f"{msg.role} message cannot hold a '{block.type}' block", param="messages")
     text = "\n".join(b.text for b in msg.content if b.type == "text")
     if msg.role == "system":
         return [_system(text)]
@@ -107,8 +70,8 @@ def _turns(i: int, msg: Message) -> list[dict]:
 def openai_messages(body: CountTokensRequest) -> list[dict]:
     """The conversation in OpenAI's form, for the chat template."""
     if body.messages[-1].role == "assistant":
-        raise APIError(400, "a final assistant message (prefill) is not supported by this server; "
-                       "end with a user message", param="messages")
+        raise FieldError("a final assistant message (prefill) is not supported by this server; "
+                         "end with a user message", param="messages")
     out = [_system(_text(body.system))] if body.system else []
     for i, msg in enumerate(body.messages):
         out += _turns(i, msg)
@@ -132,32 +95,25 @@ def tools_of(body: CountTokensRequest) -> Optional[ToolRequest]:
 
 
 def _prompt(rt: "Runtime", body: CountTokensRequest) -> tuple[tuple[int, ...], Optional[int], Optional[ToolRequest]]:
-    from ..models import encode_chat
-    from ..models.chat import validate_messages
-
-    refuse_unsupported(body)
-    try:
+    refuse_unsupported(body, NOT_SUPPORTED)
+    with blame("messages"):
         request = tools_of(body)
         messages = openai_messages(body)
         rt.prompt_limit.check_chars(sum(len(m.get("content") or "") for m in messages), "messages")
         messages, tools = tool_messages(validate_messages(messages), request, rt.tool_format)
         prompt = encode_chat(rt.loaded.tokenizer, messages, tools=tools,
                              before_tokenize=lambda text: rt.prompt_limit.check_chars(len(text), "messages"))
-    except RequestError as exc:
-        raise from_error(exc, "messages") from None
     return prompt.ids, prompt.history_boundary, request
 
 
 def count_tokens(rt: "Runtime", raw: bytes) -> dict:
-    from .body import parse_body
-
+    """{"input_tokens": n} of the prompt the body would run."""
     body = parse_body(raw, CountTokensRequest)
     return {"input_tokens": len(_prompt(rt, body)[0])}
 
 
-def prepare_messages(rt: "Runtime", raw: bytes) -> MessagesPrepared:
-    from .body import parse_body
-
+def prepare_messages(rt: "Runtime", raw: bytes) -> Prepared[AnthropicReply]:
+    """POST /v1/messages: the conversation templated with its tools, sampling, a forced call's grammar."""
     body = parse_body(raw, MessagesRequest)
     rt.check_model(body.model)
     ids, boundary, request = _prompt(rt, body)
@@ -165,17 +121,15 @@ def prepare_messages(rt: "Runtime", raw: bytes) -> MessagesPrepared:
               "top_k": body.top_k, "stop": body.stop_sequences}
     sampling = sampling_params(GenerationRequest.model_construct(**fields), rt.config.sampling,
                                rt.prompt_limit.slot_context)
-    try:
+    with blame("tool_choice"):
         constraint = call_constraint(request, rt.tool_format)
         if constraint is not None:
             if rt.worker.compiler is None:
-                raise APIError(400, "a forced tool_choice needs constrained decoding, which this engine lacks",
-                               param="tool_choice")
+                raise FieldError("a forced tool_choice needs constrained decoding, which this engine lacks",
+                                 param="tool_choice")
             rt.worker.compiler.compile(constraint)  # a grammar error is a 400 now, not a failed request later
             sampling = dataclasses.replace(sampling, constraint=constraint)
-    except RequestError as exc:
-        raise from_error(exc, "tool_choice") from None
     shown = request if request is not None and request.choice != "none" else None
     reply = AnthropicReply(f"msg_{uuid.uuid4().hex[:24]}", rt.model_id, len(ids), sampling.max_tokens, shown,
                            rt.tool_format)
-    return MessagesPrepared(EngineRequest(reply.id, ids, sampling, boundary), reply, bool(body.stream))
+    return Prepared(EngineRequest(reply.id, ids, sampling, boundary), reply, bool(body.stream))

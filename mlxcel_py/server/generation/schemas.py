@@ -1,11 +1,10 @@
-"""Request bodies: every field of OpenAI's chat/completions and completions bodies plus the
-llama-server extras, with their real JSON types (a wrong type is a 400 naming the field).
+"""What every dialect's request bodies share: the strict `Body` base, OpenAI-form chat messages
+(the chat templates' input), the output formats, and `GenerationRequest`, the sampling fields
+(OpenAI's, then llama-server's) that generation/sampling.py reads for every route.
 
-Declaring a field here does not mean it is implemented: unsupported.py refuses the ones
-that would change the output and are not implemented, and docs/SERVER.md lists the ones
-that are ignored. These
-models are also what /openapi.json publishes.
-Field list: OpenAI's API reference as shipped in openai-python 3.57
+Declaring a field here does not mean it is implemented: each dialect's fields.py refuses the
+ones that would change the output and are not implemented, and docs/SERVER.md lists the ones
+that are ignored. Field list: OpenAI's API reference as shipped in openai-python 3.57
 (`types/chat/completion_create_params.py`, `types/completion_create_params.py`).
 """
 
@@ -18,34 +17,36 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_val
 Object = dict[str, Any]  # a JSON object whose inside we do not interpret
 
 
-class _Body(BaseModel):
+class Body(BaseModel):
+    """The base of every request body of every dialect."""
+
     # Strict: JSON types must match (no "0.5" -> 0.5); unknown fields are ignored like OpenAI's.
     model_config = ConfigDict(extra="ignore", strict=True)
 
 
-class StreamOptions(_Body):
+class StreamOptions(Body):
     include_usage: Optional[bool] = None
     include_obfuscation: Optional[bool] = None
 
 
 # -- messages ------------------------------------------------------------------------------------
-class TextPart(_Body):
+class TextPart(Body):
     type: Literal["text"]
     text: str
 
 
-class CalledFunction(_Body):
+class CalledFunction(Body):
     name: str
     arguments: str  # JSON text, as the model wrote it
 
 
-class ToolCall(_Body):
+class ToolCall(Body):
     id: str
     type: Literal["function"]
     function: CalledFunction
 
 
-class ChatMessage(_Body):
+class ChatMessage(Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Union[str, list[TextPart], None] = None
     name: Optional[str] = None
@@ -61,24 +62,7 @@ class ChatMessage(_Body):
         return self
 
 
-# -- tools and output formats (server/structured.py) ----------------------------------------
-class FunctionDefinition(_Body):
-    name: str
-    description: Optional[str] = None
-    parameters: Optional[Object] = None
-    strict: Optional[bool] = None
-
-
-class FunctionTool(_Body):
-    type: Literal["function"]
-    function: FunctionDefinition
-
-
-class CustomTool(_Body):
-    type: Literal["custom"]
-    custom: Object
-
-
+# -- output formats (generation/structured.py) -----------------------------------------------
 def by_type(*models: type[BaseModel]) -> Any:
     """A union picked by the object's "type"; error locations name the branch "type=<value>"."""
     tags = [m.model_fields["type"].annotation.__args__[0] for m in models]  # each model's Literal
@@ -93,48 +77,23 @@ def by_type(*models: type[BaseModel]) -> Any:
     ]
 
 
-Tool = by_type(FunctionTool, CustomTool)
-
-
-class FunctionName(_Body):
-    name: str
-
-
-class NamedToolChoice(_Body):
-    type: Literal["function"]
-    function: FunctionName
-
-
-class AllowedToolsChoice(_Body):
-    type: Literal["allowed_tools"]
-    allowed_tools: Object
-
-
-class CustomToolChoice(_Body):
-    type: Literal["custom"]
-    custom: Object
-
-
-ToolChoice = Union[Literal["none", "auto", "required"], by_type(NamedToolChoice, AllowedToolsChoice, CustomToolChoice)]
-
-
-class TextFormat(_Body):
+class TextFormat(Body):
     type: Literal["text"]
 
 
-class JSONObjectFormat(_Body):
+class JSONObjectFormat(Body):
     type: Literal["json_object"]
     schema_: Optional[Object] = Field(default=None, alias="schema")  # llama-server's: a schema here too
 
 
-class JSONSchemaSpec(_Body):
+class JSONSchemaSpec(Body):
     name: Optional[str] = None  # OpenAI requires it; llama-server does not, and it changes nothing
     description: Optional[str] = None
     schema_: Optional[Object] = Field(default=None, alias="schema")
     strict: Optional[bool] = None
 
 
-class JSONSchemaFormat(_Body):
+class JSONSchemaFormat(Body):
     type: Literal["json_schema"]
     json_schema: JSONSchemaSpec
 
@@ -143,12 +102,12 @@ ResponseFormat = by_type(TextFormat, JSONObjectFormat, JSONSchemaFormat)
 Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
 # A bias, or llama-server's `false`: never this token.
 Bias = Union[float, Literal[False]]
-# OpenAI's {"token id": bias}, or llama-server's [[token id, bias], ...] (pairs checked in sampling_fields.py).
+# OpenAI's {"token id": bias}, or llama-server's [[token id, bias], ...] (pairs checked in sampling.py).
 LogitBias = Union[dict[str, Bias], list[Annotated[list[Union[int, Bias]], Field(min_length=2, max_length=2)]]]
 
 
 # -- the two generation bodies -------------------------------------------------------------------
-class GenerationRequest(_Body):
+class GenerationRequest(Body):
     """Fields the chat and completions bodies share (OpenAI's, then llama-server's)."""
 
     model: Optional[str] = None
@@ -187,51 +146,3 @@ class GenerationRequest(_Body):
     @property
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
-
-
-class ChatRequest(GenerationRequest):
-    messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: Optional[int] = None
-    logprobs: Optional[bool] = None
-    top_logprobs: Optional[int] = None
-    tools: Optional[list[Tool]] = None
-    tool_choice: Optional[ToolChoice] = None
-    parallel_tool_calls: Optional[bool] = None
-    functions: Optional[list[FunctionDefinition]] = None
-    function_call: Union[Literal["none", "auto"], FunctionName, None] = None
-    modalities: Optional[list[Literal["text", "audio"]]] = None
-    audio: Optional[Object] = None
-    prediction: Optional[Object] = None
-    web_search_options: Optional[Object] = None
-    reasoning_effort: Optional[str] = None
-    verbosity: Optional[Literal["low", "medium", "high"]] = None
-    moderation: Optional[Object] = None
-    metadata: Optional[dict[str, str]] = None
-    store: Optional[bool] = None
-    service_tier: Optional[str] = None
-    safety_identifier: Optional[str] = None
-    prompt_cache_key: Optional[str] = None
-    prompt_cache_retention: Optional[str] = None
-    prompt_cache_options: Optional[Object] = None
-
-
-TokenIds = list[int]
-Prompt = Union[str, list[str], TokenIds, list[TokenIds]]
-
-
-class CompletionRequest(GenerationRequest):
-    prompt: Prompt  # one prompt per request: a string, [string], token ids or [token ids]
-    logprobs: Optional[int] = None
-    echo: Optional[bool] = None
-    suffix: Optional[str] = None
-    best_of: Optional[int] = None
-
-
-class TokenizeRequest(_Body):
-    content: str
-    add_special: Optional[bool] = None
-    with_pieces: Optional[bool] = None
-
-
-class DetokenizeRequest(_Body):
-    tokens: list[int]

@@ -2,19 +2,21 @@
 
 Functions of a `Reply` (what a response is labelled with) and the parts an `Assembler`
 makes of engine events; the transport (watching the client, cutting at shutdown) lives in
-streaming.py.
+generation/submit.py and generation/stream.py.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
-from ..engine import Finished, PromptProgress
-from .assembler import Assembler, Part, Shape, merge
-from .errors import APIError, error_body
-from .logprobs import TokenRow, chat_logprobs, legacy_logprobs
+from ...engine import Finished, PromptProgress
+from ..generation.assembler import Assembler, Part, Shape, merge
+from ..generation.logprobs import TokenRow, chat_logprobs, legacy_logprobs
+from ..generation.stream import sse
+from ..generation.submit import failure
+from ..generation.usage import timings_json
+from ..http.errors import APIError, error_body
 
 Kind = Literal["chat", "completion"]
 DONE = "data: [DONE]\n\n"
@@ -42,20 +44,6 @@ def usage_json(f: Finished, hidden: bool = False) -> dict:
     return {
         "prompt_tokens": u.prompt_tokens, "completion_tokens": completion,
         "total_tokens": u.prompt_tokens + completion, "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
-    }
-
-
-def timings_json(f: Finished) -> dict:
-    """llama-server's `timings` block (prompt_n counts the tokens actually prefilled)."""
-    t, u = f.timings, f.usage
-    prompt_n = u.prompt_tokens - u.cached_tokens
-    return {
-        "cache_n": u.cached_tokens,
-        "prompt_n": prompt_n, "prompt_ms": t.prefill_ms,
-        "prompt_per_token_ms": t.prefill_ms / prompt_n if prompt_n else 0.0, "prompt_per_second": t.prompt_tps,
-        "predicted_n": u.completion_tokens, "predicted_ms": t.decode_ms,
-        "predicted_per_token_ms": t.decode_ms / u.completion_tokens if u.completion_tokens else 0.0,
-        "predicted_per_second": t.decode_tps,
     }
 
 
@@ -119,17 +107,6 @@ def assembled_json(reply: Reply, parts: list[Part], f: Finished, finish_reason: 
             "timings": timings_json(f)}
 
 
-def failure(f: Finished) -> APIError:
-    """A request that ended without a normal finish reason."""
-    if f.finish_reason == "abort":
-        return APIError(503, f.error or "the request was aborted", code="server_shutting_down")
-    return APIError(500, f.error or "the engine failed on this request", code="engine_error")
-
-
-def sse(obj: Any) -> str:
-    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
-
-
 def role_frame(reply: Reply) -> list[str]:
     """A chat stream opens with the assistant's role; a completions stream has no such frame."""
     return [sse(chunk(reply, [_choice(reply, None, None, role=True)]))] if reply.kind == "chat" else []
@@ -166,7 +143,7 @@ def bug_frames() -> list[str]:
 
 
 class OpenAIFramer:
-    """The frames of an OpenAI stream (a `Framer`, framed_stream.py): the chat role first, a
+    """The frames of an OpenAI stream (a `Framer`, generation/stream.py): the chat role first, a
     chunk per piece of the reply, the final chunk with usage; it always ends with [DONE]."""
 
     def __init__(self, reply: Reply):

@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..errors import EngineStoppedError, MlxcelError, PromptTooLongError, QueueFullError, RequestError
+from ...errors import EngineStoppedError, MlxcelError, PromptTooLongError, QueueFullError, RequestError
 
 log = logging.getLogger("mlxcel_py.server")
 
