@@ -41,6 +41,13 @@ class RequestError(MlxcelError):
             self.code = code
 
 
+class FieldError(RequestError):
+    """A request field the server refuses as given (a 400 naming `param`). Like OpenAI's own
+    field errors, its error JSON has no `code` unless one is given."""
+
+    code = None  # type: ignore[assignment]
+
+
 class PromptTooLongError(RequestError):
     """The prompt (plus room for one generated token) does not fit a slot's context."""
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 PACKAGE = "mlxcel_py"
 # Where `import mlx` / `import mlx_lm` may appear (prefixes of dotted module names).
-MLX_ALLOWED = ("mlxcel_py.engine.runner", "mlxcel_py.engine.distributed", "mlxcel_py.models", "mlxcel_py.bench")
+MLX_ALLOWED = ("mlxcel_py.engine.runner", "mlxcel_py.engine.distributed", "mlxcel_py.models", "mlxcel_py.loadtest")
 DIALECTS = ("openai", "llama", "anthropic", "responses", "ollama")
 
 

@@ -19,8 +19,9 @@ import httpx
 from mlxcel_py.config import AppConfig, resolve
 from mlxcel_py.engine import build_engine
 from mlxcel_py.engine.core.worker import EngineWorker
-from mlxcel_py.server.app import Runtime, create_app
-from mlxcel_py.server.serving import GracefulServer, bind_socket, make_server
+from mlxcel_py.server.app import create_app
+from mlxcel_py.server.runtime import Runtime
+from mlxcel_py.server.http.serving import GracefulServer, bind_socket, make_server
 from tiny import tiny_model
 
 START_TIMEOUT_S = 20.0

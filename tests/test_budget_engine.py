@@ -128,7 +128,7 @@ def test_without_a_budget_the_engine_keeps_2048_and_512():
 def test_the_budget_and_its_fit_are_in_the_metrics():
     from prometheus_client.parser import text_string_to_metric_families
 
-    from mlxcel_py.server.metrics import ServerMetrics
+    from mlxcel_py.server.http.metrics import ServerMetrics
 
     engine, _, clock = make()
     engine.prepare()

@@ -37,7 +37,7 @@ def capture(monkeypatch):
     lm = tiny_model()  # before patching: tiny_model itself loads through load_model
     monkeypatch.setattr(engine_module, "build_engine", fake_build)
     monkeypatch.setattr("mlxcel_py.models.load_model", lambda *a, **k: lm)
-    monkeypatch.setattr("mlxcel_py.server.serving.serve_forever", fake_serve)
+    monkeypatch.setattr("mlxcel_py.server.http.serving.serve_forever", fake_serve)
     reset_prefill_chunk_override()
     yield seen
     reset_prefill_chunk_override()

@@ -6,11 +6,11 @@ import pytest
 
 from mlxcel_py.engine import Finished
 from mlxcel_py.engine.core.events import Timings, Usage
-from mlxcel_py.server.anthropic_prompts import AnthropicReply, openai_messages, tools_of
-from mlxcel_py.server.anthropic_schemas import MessagesRequest
-from mlxcel_py.server.anthropic_shapes import stop_reason, usage_json
-from mlxcel_py.server.errors import APIError
-from mlxcel_py.server.llama_shapes import NativeReply, final_json, pick_fields
+from mlxcel_py.errors import RequestError
+from mlxcel_py.server.anthropic.prepare import openai_messages, tools_of
+from mlxcel_py.server.anthropic.schemas import MessagesRequest
+from mlxcel_py.server.anthropic.shapes import AnthropicReply, stop_reason, usage_json
+from mlxcel_py.server.llama.shapes import NativeReply, final_json, pick_fields
 
 TIMINGS = Timings(1.0, 2.0, 3.0, 4.0, 5.0, 6.0)
 
@@ -54,9 +54,9 @@ def test_turns_tool_use_and_results():
       {"role": "user", "content": "a"}], "an assistant message cannot hold a 'tool_result' block"),
 ])
 def test_misplaced_blocks_are_refused(messages, words):
-    with pytest.raises(APIError) as info:
+    with pytest.raises(RequestError) as info:  # a 400 naming the field, raised where it is found
         openai_messages(body(messages=messages))
-    assert words in info.value.message and info.value.param == "messages"
+    assert words in str(info.value) and info.value.param == "messages"
 
 
 def test_tool_choice_mapping():
@@ -117,7 +117,7 @@ def _events(frames):
 
 def test_anthropic_event_trace():
     from mlxcel_py.engine import PromptProgress, TokenDelta
-    from mlxcel_py.server.anthropic_shapes import AnthropicFramer
+    from mlxcel_py.server.anthropic.shapes import AnthropicFramer
 
     framer = AnthropicFramer(AnthropicReply("msg_1", "m", 10, max_tokens=5))
     frames = framer.opening() + framer.frames(PromptProgress("r", 10, 0, 10, 1.0, 512))
@@ -136,7 +136,7 @@ def test_anthropic_event_trace():
 
 
 def test_anthropic_stream_failure_is_an_error_event():
-    from mlxcel_py.server.anthropic_shapes import AnthropicFramer
+    from mlxcel_py.server.anthropic.shapes import AnthropicFramer
 
     framer = AnthropicFramer(AnthropicReply("msg_1", "m", 10, max_tokens=5))
     failed = Finished("r", "error", Usage(10, 0, 0), TIMINGS, error="the engine failed")
@@ -148,7 +148,7 @@ def test_native_frames_carry_held_tokens_with_their_text():
     import json
 
     from mlxcel_py.engine import TokenDelta
-    from mlxcel_py.server.llama_shapes import NativeFramer
+    from mlxcel_py.server.llama.shapes import NativeFramer
 
     framer = NativeFramer(NativeReply("m", "p", 3, 20, {}))
     frames = framer.frames(TokenDelta("r", 5, "a")) + framer.frames(TokenDelta("r", 6, ""))

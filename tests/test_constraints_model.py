@@ -11,9 +11,10 @@ from mlxcel_py.engine.runner.constraints import ConstraintCompiler
 from mlxcel_py.engine.runner.sampling import SequenceSampler
 from mlxcel_py.engine.core.request import SamplingParams
 from mlxcel_py.models import encode_chat
-from mlxcel_py.tool_calls import call_constraint, parse_tool_calls, tool_format, tool_messages, tool_request
+from mlxcel_py.tool_calls import call_constraint, tool_format, tool_messages, tool_request
 
 from constrained import generate
+from tool_call_helpers import parse_tool_calls
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string", "maxLength": 30}, "unit": {"enum": ["c", "f"]}},

@@ -21,7 +21,7 @@ from mlxcel_py.engine.core.step import BeginSequence, PrefillPiece, Retire, Step
 from mlxcel_py.engine.core.worker import EngineWorker
 from mlxcel_py.errors import ConfigError, ModelLoadError
 from mlxcel_py.models.shard import choose_mode
-from mlxcel_py.server.cluster import _check_ranks
+from mlxcel_py.server.http.cluster import _check_ranks
 
 from cluster_helpers import tiny_qwen2
 from fakes import make_engine, request

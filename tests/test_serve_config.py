@@ -5,7 +5,7 @@ import socket
 import pytest
 from typer.testing import CliRunner
 
-import mlxcel_py.server.serving as serving
+import mlxcel_py.server.http.serving as serving
 from mlxcel_py.cli.app import app
 from mlxcel_py.config import resolve, startup_summary
 from mlxcel_py.errors import ConfigError, ServeError

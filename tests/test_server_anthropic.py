@@ -6,7 +6,8 @@ import json
 import anthropic
 import pytest
 
-from mlxcel_py.server.anthropic_schemas import HONOURED, IGNORED, REFUSED, MessagesRequest
+from mlxcel_py.server.anthropic.fields import HONOURED, IGNORED, REFUSED
+from mlxcel_py.server.anthropic.schemas import MessagesRequest
 from server_helpers import start_server, stop_server
 
 KEY = "s3cret"

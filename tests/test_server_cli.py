@@ -10,7 +10,7 @@ import threading
 import httpx
 from typer.testing import CliRunner
 
-import mlxcel_py.server.serving as run_module
+import mlxcel_py.server.http.serving as run_module
 from mlxcel_py.cli.app import app
 from server_helpers import spawn_server, start_server, stop_server, wait_for
 from tiny import tiny_model, write_tiny_gguf

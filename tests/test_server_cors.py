@@ -3,7 +3,7 @@ and every answer (401, 404, 500 included) carries the headers a browser needs to
 
 import pytest
 
-from mlxcel_py.server.cors import origin_pattern
+from mlxcel_py.server.http.cors import origin_pattern
 from server_helpers import error_of, start_server, stop_server
 
 KEY = "s3cret"

@@ -8,8 +8,8 @@ import pytest
 from openai.types.chat.completion_create_params import CompletionCreateParamsBase as OpenAIChat
 from openai.types.completion_create_params import CompletionCreateParamsBase as OpenAICompletion
 
-from mlxcel_py.server.schemas import ChatRequest, CompletionRequest
-from mlxcel_py.server.unsupported import NOT_SUPPORTED_YET
+from mlxcel_py.server.openai.schemas import ChatRequest, CompletionRequest
+from mlxcel_py.server.openai.fields import NOT_SUPPORTED_YET
 from server_helpers import GREEDY, error_of, start_server, stop_server
 
 CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"

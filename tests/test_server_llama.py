@@ -3,7 +3,8 @@
 
 import pytest
 
-from mlxcel_py.server.llama_schemas import HONOURED, IGNORED, NOT_SUPPORTED, NativeCompletionRequest
+from mlxcel_py.server.llama.fields import HONOURED, IGNORED, NOT_SUPPORTED
+from mlxcel_py.server.llama.schemas import NativeCompletionRequest
 from server_helpers import GREEDY, error_of, long_prompt, start_server, stop_server, stream_post
 
 PROMPT = "The quick brown fox"

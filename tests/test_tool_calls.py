@@ -11,12 +11,12 @@ from hypothesis import strategies as st
 
 from mlxcel_py.models import encode_chat
 from mlxcel_py.tool_calls import (
-    FALLBACK_PROMPT, ToolCallError, ToolCallStream, call_constraint, parse_tool_calls, tool_format, tool_messages,
-    tool_request,
+    FALLBACK_PROMPT, ToolCallError, ToolCallStream, call_constraint, tool_format, tool_messages, tool_request,
 )
 
 from constrained import generate
 from tiny import tiny_model
+from tool_call_helpers import parse_tool_calls
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}

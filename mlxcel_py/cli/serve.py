@@ -56,7 +56,7 @@ def serve(
         cors_origins=cors_origins,
     )
     # Imported here: the server pulls in MLX, which must load after the BLAS preload.
-    from ..server.serving import serve_forever
+    from ..server.http.serving import serve_forever
 
     try:
         serve_forever(cfg)

@@ -1,162 +1,91 @@
-"""The FastAPI app factory. All state lives on `app.state.runtime`; no module globals."""
+"""The FastAPI app: `create_app` and the one route table, read top to bottom.
+
+Every path appears once, so which route owns it never depends on an include order
+(llama-server's `/completions` is its own /completion, not OpenAI's /v1/completions).
+All state lives on `app.state.runtime` (runtime.py); no module globals.
+"""
 
 from __future__ import annotations
 
-import functools
-import gc
-import hashlib
-import logging
-import time
-from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
-import anyio
-import anyio.to_thread
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
+from pydantic import BaseModel
 
-from .. import __version__
-from ..config import DEFAULT_MAX_BODY_BYTES
-from ..engine import EngineStats
-from ..tool_calls.render import ToolFormat, tool_format
-from .auth import Gate
-from .cors import Cors, cors_options
-from .errors import APIError, CatchBugs, install_error_handlers, unavailable
-from .metrics import ServerMetrics
-from .prompts import PromptLimit, max_token_chars
+from .anthropic.routes import messages, messages_count_tokens
+from .anthropic.schemas import CountTokensRequest, MessagesRequest
+from .http.auth import Gate
+from .http.cors import Cors, cors_options
+from .http.errors import CatchBugs, install_error_handlers
+from .http.openapi import install_openapi
+from .http.status import health, metrics, slots
+from .llama.routes import apply_template, completion, detokenize, props, tokenize
+from .llama.schemas import ApplyTemplateRequest, DetokenizeRequest, NativeCompletionRequest, TokenizeRequest
+from .openai.routes import chat_completions, completions, models
+from .openai.schemas import ChatRequest, CompletionRequest
+from .runtime import Runtime
 
 if TYPE_CHECKING:
     from ..config import AppConfig
     from ..engine import EngineWorker
     from ..models import LoadedModel
-    from .streaming import Generation
-
-log = logging.getLogger("mlxcel_py.server")
-T = TypeVar("T")
-# Threads that parse, template and tokenize request bodies: the event loop never does.
-PREPARE_THREADS = 4
 
 
-class Runtime:
-    """What routes need: the worker and model once loaded, metrics, and the serving state."""
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One path of the API. `body`: the JSON body the route parses itself (off the event loop,
+    so FastAPI never sees it; /openapi.json publishes it). `alias`: kept out of /openapi.json."""
 
-    def __init__(self, config: "AppConfig"):
-        self.config = config
-        self.worker: Optional["EngineWorker"] = None
-        self.loaded: Optional["LoadedModel"] = None
-        self.metrics = ServerMetrics(self._stats, lambda: self.model_id)
-        self.vocab_size = 0
-        self.prompt_limit = PromptLimit(1, 1)
-        self.tool_format: Optional[ToolFormat] = None
-        self.fingerprint = ""  # system_fingerprint: this build and this model
-        self.max_body_bytes = config.server.max_body_bytes if config.server else DEFAULT_MAX_BODY_BYTES
-        self.draining = False
-        self.failure: Optional[str] = None  # why the engine can no longer serve (a lost distributed rank)
-        self.started = int(time.time())
-        self.live: set["Generation"] = set()  # submitted requests whose response is still open
-        self._limiter: Optional[anyio.CapacityLimiter] = None
-
-    def _stats(self) -> "EngineStats":
-        return self.worker.stats() if self.worker is not None else EngineStats()
-
-    @property
-    def ready(self) -> bool:
-        """Loaded, and the engine's startup work (the ITL-budget calibration) is done."""
-        return self.worker is not None and self.loaded is not None and getattr(self.worker, "prepared", True)
-
-    @property
-    def aliases(self) -> tuple[str, ...]:
-        return self.config.server.model_aliases if self.config.server else ()
-
-    @property
-    def model_id(self) -> str:
-        """The id replies report: the first --alias, else the model's name."""
-        return self.aliases[0] if self.aliases else (self.loaded.name if self.loaded else "loading")
-
-    def attach(self, worker: "EngineWorker", loaded: "LoadedModel") -> None:
-        """Switch from loading to ready."""
-        self.vocab_size = loaded.vocab_size
-        slot_context = worker.stats().slot_context
-        self.prompt_limit = PromptLimit(slot_context, max_token_chars(loaded.tokenizer, self.vocab_size))
-        self.tool_format = tool_format(loaded.tokenizer)  # how this model writes tool calls
-        self.fingerprint = system_fingerprint(loaded)
-        self.worker, self.loaded = worker, loaded
-        # The model's objects live as long as the server: out of the collector's way, a request
-        # that allocates a million objects does not pay for full collections over them (each
-        # one holds the GIL, and with it the event loop, for a quarter of a second).
-        gc.freeze()
-
-    async def off_loop(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run blocking work (parsing, templating, tokenizing) on a bounded thread pool."""
-        if self._limiter is None:
-            self._limiter = anyio.CapacityLimiter(PREPARE_THREADS)
-        return await anyio.to_thread.run_sync(functools.partial(fn, *args), limiter=self._limiter)
-
-    def cut_all(self, error: APIError) -> int:
-        """End every open request from the server's side (the grace period is over)."""
-        live = list(self.live)
-        for gen in live:
-            gen.cut(error)
-        return len(live)
-
-    def fail(self, message: str) -> None:
-        """The engine is gone for good: /health and every request answer 503 from now on."""
-        self.failure = message
-
-    def gate_error(self) -> Optional[APIError]:
-        if self.failure is not None:
-            return unavailable(self.failure, "engine_error")
-        if self.draining:
-            return unavailable("the server is shutting down", "server_shutting_down")
-        if not self.ready:
-            return unavailable("the model is loading; retry shortly", "model_loading")
-        return None
-
-    def check_model(self, name: Optional[str]) -> None:
-        """Any name is accepted, like llama-server with one model: clients hard-code names, and
-        replies report the served id. (Kept as the one place to route names when several are served.)"""
+    method: str
+    path: str
+    endpoint: Callable[..., Any]
+    body: Optional[type[BaseModel]] = None
+    streams: bool = False  # with `stream: true` the reply is server-sent events
+    alias: bool = False
 
 
-def system_fingerprint(loaded: "LoadedModel") -> str:
-    """Stable for one build of mlxcel-py serving one model in one form (OpenAI's system_fingerprint)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        mlx_version = version("mlx")  # read from the package metadata: the server never imports MLX
-    except PackageNotFoundError:
-        mlx_version = "?"
-    ident = "|".join((__version__, mlx_version, loaded.name, loaded.source, loaded.weights, loaded.description))
-    return "fp_" + hashlib.sha256(ident.encode()).hexdigest()[:12]
-
-
-def runtime(request: Request) -> Runtime:
-    return request.app.state.runtime
+ROUTES: tuple[Route, ...] = (
+    # OpenAI
+    Route("POST", "/v1/chat/completions", chat_completions, ChatRequest, streams=True),
+    Route("POST", "/chat/completions", chat_completions, alias=True),
+    Route("POST", "/v1/completions", completions, CompletionRequest, streams=True),
+    Route("GET", "/v1/models", models),
+    Route("GET", "/models", models, alias=True),
+    # llama-server's own; its /completions is /completion, as in llama-server
+    Route("POST", "/completion", completion, NativeCompletionRequest, streams=True),
+    Route("POST", "/completions", completion, alias=True),
+    Route("GET", "/props", props),
+    Route("POST", "/apply-template", apply_template, ApplyTemplateRequest),
+    Route("POST", "/tokenize", tokenize, TokenizeRequest),
+    Route("POST", "/detokenize", detokenize, DetokenizeRequest),
+    # Anthropic's Messages API (its errors in Anthropic's shape: http/errors.py)
+    Route("POST", "/v1/messages", messages, MessagesRequest, streams=True),
+    Route("POST", "/v1/messages/count_tokens", messages_count_tokens, CountTokensRequest),
+    # the server's own state, whatever the dialect
+    Route("GET", "/health", health),
+    Route("GET", "/v1/health", health, alias=True),
+    Route("GET", "/metrics", metrics),
+    Route("GET", "/slots", slots),
+)
 
 
 def create_app(
     worker: Optional["EngineWorker"], loaded: Optional["LoadedModel"], config: "AppConfig"
 ) -> FastAPI:
-    """The OpenAI-compatible app. With worker/loaded None it starts in the loading state
+    """The app serving ROUTES. With worker/loaded None it starts in the loading state
     (/health answers 503, everything else 503) until `app.state.runtime.attach(...)`."""
-    from .anthropic_routes import router as anthropic_router
-    from .completions import router as completions_router
-    from .llama_routes import router as llama_router
-    from .status_routes import router as status_router
-    from .token_routes import router as token_router
-
-    from .openapi import install_openapi
-
     app = FastAPI(title="mlxcel-py", docs_url=None, redoc_url=None, openapi_url=None)
     state = Runtime(config)
     if worker is not None and loaded is not None:
         state.attach(worker, loaded)
     app.state.runtime = state
     install_error_handlers(app)
-    app.include_router(llama_router)  # first: /completions is llama-server's native route, as there
-    app.include_router(completions_router)
-    app.include_router(anthropic_router)
-    app.include_router(status_router)
-    app.include_router(token_router)
+    for route in ROUTES:
+        app.add_api_route(route.path, route.endpoint, methods=[route.method], include_in_schema=not route.alias)
     api_key = config.server.api_key if config.server else None
-    install_openapi(app, api_key is not None)
+    bodies = {r.path: r.body for r in ROUTES if r.body is not None}
+    install_openapi(app, api_key is not None, bodies, tuple(r.path for r in ROUTES if r.streams))
     # The last added runs first: CORS (preflights, headers on every answer), bugs -> 500, the gate.
     app.add_middleware(Gate, api_key=api_key, state=lambda: app.state.runtime)
     app.add_middleware(CatchBugs)

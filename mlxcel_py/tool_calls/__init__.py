@@ -11,12 +11,12 @@ Typical use (see docs/STRUCTURED_OUTPUT.md):
     deltas = stream.feed(text) ... + stream.finish();  stream.called -> finish_reason "tool_calls"
 """
 
-from .parse import ToolCall, ToolCallStream, new_call_id, parse_tool_calls
+from .parse import ToolCall, ToolCallStream, new_call_id
 from .render import FALLBACK_PROMPT, ToolFormat, call_constraint, tool_format, tool_messages
 from .request import ToolCallError, ToolRequest, call_schema, tool_constraint, tool_request
 
 __all__ = [
     "FALLBACK_PROMPT", "ToolCall", "ToolCallError", "ToolCallStream", "ToolFormat", "ToolRequest",
-    "call_constraint", "call_schema", "new_call_id", "parse_tool_calls", "tool_constraint", "tool_format",
+    "call_constraint", "call_schema", "new_call_id", "tool_constraint", "tool_format",
     "tool_messages", "tool_request",
 ]

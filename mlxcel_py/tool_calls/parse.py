@@ -122,11 +122,3 @@ def _as_call(item: dict) -> tuple[Optional[str], str, str]:
     if not isinstance(name, str):
         raise TypeError(f"the call's name is {type(name).__name__}, not a string")
     return item.get("id"), name, args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-
-def parse_tool_calls(text: str, fmt: ToolFormat, tools: Optional[list] = None, parallel: bool = True,
-                     new_id: Callable[[], str] = new_call_id) -> tuple[Optional[str], list[ToolCall]]:
-    """(content, calls) of a whole reply; content is None when the reply is only calls."""
-    stream = ToolCallStream(fmt, tools, parallel, new_id)
-    deltas = stream.feed(text) + stream.finish()
-    content = "".join(d.get("content", "") for d in deltas)
-    return (content or None) if stream.called else content, stream.calls

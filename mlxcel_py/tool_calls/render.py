@@ -1,14 +1,15 @@
-"""The model's tool-call format (mlx-lm's tool parsers), and chat messages with tools rendered
-for its template: natively when the template takes `tools`, else a Hermes/Qwen system prompt."""
+"""The model's tool-call format (mlx-lm's tool parsers, looked up by models/tool_parsers.py), and
+chat messages with tools rendered for its template: natively when the template takes `tools`,
+else a Hermes/Qwen system prompt."""
 
 from __future__ import annotations
 
-import importlib
 import json
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from ..engine import ConstraintSpec
+from ..models.tool_parsers import DEFAULT_PARSER, tool_parser_module, tool_parser_name
 from ..models.vocab import hf_tokenizer
 from .request import ToolCallError, ToolRequest, tool_constraint
 
@@ -46,31 +47,13 @@ class ToolFormat:
         return self.parser == "json_tools"
 
 
-def _hf(tokenizer: Any) -> Any:
-    """The transformers tokenizer inside an mlx-lm TokenizerWrapper (or the tokenizer itself)."""
-    return hf_tokenizer(tokenizer)
-
-
-def _parser_module(tokenizer: Any) -> Optional[str]:
-    """mlx-lm's parser for this tokenizer: set at load (mlx-lm dirs) or inferred as mlx-lm's load does."""
-    parse = getattr(tokenizer, "tool_parser", None)
-    if parse is not None:
-        return parse.__module__.rsplit(".", 1)[-1]
-    from mlx_lm.tokenizer_utils import _infer_tool_parser  # what mlx_lm.load runs; GGUF loads skip it
-
-    try:
-        return _infer_tool_parser(_hf(tokenizer))
-    except Exception:  # noqa: BLE001 - inference is best effort; the fallback format always works
-        return None
-
-
 def tool_format(tokenizer: Any) -> ToolFormat:
     """The model's tool-call format; Hermes `<tool_call>` JSON when mlx-lm knows none for it."""
-    template = getattr(_hf(tokenizer), "chat_template", None) or ""
-    name = _parser_module(tokenizer)
+    template = getattr(hf_tokenizer(tokenizer), "chat_template", None) or ""
+    name = tool_parser_name(tokenizer)
     native = name is not None and isinstance(template, str) and "tools" in template
-    module = importlib.import_module(f"mlx_lm.tool_parsers.{name or 'json_tools'}")
-    return ToolFormat(name or "json_tools", module.tool_call_start, module.tool_call_end,
+    module = tool_parser_module(name or DEFAULT_PARSER)
+    return ToolFormat(name or DEFAULT_PARSER, module.tool_call_start, module.tool_call_end,
                       module.parse_tool_call, native)
 
 

@@ -1,0 +1,127 @@
+"""A body's sampling fields over the server's defaults -> `SamplingParams`, for every dialect:
+the sampler's (temperature, top_p/top_k/min_p, seed, stop, max_tokens and llama-server's
+n_predict, repetition), and those that reach the logits beyond it: `logit_bias`, presence and
+frequency penalties, logprobs (chat's `logprobs`/`top_logprobs`, completions' `logprobs: N`,
+llama-server's `n_probs`) and completions' `echo`. A bad value is a 400 naming the request field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from ...engine import MAX_TOP_LOGPROBS, ConstraintSpec, SamplingParams
+from ...errors import FieldError, RequestError
+from .schemas import GenerationRequest
+
+BAN = -100.0  # llama-server's `false` bias: never this token (OpenAI's -100 does the same in practice)
+# SamplingParams fields that other request fields carry, for error messages.
+PARAM_OF = {"prompt_logprobs": "echo"}
+
+
+@dataclass(frozen=True, slots=True)
+class LogprobsAsk:
+    """Whether logprobs were asked, with how many alternatives, and over the prompt too (echo)."""
+
+    num: Optional[int] = None  # None: not asked
+    prompt: bool = False
+
+
+def _token_id(key: Any) -> int:
+    if isinstance(key, int) and not isinstance(key, bool):
+        return key  # negative ids are refused by SamplingParams
+    if isinstance(key, str) and key.strip().isdigit():
+        return int(key)
+    raise FieldError(f"logit_bias keys must be token ids such as \"15\" (got {key!r})", param="logit_bias")
+
+
+def logit_bias_pairs(value: Any) -> tuple[tuple[int, float], ...]:
+    """OpenAI's {"id": bias} or llama-server's [[id, bias]]; a `false` bias bans the token."""
+    if not value:
+        return ()
+    items = value.items() if isinstance(value, dict) else value
+    return tuple((_token_id(key), BAN if bias is False else float(bias)) for key, bias in items)
+
+
+def _check_count(value: int, param: str) -> int:
+    if not 0 <= value <= MAX_TOP_LOGPROBS:
+        raise FieldError(f"{param} must be between 0 and {MAX_TOP_LOGPROBS} (got {value})", param=param)
+    return value
+
+
+def logprobs_ask(req: GenerationRequest) -> LogprobsAsk:
+    """Chat: logprobs + top_logprobs; completions: logprobs N (+ echo); n_probs N for either."""
+    n_probs = _check_count(req.n_probs, "n_probs") if req.n_probs else 0
+    logprobs, top = getattr(req, "logprobs", None), getattr(req, "top_logprobs", None)
+    if n_probs and (logprobs is not None or top is not None):
+        raise FieldError("n_probs asks for the same as logprobs/top_logprobs; send one of them", param="n_probs")
+    echo = bool(getattr(req, "echo", None))
+    if n_probs:
+        return LogprobsAsk(n_probs, echo)
+    if isinstance(logprobs, bool) or logprobs is None:  # chat (completions' null too)
+        if top is not None and top > 0 and not logprobs:
+            raise FieldError("top_logprobs needs logprobs to be true", param="top_logprobs")
+        return LogprobsAsk(_check_count(top or 0, "top_logprobs"), False) if logprobs else LogprobsAsk()
+    return LogprobsAsk(_check_count(logprobs, "logprobs"), echo)  # completions' integer
+
+
+def processor_fields(req: GenerationRequest) -> dict:
+    """SamplingParams overrides for bias, penalties and logprobs (None where the request is silent)."""
+    ask = logprobs_ask(req)
+    return {
+        "logit_bias": logit_bias_pairs(req.logit_bias),
+        "presence_penalty": req.presence_penalty,
+        "frequency_penalty": req.frequency_penalty,
+        "logprobs": ask.num is not None,
+        "top_logprobs": ask.num or 0,
+        "prompt_logprobs": ask.prompt,
+    }
+
+
+def echo_only(req: GenerationRequest, max_tokens: int) -> bool:
+    """`echo` with max_tokens 0: only the prompt comes back. The engine generates one token
+    (it needs at least one), which the reply leaves out."""
+    return bool(getattr(req, "echo", None)) and max_tokens == 0
+
+
+def max_tokens_of(req: GenerationRequest, default: int) -> int:
+    """max_completion_tokens, max_tokens or llama-server's n_predict (-1: until the context is full)."""
+    for value in (getattr(req, "max_completion_tokens", None), req.max_tokens):
+        if value is not None:
+            return value
+    if req.n_predict is not None and req.n_predict != -1:
+        return req.n_predict
+    return default
+
+
+def _repetition(req: GenerationRequest, slot_context: int) -> dict:
+    """repeat_penalty and llama-server's repeat_last_n (0 = off, -1 = the whole context)."""
+    penalty = req.repetition_penalty if req.repetition_penalty is not None else req.repeat_penalty
+    last_n = req.repeat_last_n
+    if last_n is not None and last_n < -1:
+        raise FieldError(f"repeat_last_n must be -1, 0 or positive (got {last_n})", param="repeat_last_n")
+    if last_n == 0:
+        return {"repetition_penalty": 1.0}
+    context = slot_context if last_n == -1 else last_n
+    return {"repetition_penalty": penalty, "repetition_context": context}
+
+
+def sampling_params(req: GenerationRequest, defaults: SamplingParams, slot_context: int,
+                    constraint: Optional[ConstraintSpec] = None) -> SamplingParams:
+    """The request's sampling fields over the server's defaults; a bad value is a 400."""
+    stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
+    max_tokens = max_tokens_of(req, defaults.max_tokens)
+    given = {
+        "temperature": req.temperature, "top_p": req.top_p, "top_k": req.top_k, "min_p": req.min_p,
+        "seed": req.seed, "max_tokens": 1 if echo_only(req, max_tokens) else max_tokens, "stop": stop,
+        "ignore_eos": req.ignore_eos, **_repetition(req, slot_context), **processor_fields(req),
+        "constraint": constraint,
+    }
+    overrides = {k: v for k, v in given.items() if v is not None}
+    if req.seed == -1:  # llama-server's "random seed"
+        overrides["seed"] = None
+    try:
+        return dataclasses.replace(defaults, **overrides)
+    except RequestError as exc:  # SamplingParams names its own field; the request's may differ
+        raise FieldError(str(exc), param=PARAM_OF.get(exc.param, exc.param)) from None

@@ -1,0 +1,1 @@
+"""The HTTP plumbing every dialect shares: auth, CORS, bodies, errors, OpenAPI, metrics, serving, cluster."""

@@ -1,0 +1,37 @@
+"""What the server is doing, whatever the dialect: /health, /metrics, /slots (/v1/models is in
+openai/, /props in llama/)."""
+
+from __future__ import annotations
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+
+from ..runtime import runtime
+from .metrics import CONTENT_TYPE
+
+
+async def health(request: Request) -> JSONResponse:
+    rt = runtime(request)
+    if rt.failure is not None:
+        return JSONResponse({"status": "error", "error": rt.failure}, status_code=503)
+    if rt.draining:
+        return JSONResponse({"status": "shutting_down"}, status_code=503)
+    if not rt.ready:
+        return JSONResponse({"status": "loading"}, status_code=503)
+    return JSONResponse({"status": "ok"})
+
+
+async def metrics(request: Request) -> Response:
+    return Response(runtime(request).metrics.render(), media_type=CONTENT_TYPE)
+
+
+async def slots(request: Request) -> list[dict]:
+    stats = runtime(request).worker.stats()
+    return [
+        {
+            "id": s.slot_id, "state": s.state, "is_processing": s.state != "idle", "request_id": s.request_id,
+            "n_ctx": stats.slot_context, "prompt_tokens": s.prompt_tokens, "processed": s.processed,
+            "generated": s.generated,
+        }
+        for s in stats.slots
+    ]

@@ -1,0 +1,1 @@
+"""llama-server's own API: /completion, /props, /apply-template, /tokenize, /detokenize."""

@@ -1,0 +1,66 @@
+"""What /completion does with each of its fields: honoured, refused unless inert (the table
+generation/prepared.py's `refuse_unsupported` reads), or ignored.
+
+The table is this route's own (it does not follow openai/fields.py), so a field the OpenAI
+routes start honouring stays refused here until /completion renders it too.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ..generation.prepared import Refused, accepts_only
+
+# Our sampler chain, in the order it runs (the engine's sampling), in llama-server's names.
+SAMPLERS = ("penalties", "top_p", "min_p", "top_k", "temperature")
+HERE = "by this server's /completion"
+
+
+def _equal(*values: Any) -> Callable[[Any], bool]:
+    return lambda value: any(type(value) is type(v) and value == v for v in values) or \
+        any(isinstance(v, float) and type(value) is int and value == v for v in values)
+
+
+def _empty(value: Any) -> bool:
+    return not value
+
+
+def _at_most(limit: float) -> Callable[[Any], bool]:
+    return lambda value: value <= limit
+
+
+def _only(field: str, inert: Callable[[Any], bool], accepted: str) -> Refused:
+    return Refused(field, accepts_only(inert, accepted, HERE))
+
+
+NOT_SUPPORTED: tuple[Refused, ...] = (
+    _only("n", _equal(1), "1"),
+    _only("n_cmpl", _equal(1), "1"),
+    _only("n_probs", _equal(0), "0"),  # needs llama-server's completion_probabilities shape
+    _only("typical_p", _equal(1.0), "1"),
+    _only("mirostat", _equal(0), "0"),
+    _only("dynatemp_range", _equal(0.0), "0"),
+    _only("dry_multiplier", _equal(0.0), "0"),
+    _only("xtc_probability", _equal(0.0), "0"),
+    _only("top_n_sigma", _at_most(0), "-1 (off)"),
+    _only("min_keep", _equal(0), "0"),
+    _only("n_indent", _equal(0), "0"),
+    _only("t_max_predict_ms", _equal(0), "0"),
+    _only("timings_per_token", _equal(False), "false"),
+    _only("lora", _empty, "[]"),
+    _only("samplers", lambda v: isinstance(v, list) and tuple(v) == SAMPLERS, f"{list(SAMPLERS)} (our fixed chain)"),
+)
+HONOURED = frozenset({
+    "model", "prompt", "n_predict", "max_tokens", "temperature", "top_k", "top_p", "min_p", "seed", "stop",
+    "stream", "ignore_eos", "repeat_penalty", "repetition_penalty", "repeat_last_n", "cache_prompt",
+    "return_progress", "return_tokens", "response_fields",
+    # Through the machinery every dialect shares (docs/SERVER.md: structured output, logit_bias and penalties).
+    "presence_penalty", "frequency_penalty", "logit_bias", "grammar", "json_schema", "response_format",
+})
+# Fields that change nothing here (documented in docs/SERVER.md): the rest of a sampler whose
+# switch is refused above, transport hints, and what our design makes moot.
+IGNORED = frozenset({
+    "id_slot", "n_keep", "n_cache_reuse", "post_sampling_probs", "dynatemp_exponent", "xtc_threshold",
+    "dry_base", "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers", "mirostat_tau",
+    "mirostat_eta", "sse_ping_interval", "user", "stream_options",
+})

@@ -1,0 +1,120 @@
+"""llama-server's own routes: POST /completion (and /completions, which llama-server routes
+there too, not to /v1/completions), GET /props, POST /apply-template, /tokenize, /detokenize.
+
+Bodies are parsed, templated and tokenized off the event loop, as on the other dialects' routes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+
+from ... import __version__
+from ...errors import FieldError, RequestError
+from ...models import ModelLoadError, default_model_path, encode_text, render_chat
+from ...models.chat import validate_messages
+from ...models.vocab import hf_tokenizer
+from ...tool_calls import tool_messages
+from ..generation.collect import collect
+from ..generation.prepared import blame
+from ..generation.prompt import check_token_ids
+from ..generation.stream import FramedStream
+from ..generation.submit import CLIENT_CLOSED, start
+from ..http.body import parse_body, read_body
+from ..runtime import runtime
+from .prepare import prepare_native
+from .schemas import ApplyTemplateRequest, DetokenizeRequest, TokenizeRequest
+from .shapes import NativeFramer, default_settings, final_json
+
+if TYPE_CHECKING:
+    from ..runtime import Runtime
+
+
+async def completion(request: Request) -> Response:
+    """llama-server's native completion: `content`, `tokens`, `timings`, ...; streamed as {"content", "stop"} frames."""
+    prepared, gen = await start(request, prepare_native, "prompt")
+    if gen is None:
+        return Response(status_code=CLIENT_CLOSED)
+    if prepared.stream:
+        return FramedStream(NativeFramer(prepared.reply), gen, prepared.job.request_id)
+    whole = await collect(request.receive, gen)
+    if whole is None:
+        return Response(status_code=CLIENT_CLOSED)
+    return JSONResponse(final_json(prepared.reply, whole.text, whole.token_ids, whole.finished))
+
+
+def _default_path(rt: "Runtime") -> str:
+    try:
+        return default_model_path()  # the embedded model's file
+    except ModelLoadError:
+        return rt.loaded.name
+
+
+def _token_text(tokenizer: Any, name: str) -> str:
+    value = getattr(hf_tokenizer(tokenizer), name, None)
+    return value if isinstance(value, str) else ""
+
+
+async def props(request: Request) -> dict:
+    """llama-server's server properties (read-only, as llama-server without --props)."""
+    rt = runtime(request)
+    stats = rt.worker.stats()
+    template = getattr(rt.loaded.tokenizer, "chat_template", None)
+    return {
+        "default_generation_settings": {"params": default_settings(rt.config.sampling),
+                                        "n_ctx": stats.slot_context},
+        "total_slots": len(stats.slots),
+        "model_alias": rt.model_id,
+        "model_path": rt.config.model.path or _default_path(rt),
+        "modalities": {"vision": False, "video": False, "audio": False},
+        "chat_template": template if isinstance(template, str) else "",
+        "bos_token": _token_text(rt.loaded.tokenizer, "bos_token"),
+        "eos_token": _token_text(rt.loaded.tokenizer, "eos_token"),
+        "build_info": f"mlxcel-py {__version__}",
+        "is_sleeping": False, "ui": False, "cors_proxy_enabled": False,
+        "endpoint_slots": True, "endpoint_props": False, "endpoint_metrics": True,
+    }
+
+
+def _apply_template(rt: "Runtime", raw: bytes) -> dict:
+    body = parse_body(raw, ApplyTemplateRequest)
+    messages = [m.model_dump(exclude_none=True) for m in body.messages]
+    with blame("messages"):
+        messages, _ = tool_messages(validate_messages(messages), None, rt.tool_format)
+        return {"prompt": render_chat(rt.loaded.tokenizer, messages)}
+
+
+async def apply_template(request: Request) -> dict:
+    """The prompt text the chat messages render to, as /v1/chat/completions would feed the model."""
+    rt = runtime(request)
+    return await rt.off_loop(_apply_template, rt, await read_body(request, rt.max_body_bytes))
+
+
+def _tokenize(rt: "Runtime", raw: bytes) -> dict:
+    body = parse_body(raw, TokenizeRequest)
+    try:
+        ids = encode_text(rt.loaded.tokenizer, body.content, add_special_tokens=bool(body.add_special))
+    except RequestError as exc:  # encode_text names its own `prompt`; this body's field is `content`
+        raise FieldError(str(exc), param="content") from None
+    if not body.with_pieces:
+        return {"tokens": list(ids)}
+    decode = rt.loaded.tokenizer.decode
+    return {"tokens": [{"id": t, "piece": decode([t])} for t in ids]}
+
+
+def _detokenize(rt: "Runtime", raw: bytes) -> dict:
+    body = parse_body(raw, DetokenizeRequest)
+    check_token_ids(body.tokens, rt.vocab_size, "tokens")
+    return {"content": rt.loaded.tokenizer.decode(body.tokens)}
+
+
+async def tokenize(request: Request) -> dict:
+    rt = runtime(request)
+    return await rt.off_loop(_tokenize, rt, await read_body(request, rt.max_body_bytes))
+
+
+async def detokenize(request: Request) -> dict:
+    rt = runtime(request)
+    return await rt.off_loop(_detokenize, rt, await read_body(request, rt.max_body_bytes))

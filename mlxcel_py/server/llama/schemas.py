@@ -1,0 +1,72 @@
+"""llama-server's native request bodies: /completion, /apply-template, /tokenize, /detokenize
+(what /completion does with each field: fields.py).
+
+Field list: llama-server's README ("POST /completion", llama.cpp 0c1e570).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Union
+
+from pydantic import Field
+
+from ..generation.schemas import Body, ChatMessage, GenerationRequest
+
+Piece = Union[int, str]  # a token id or text, in a mixed prompt
+
+
+class PromptObject(Body):
+    """llama-server's {"prompt_string", "multimodal_data"} prompt (media are refused: no multimodal model)."""
+
+    prompt_string: str
+    multimodal_data: Optional[list[str]] = None
+
+
+NativePrompt = Union[str, PromptObject, list[Piece], list[Union[str, PromptObject, list[Piece]]]]
+
+
+class NativeCompletionRequest(GenerationRequest):
+    """POST /completion: GenerationRequest's fields plus llama-server's own."""
+
+    prompt: NativePrompt
+    return_tokens: Optional[bool] = None
+    response_fields: Optional[list[str]] = None
+    id_slot: Optional[int] = None
+    n_keep: Optional[int] = None
+    n_indent: Optional[int] = None
+    n_cmpl: Optional[int] = None
+    n_cache_reuse: Optional[int] = None
+    t_max_predict_ms: Optional[int] = None
+    samplers: Union[list[str], str, None] = None
+    timings_per_token: Optional[bool] = None
+    post_sampling_probs: Optional[bool] = None
+    lora: Optional[list[dict[str, Any]]] = None
+    min_keep: Optional[int] = None
+    top_n_sigma: Optional[float] = None
+    dynatemp_exponent: Optional[float] = None
+    xtc_threshold: Optional[float] = None
+    dry_base: Optional[float] = None
+    dry_allowed_length: Optional[int] = None
+    dry_penalty_last_n: Optional[int] = None
+    dry_sequence_breakers: Optional[list[str]] = None
+    mirostat_tau: Optional[float] = None
+    mirostat_eta: Optional[float] = None
+    sse_ping_interval: Optional[float] = None
+    # llama-server takes [[token, bias], ...] as well as OpenAI's {"token": bias}
+    logit_bias: Union[dict[str, Union[float, bool]], list[list[Any]], None] = None  # type: ignore[assignment]
+
+
+class ApplyTemplateRequest(Body):
+    """POST /apply-template: the chat messages to render (other chat fields are ignored, as there)."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+
+
+class TokenizeRequest(Body):
+    content: str
+    add_special: Optional[bool] = None
+    with_pieces: Optional[bool] = None
+
+
+class DetokenizeRequest(Body):
+    tokens: list[int]

@@ -1,0 +1,154 @@
+"""llama-server's native response shapes: /completion's reply and stream frames, and the
+generation settings /completion and /props report (llama.cpp 0c1e570, server-task.cpp).
+
+Pure functions of a `NativeReply` and engine events. Samplers we do not have are reported
+with the values that turn them off in llama-server, which is what they are here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from ...engine import MAX_TOKENS_LIMIT, Finished, PromptProgress, SamplingParams, TokenDelta
+from ..generation.stream import sse
+from ..generation.submit import failure
+from ..generation.usage import timings_json
+from ..http.errors import APIError
+from .fields import SAMPLERS
+
+RANDOM_SEED = 4294967295  # llama-server's LLAMA_DEFAULT_SEED: "a random seed"
+DRY_BREAKERS = ["\n", ":", '"', "*"]
+
+
+def generation_settings(p: SamplingParams, stream: bool = False) -> dict:
+    """llama-server's `generation_settings` for these sampling parameters."""
+    n_predict = -1 if p.max_tokens >= MAX_TOKENS_LIMIT else p.max_tokens
+    return {
+        "seed": RANDOM_SEED if p.seed is None else p.seed, "temperature": p.temperature,
+        "dynatemp_range": 0.0, "dynatemp_exponent": 1.0, "top_k": p.top_k, "top_p": p.top_p, "min_p": p.min_p,
+        "top_n_sigma": -1.0, "xtc_probability": 0.0, "xtc_threshold": 0.1, "typical_p": 1.0,
+        "repeat_last_n": p.repetition_context,
+        "repeat_penalty": p.repetition_penalty, "presence_penalty": p.presence_penalty,
+        "frequency_penalty": p.frequency_penalty, "dry_multiplier": 0.0, "dry_base": 1.75,
+        "dry_allowed_length": 2, "dry_penalty_last_n": -1, "dry_sequence_breakers": DRY_BREAKERS,
+        "mirostat": 0, "mirostat_tau": 5.0, "mirostat_eta": 0.1, "stop": list(p.stop),
+        "max_tokens": n_predict, "n_predict": n_predict, "n_keep": 0, "n_discard": 0, "ignore_eos": p.ignore_eos,
+        "stream": stream, "logit_bias": [[t, b] for t, b in p.logit_bias], "n_probs": 0, "min_keep": 0,
+        "grammar": "", "grammar_lazy": False, "grammar_triggers": [], "preserved_tokens": [],
+        "chat_format": "Content-only", "reasoning_format": "none", "reasoning_in_content": False,
+        "generation_prompt": "", "samplers": list(SAMPLERS), "speculative.types": "none",
+        "timings_per_token": False, "post_sampling_probs": False, "backend_sampling": False, "lora": [],
+        "adaptive_target": -1.0, "adaptive_decay": 0.9,
+    }
+
+
+# What /props leaves out of its default settings (llama-server's "only_metrics" form).
+NOT_IN_PROPS = ("dry_sequence_breakers", "stop", "logit_bias", "grammar", "grammar_lazy", "grammar_triggers",
+                "preserved_tokens")
+
+
+def default_settings(p: SamplingParams) -> dict:
+    """/props' `default_generation_settings.params`."""
+    settings = generation_settings(p)
+    return {k: v for k, v in settings.items() if k not in NOT_IN_PROPS}
+
+
+@dataclass(frozen=True, slots=True)
+class NativeReply:
+    """What a /completion reply is labelled with."""
+
+    model: str
+    prompt: str  # the prompt as text
+    prompt_tokens: int
+    slot_context: int
+    settings: dict
+    return_tokens: bool = False
+    return_progress: bool = False
+    response_fields: Optional[tuple[str, ...]] = None
+
+
+def stop_type(f: Finished) -> str:
+    if f.finish_reason == "length":
+        return "limit"
+    return "word" if f.stop_word is not None else "eos"
+
+
+def final_json(reply: NativeReply, text: str, token_ids: tuple[int, ...], f: Finished) -> dict:
+    """The whole reply (with `stream` the last frame, its content already sent)."""
+    u = f.usage
+    eos = f.finish_reason == "stop" and f.stop_word is None  # the EOS token is not generated text
+    body = {
+        "index": 0, "content": text, "tokens": list(token_ids) if reply.return_tokens else [],
+        "id_slot": -1 if f.slot is None else f.slot, "stop": True, "model": reply.model,
+        "tokens_predicted": u.completion_tokens, "tokens_evaluated": u.prompt_tokens,
+        "generation_settings": reply.settings, "prompt": reply.prompt, "has_new_line": "\n" in text,
+        "truncated": f.finish_reason == "length" and u.total_tokens >= reply.slot_context,
+        "stop_type": stop_type(f), "stopping_word": f.stop_word or "",
+        "tokens_cached": u.total_tokens - (0 if eos else 1), "timings": timings_json(f),
+    }
+    return pick_fields(body, reply.response_fields) if reply.response_fields else body
+
+
+def pick_fields(body: dict, paths: tuple[str, ...]) -> dict:
+    """llama-server's `response_fields`: each "a/b" path's value under the key "a/b"; missing paths dropped."""
+    out = {}
+    for path in paths:
+        node: Any = body
+        for key in path.split("/"):
+            if not (isinstance(node, dict) and key in node):
+                break
+            node = node[key]
+        else:
+            out[path] = node
+    return out
+
+
+@dataclass
+class NativeFramer:
+    """The frames of a /completion stream: {"content", "tokens", "stop": false, ...} per piece of
+    text, then the whole reply with `stop: true` (no [DONE], as llama-server)."""
+
+    reply: NativeReply
+    predicted: int = 0
+    held: list[int] = field(default_factory=list)  # token ids whose text is held back (a stop may follow)
+    ids: list[int] = field(default_factory=list)
+
+    def opening(self) -> list[str]:
+        return []
+
+    def _partial(self, content: str, tokens: list[int], **extra: Any) -> str:
+        return sse({"index": 0, "content": content, "tokens": tokens, "stop": False, "id_slot": -1,
+                     "tokens_predicted": self.predicted, "tokens_evaluated": self.reply.prompt_tokens, **extra})
+
+    def frames(self, event: Any) -> list[str]:
+        if isinstance(event, PromptProgress):
+            if not self.reply.return_progress:
+                return []
+            progress = {"total": event.total, "cache": event.cache, "processed": event.processed,
+                        "time_ms": event.time_ms}
+            return [self._partial("", [], prompt_progress=progress)]
+        if isinstance(event, TokenDelta):
+            self.predicted += 1
+            self.held.append(event.token_id)
+            self.ids.append(event.token_id)
+            return self._release(event.text)
+        frames = self._release(event.text) if event.text else []
+        if event.finish_reason not in ("stop", "length"):
+            return frames + self.cut(failure(event))
+        return frames + [sse(final_json(self.reply, "", tuple(self.ids), event))]
+
+    def _release(self, text: str) -> list[str]:
+        if not text:
+            return []
+        tokens, self.held = self.held, []
+        return [self._partial(text, tokens)]
+
+    def cut(self, error: APIError) -> list[str]:
+        return [sse(error.body())]
+
+    def bug(self) -> list[str]:
+        return [sse(APIError(500, "internal server error (see the server log)").body())]
+
+    def closing(self) -> list[str]:
+        return []

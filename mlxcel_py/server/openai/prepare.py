@@ -1,0 +1,105 @@
+"""An OpenAI body -> the engine request: sampling, prompt token ids, the reply's labels.
+
+Everything here blocks (templating, tokenizing, compiling a grammar) and runs off the event
+loop. A prompt that certainly cannot fit a slot is refused from its length in characters,
+before tokenizing.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import TYPE_CHECKING, Any, Optional
+
+from ...engine import Request as EngineRequest
+from ...engine import SamplingParams, check_logit_bias
+from ...errors import FieldError, RequestError
+from ...models import encode_chat
+from ...models.chat import validate_messages
+from ...tool_calls import tool_messages
+from ..generation.assembler import Shape, ToolParsing
+from ..generation.logprobs import TokenPieces
+from ..generation.prepared import Prepared, blame, refuse_unsupported
+from ..generation.prompt import completion_prompt_ids
+from ..generation.sampling import echo_only, max_tokens_of, sampling_params
+from ..generation.schemas import GenerationRequest
+from ..generation.structured import OutputPlan, output_plan
+from ..http.body import parse_body
+from .fields import NOT_SUPPORTED_YET
+from .schemas import ChatRequest, CompletionRequest
+from .shapes import Kind, Reply
+
+if TYPE_CHECKING:
+    from ..runtime import Runtime
+
+
+def prepare_chat(rt: "Runtime", raw: bytes) -> Prepared[Reply]:
+    """POST /v1/chat/completions: the messages templated with the request's tools, and its sampling."""
+    body = parse_body(raw, ChatRequest)
+    _check_request(rt, body)
+    messages = [m.model_dump(exclude_none=True) for m in body.messages]
+    rt.prompt_limit.check_chars(sum(_chars(m.get("content")) for m in messages), "messages")
+    plan = output_plan(body, rt.tool_format, rt.worker.compiler)
+    with blame("messages"):
+        # The request's tools, and tool calls and results in the history, as the template renders them.
+        messages, tools = tool_messages(validate_messages(messages), plan.tools, rt.tool_format)
+        prompt = encode_chat(rt.loaded.tokenizer, messages, tools=tools,
+                             before_tokenize=lambda text: rt.prompt_limit.check_chars(len(text), "messages"))
+    return _prepared(rt, body, "chat", prompt.ids, prompt.history_boundary, plan)
+
+
+def prepare_completion(rt: "Runtime", raw: bytes) -> Prepared[Reply]:
+    """POST /v1/completions: the prompt's token ids (echoed when asked), and its sampling."""
+    body = parse_body(raw, CompletionRequest)
+    _check_request(rt, body)
+    plan = output_plan(body, None, rt.worker.compiler)
+    with blame("prompt"):
+        ids = completion_prompt_ids(body.prompt, rt)
+    echo = None
+    if body.echo:  # the prompt as sent; token ids are decoded
+        prompt = body.prompt[0] if isinstance(body.prompt, list) and len(body.prompt) == 1 else body.prompt
+        echo = prompt if isinstance(prompt, str) else rt.loaded.tokenizer.decode(list(ids))
+    return _prepared(rt, body, "completion", ids, None, plan, echo)
+
+
+def _chars(content: Any) -> int:
+    if isinstance(content, str):
+        return len(content)
+    return sum(len(p.get("text", "")) for p in content) if isinstance(content, list) else 0
+
+
+def _check_request(rt: "Runtime", body: GenerationRequest) -> None:
+    rt.check_model(body.model)
+    refuse_unsupported(body, NOT_SUPPORTED_YET)
+    if body.n not in (None, 1):
+        raise FieldError(f"only n=1 is supported (got {body.n})", param="n")
+
+
+def _shape(rt: "Runtime", sampling: SamplingParams, ids: tuple[int, ...], plan: OutputPlan,
+           echo: Optional[str], hide_output: bool) -> Shape:
+    tools = plan.tools
+    parsing = None
+    if tools is not None and tools.choice != "none":  # with "none" the model was not shown the tools
+        parsing = ToolParsing(rt.tool_format, tools.as_openai(), tools.parallel, plan.legacy_functions)
+    if not sampling.logprobs:
+        return Shape(echo=echo, hide_output=hide_output, tools=parsing)
+    # Token bytes from llguidance's tables: built here, off the event loop, on first use.
+    pieces = TokenPieces(rt.loaded.tokenizer, rt.worker.compiler)
+    return Shape(sampling.top_logprobs, echo, ids[0], hide_output, parsing, pieces)
+
+
+def _prepared(rt: "Runtime", body: GenerationRequest, kind: Kind, ids: tuple[int, ...],
+              boundary: Optional[int], plan: OutputPlan, echo: Optional[str] = None) -> Prepared[Reply]:
+    sampling = sampling_params(body, rt.config.sampling, rt.prompt_limit.slot_context, plan.constraint)
+    try:
+        check_logit_bias(sampling, rt.vocab_size)
+    except RequestError as exc:  # OpenAI's field errors carry no code
+        raise FieldError(str(exc), param="logit_bias") from None
+    request_id = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex[:24]}"
+    stream = bool(body.stream)
+    hidden = echo is not None and echo_only(body, max_tokens_of(body, rt.config.sampling.max_tokens))
+    reply = Reply(kind, request_id, int(time.time()), rt.model_id,
+                  include_usage=stream and body.include_usage, return_progress=bool(body.return_progress),
+                  shape=_shape(rt, sampling, ids, plan, echo, hidden), fingerprint=rt.fingerprint)
+    cache_prompt = True if body.cache_prompt is None else body.cache_prompt
+    return Prepared(EngineRequest(request_id, ids, sampling, boundary, cache_prompt), reply, stream)

@@ -1,0 +1,129 @@
+"""The server's one state object, `Runtime` (on `app.state.runtime`; no module globals), and
+the `runtime(request)` accessor every route uses: the worker and model once loaded, the
+vocabulary and prompt limit they imply, metrics, and the draining/failed state."""
+
+from __future__ import annotations
+
+import functools
+import gc
+import hashlib
+import time
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
+
+import anyio
+import anyio.to_thread
+from starlette.requests import Request
+
+from .. import __version__
+from ..config import DEFAULT_MAX_BODY_BYTES
+from ..engine import EngineStats
+from ..tool_calls import ToolFormat, tool_format
+from .generation.prompt import PromptLimit, max_token_chars
+from .http.errors import APIError, unavailable
+from .http.metrics import ServerMetrics
+
+if TYPE_CHECKING:
+    from ..config import AppConfig
+    from ..engine import EngineWorker
+    from ..models import LoadedModel
+    from .generation.submit import Generation
+
+T = TypeVar("T")
+# Threads that parse, template and tokenize request bodies: the event loop never does.
+PREPARE_THREADS = 4
+
+
+class Runtime:
+    """What routes need: the worker and model once loaded, metrics, and the serving state."""
+
+    def __init__(self, config: "AppConfig"):
+        self.config = config
+        self.worker: Optional["EngineWorker"] = None
+        self.loaded: Optional["LoadedModel"] = None
+        self.metrics = ServerMetrics(self._stats, lambda: self.model_id)
+        self.vocab_size = 0
+        self.prompt_limit = PromptLimit(1, 1)
+        self.tool_format: Optional[ToolFormat] = None
+        self.fingerprint = ""  # system_fingerprint: this build and this model
+        self.max_body_bytes = config.server.max_body_bytes if config.server else DEFAULT_MAX_BODY_BYTES
+        self.draining = False
+        self.failure: Optional[str] = None  # why the engine can no longer serve (a lost distributed rank)
+        self.started = int(time.time())
+        self.live: set["Generation"] = set()  # submitted requests whose response is still open
+        self._limiter: Optional[anyio.CapacityLimiter] = None
+
+    def _stats(self) -> "EngineStats":
+        return self.worker.stats() if self.worker is not None else EngineStats()
+
+    @property
+    def ready(self) -> bool:
+        """Loaded, and the engine's startup work (the ITL-budget calibration) is done."""
+        return self.worker is not None and self.loaded is not None and self.worker.prepared
+
+    @property
+    def aliases(self) -> tuple[str, ...]:
+        return self.config.server.model_aliases if self.config.server else ()
+
+    @property
+    def model_id(self) -> str:
+        """The id replies report: the first --alias, else the model's name."""
+        return self.aliases[0] if self.aliases else (self.loaded.name if self.loaded else "loading")
+
+    def attach(self, worker: "EngineWorker", loaded: "LoadedModel") -> None:
+        """Switch from loading to ready."""
+        self.vocab_size = loaded.vocab_size
+        slot_context = worker.stats().slot_context
+        self.prompt_limit = PromptLimit(slot_context, max_token_chars(loaded.tokenizer, self.vocab_size))
+        self.tool_format = tool_format(loaded.tokenizer)  # how this model writes tool calls
+        self.fingerprint = system_fingerprint(loaded)
+        self.worker, self.loaded = worker, loaded
+        # The model's objects live as long as the server: out of the collector's way, a request
+        # that allocates a million objects does not pay for full collections over them (each
+        # one holds the GIL, and with it the event loop, for a quarter of a second).
+        gc.freeze()
+
+    async def off_loop(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run blocking work (parsing, templating, tokenizing) on a bounded thread pool."""
+        if self._limiter is None:
+            self._limiter = anyio.CapacityLimiter(PREPARE_THREADS)
+        return await anyio.to_thread.run_sync(functools.partial(fn, *args), limiter=self._limiter)
+
+    def cut_all(self, error: APIError) -> int:
+        """End every open request from the server's side (the grace period is over)."""
+        live = list(self.live)
+        for gen in live:
+            gen.cut(error)
+        return len(live)
+
+    def fail(self, message: str) -> None:
+        """The engine is gone for good: /health and every request answer 503 from now on."""
+        self.failure = message
+
+    def gate_error(self) -> Optional[APIError]:
+        if self.failure is not None:
+            return unavailable(self.failure, "engine_error")
+        if self.draining:
+            return unavailable("the server is shutting down", "server_shutting_down")
+        if not self.ready:
+            return unavailable("the model is loading; retry shortly", "model_loading")
+        return None
+
+    def check_model(self, name: Optional[str]) -> None:
+        """Any name is accepted, like llama-server with one model: clients hard-code names, and
+        replies report the served id. (Kept as the one place to route names when several are served.)"""
+
+
+def system_fingerprint(loaded: "LoadedModel") -> str:
+    """Stable for one build of mlxcel-py serving one model in one form (OpenAI's system_fingerprint)."""
+    try:
+        mlx_version = version("mlx")  # read from the package metadata: the server never imports MLX
+    except PackageNotFoundError:
+        mlx_version = "?"
+    ident = "|".join((__version__, mlx_version, loaded.name, loaded.source, loaded.weights, loaded.description))
+    return "fp_" + hashlib.sha256(ident.encode()).hexdigest()[:12]
+
+
+def runtime(request: Request) -> Runtime:
+    """The app's Runtime: what every route reads its state from."""
+    return request.app.state.runtime
