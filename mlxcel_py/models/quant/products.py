@@ -1,0 +1,68 @@
+"""x @ W.T for float32 x and a QuantWeight W: the decode kernels' Python entry points.
+
+`linear` uses the candidate measured faster for W's type on this project's CPUs (CHOSEN,
+docs/QUANT_KERNELS.md); `linear_float` and `linear_int8` force one."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from gguf.constants import GGMLQuantizationType as T
+
+from . import kernels
+from .blocks import BLOCK_TYPES, QuantWeight
+from .unpack import LANES
+
+FLOAT, INT8 = "float", "int8"
+# Per type, the faster candidate in bench/bench_quant_kernels.py (docs/QUANT_KERNELS.md).
+CHOSEN: dict[T, str] = {t: FLOAT for t in BLOCK_TYPES}
+
+
+def _threads(threads: int | None) -> int:
+    return numba.get_num_threads() if threads is None else max(1, int(threads))
+
+
+def _out(x: np.ndarray, w: QuantWeight, out: np.ndarray | None) -> np.ndarray:
+    if x.ndim != 2 or x.shape[1] != w.shape[1]:
+        raise ValueError(f"x of shape {x.shape} does not multiply a weight of shape {w.shape}")
+    return np.empty((x.shape[0], w.shape[0]), np.float32) if out is None else out
+
+
+def dequantize(w: QuantWeight, threads: int | None = None) -> np.ndarray:
+    """The whole weight as float32 (rows, columns), equal to gguf.quants.dequantize."""
+    out = np.empty(w.shape, np.float32)
+    kernels.dequant_rows(int(w.qtype), w.blocks, out, _threads(threads), LANES)
+    return out
+
+
+def linear_float(x: np.ndarray, w: QuantWeight, out=None, threads: int | None = None) -> np.ndarray:
+    """Candidate a: each weight row dequantized once into L1, float FMA dot products."""
+    out = _out(x, w, out)
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    kernels.stream_float(int(w.qtype), x, w.blocks, out, _threads(threads), LANES)
+    return out
+
+
+def quantize_activations(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """x (B, K) float32 -> (codes int8 (B, K), scales float32 (B, K/32), code sums int32 (B, K/16))."""
+    rows, k = x.shape
+    xq, xd, xsum = np.empty((rows, k), np.int8), np.empty((rows, k // 32), np.float32), np.empty((rows, k // 16), np.int32)
+    kernels.quantize_rows_q8(np.ascontiguousarray(x, dtype=np.float32), xq, xd, xsum)
+    return xq, xd, xsum
+
+
+def linear_int8(x: np.ndarray, w: QuantWeight, out=None, threads: int | None = None) -> np.ndarray:
+    """Candidate b: x quantized to int8 per 32 values (Q8_0), integer dot products per 16."""
+    if w.qtype not in BLOCK_TYPES:
+        raise ValueError(f"the int8 kernel reads block types only, not {w.qtype.name}")
+    out = _out(x, w, out)
+    xq, xd, xsum = quantize_activations(x)
+    kernels.stream_int8(int(w.qtype), xq, xd, xsum, w.blocks, out, _threads(threads), LANES)
+    return out
+
+
+def linear(x: np.ndarray, w: QuantWeight, out=None, threads: int | None = None) -> np.ndarray:
+    """x @ W.T (B, N) float32 with the candidate chosen for W's type."""
+    if CHOSEN.get(w.qtype, FLOAT) == INT8:
+        return linear_int8(x, w, out, threads)
+    return linear_float(x, w, out, threads)
