@@ -22,6 +22,7 @@ from .cors import Cors, cors_options
 from .errors import APIError, CatchBugs, install_error_handlers, unavailable
 from .metrics import ServerMetrics
 from .prompts import PromptLimit, max_token_chars
+from .webui import WebUIDoor
 
 if TYPE_CHECKING:
     from ..config import AppConfig
@@ -157,8 +158,10 @@ def create_app(
     app.include_router(token_router)
     api_key = config.server.api_key if config.server else None
     install_openapi(app, api_key is not None)
-    # The last added runs first: CORS (preflights, headers on every answer), bugs -> 500, the gate.
+    # The last added runs first: CORS (preflights, headers on every answer), bugs -> 500, the page, the gate.
     app.add_middleware(Gate, api_key=api_key, state=lambda: app.state.runtime)
+    if config.server is None or config.server.webui:
+        app.add_middleware(WebUIDoor)  # the chat page, ahead of the gate: the page asks for the key itself
     app.add_middleware(CatchBugs)
     app.add_middleware(Cors, **cors_options(config.server.cors_origins if config.server else ()))
     return app
