@@ -117,6 +117,7 @@ export class LiveTurn {
   waiting() {
     this.box.replaceChildren(el("span", "progress-text", "Waiting for the server…"));
     this.box.hidden = false;
+    this.turn.scrollIntoView({ block: "end" });
   }
 
   /** A prompt_progress frame: {total, cache, processed, time_ms}. */
@@ -131,6 +132,7 @@ export class LiveTurn {
       this.label = el("span", "progress-text");
       this.box.replaceChildren(this.bar, this.label);
       this.lastProcessed = cache;
+      this.turn.scrollIntoView({ block: "end" });
     }
     const chunk = processed - this.lastProcessed;
     this.lastProcessed = processed;
@@ -156,7 +158,10 @@ export class LiveTurn {
     this.pending = true;
     requestAnimationFrame(() => {
       this.pending = false;
+      const list = this.turn.parentElement;
+      const atBottom = list && list.scrollHeight - list.scrollTop - list.clientHeight < 40;
       this.body.replaceChildren(renderMarkdown(this.text));
+      if (atBottom) this.turn.scrollIntoView({ block: "end" });  // follow the reply unless the reader scrolled up
     });
   }
 }
