@@ -83,7 +83,7 @@ def test_every_referenced_asset_is_served_with_its_type():
         assert response.content == (STATIC_DIR / path.removeprefix("/webui/")).read_bytes()
 
 
-def test_unknown_asset_is_the_apis_404():
+def test_an_unknown_asset_gets_the_apis_answer():
     response = client().get("/webui/nope.js")
     assert response.status_code == 503  # the gate's answer while loading, as for any unknown path
     assert client(no_webui=True).get("/webui/nope.js").json() == response.json()
