@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PROMPT ?= What is the capital of France?
 ARGS ?=
 
-.PHONY: setup test stress test-distributed generate serve chat bench blas clean
+.PHONY: setup test chromium stress test-distributed test-webui webui-screenshots generate serve chat bench blas clean
 
 setup: $(VENV)/.setup-stamp blas
 
@@ -22,8 +22,13 @@ $(VENV)/.setup-stamp: pyproject.toml
 blas:
 	@bash scripts/install_blas.sh
 
-test: setup
+# The tests also need Playwright and chromium for the chat page's browser smoke (skipped, saying
+# why, where chromium cannot be installed); `make serve` does not.
+test: setup $(VENV)/.webui-stamp chromium
 	$(BIN)/python -m pytest $(ARGS)
+
+chromium:
+	@bash scripts/install_chromium.sh
 
 # The reliability suite (docs/RELIABILITY.md): child servers under fuzzing, a soak, a burst,
 # a disconnect storm and SIGTERM. Minutes, so not part of `make test`.
@@ -38,6 +43,19 @@ $(VENV)/.stress-stamp: pyproject.toml
 # pipeline parallelism, the mlx.launch recipe, deploy/nginx.conf); make test runs the core ones.
 test-distributed: setup
 	$(BIN)/python -m pytest -m 'cluster_extended or not cluster_extended' tests/test_distributed.py tests/test_distributed_extended.py tests/test_deploy_nginx.py $(ARGS)
+
+# The chat page in headless chromium (tests/webui, docs/WEBUI.md): Playwright for Python and, where
+# we are root on Debian/Ubuntu, the distribution's chromium. `make test` runs only its smoke.
+test-webui: setup $(VENV)/.webui-stamp chromium
+	$(BIN)/python -m pytest -m 'webui_full or not webui_full' tests/test_webui.py tests/webui $(ARGS)
+
+# The two screenshots of docs/WEBUI.md (mid-prefill and an answer), on the default model.
+webui-screenshots: setup $(VENV)/.webui-stamp chromium
+	$(BIN)/python scripts/webui_screenshots.py $(ARGS)
+
+$(VENV)/.webui-stamp: pyproject.toml
+	$(BIN)/python -m pip install -q -e '.[test,bench,webui]'
+	touch $@
 
 generate: setup
 	$(BIN)/mlxcel-py generate "$(PROMPT)" $(ARGS)

@@ -221,6 +221,7 @@ def resolve(
     distributed: Optional[str] = None,
     distributed_timeout: Optional[float] = None,
     cors_origins: Optional[str] = None,
+    no_webui: bool = False,
     threads: Optional[int] = None,
     env: Optional[Mapping[str, str]] = None,
 ) -> AppConfig:
@@ -243,7 +244,8 @@ def resolve(
     server = None
     if command in _SERVER_COMMANDS:
         server = server_config(env, host=host, port=port, api_key=api_key, log_level=level, model_alias=model_alias,
-                               max_body_bytes=max_body_bytes, shutdown_grace=shutdown_grace, cors_origins=cors_origins)
+                               max_body_bytes=max_body_bytes, shutdown_grace=shutdown_grace, cors_origins=cors_origins,
+                               no_webui=no_webui)
     elif host is not None or port is not None or api_key is not None:
         raise ConfigError(f"--host, --port and --api-key apply to serve and bench, not {command}", flag="--host")
     blas = (env.get("MLXCEL_BLAS") or "").strip() or "auto"

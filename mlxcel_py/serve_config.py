@@ -19,6 +19,7 @@ DEFAULT_MAX_BODY_BYTES = 8 << 20
 MAX_SHUTDOWN_GRACE_S = 3600.0
 LOOPBACK = "localhost"  # the --cors-origins keyword for the loopback origins (the default)
 _PORT_WILDCARD = re.compile(r"^(https?://[^/:*]+|https?://\[[0-9a-fA-F:.]+\]):\*$")
+_TRUTHY, _FALSEY = ("1", "true", "on", "enabled", "yes"), ("0", "false", "off", "disabled", "no")
 DISTRIBUTED_MODES = ("auto", "tensor", "pipeline")
 # What each launcher leaves in the environment of every rank (mlx.launch sets MLX_RANK), and
 # the backend its variables name; the first match wins.
@@ -47,6 +48,7 @@ class ServerConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     # Browser origins allowed beyond the loopback ones: "*", "scheme://host[:port]" or "scheme://host:*".
     cors_origins: tuple[str, ...] = ()
+    webui: bool = True  # the chat page at / (server/webui); --no-webui turns it off
 
     @property
     def host(self) -> str:
@@ -95,6 +97,19 @@ def check_origin(origin: str, label: str) -> str:
     return origin
 
 
+def _no_webui(flag: bool, env: Mapping[str, str]) -> bool:
+    """--no-webui, else MLXCEL_NO_WEBUI / LLAMA_ARG_NO_WEBUI read as llama-server reads a switch."""
+    if flag:
+        return True
+    for name in ("MLXCEL_NO_WEBUI", "LLAMA_ARG_NO_WEBUI"):
+        raw = (env.get(name) or "").strip().lower()
+        if raw in _TRUTHY or raw in _FALSEY:
+            return raw in _TRUTHY
+        if raw:
+            raise ConfigError(f"{name} must be 1/true/on or 0/false/off (got {env[name]!r})", flag=name)
+    return False
+
+
 def _port(value: Optional[int], env: Mapping[str, str]) -> int:
     if value is not None:
         check_range("--port", value, 0, 65535)
@@ -110,7 +125,7 @@ def _port(value: Optional[int], env: Mapping[str, str]) -> int:
 def server_config(env: Mapping[str, str], *, host: Optional[str] = None, port: Optional[int] = None,
                   api_key: Optional[str] = None, log_level: str = "info", model_alias: Optional[str] = None,
                   max_body_bytes: Optional[int] = None, shutdown_grace: Optional[float] = None,
-                  cors_origins: Optional[str] = None) -> ServerConfig:
+                  cors_origins: Optional[str] = None, no_webui: bool = False) -> ServerConfig:
     """Flags (None = not given) over the environment -> ServerConfig; raises ConfigError."""
     host_text, host_label = flag_or_env(host, "--host", env, "LLAMA_ARG_HOST")
     hosts = _list(host_text, host_label, "address") or ("127.0.0.1",)
@@ -128,7 +143,7 @@ def server_config(env: Mapping[str, str], *, host: Optional[str] = None, port: O
         hosts=hosts, port=_port(port, env), api_key=api_key, log_level=log_level, model_aliases=aliases,
         shutdown_grace_s=10.0 if shutdown_grace is None else shutdown_grace,
         max_body_bytes=DEFAULT_MAX_BODY_BYTES if max_body_bytes is None else max_body_bytes,
-        cors_origins=origins,
+        cors_origins=origins, webui=not _no_webui(no_webui, env),
     )
 
 
@@ -138,7 +153,7 @@ def server_summary(server: ServerConfig) -> list[str]:
     cors = ", ".join(("loopback origins",) + tuple(o for o in server.cors_origins if o != LOOPBACK))
     return [
         f"server {', '.join(server.urls())} ({auth}, max_body_bytes={server.max_body_bytes}, "
-        f"shutdown_grace={server.shutdown_grace_s:g} s)",
+        f"shutdown_grace={server.shutdown_grace_s:g} s, webui {'on' if server.webui else 'off'})",
         f"cors {cors}",
     ]
 

@@ -106,6 +106,9 @@ CorsOriginsOpt = Annotated[
     typer.Option("--cors-origins", help="Browser origins allowed besides the loopback ones, comma-separated: "
                  "http://host:port, http://host:* or * (any site). Env MLXCEL_CORS_ORIGINS."),
 ]
+NoWebuiOpt = Annotated[
+    bool, typer.Option("--no-webui", help="Do not serve the chat page at / (docs/WEBUI.md). Env LLAMA_ARG_NO_WEBUI=1.")
+]
 MaxQueueOpt = Annotated[
     Optional[int], typer.Option("--max-queue", help="Requests that may wait for a slot. Default 64.")
 ]

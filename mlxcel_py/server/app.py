@@ -25,6 +25,7 @@ from .llama.schemas import ApplyTemplateRequest, DetokenizeRequest, NativeComple
 from .openai.routes import chat_completions, completions, models
 from .openai.schemas import ChatRequest, CompletionRequest
 from .runtime import Runtime
+from .webui import WebUIDoor
 
 if TYPE_CHECKING:
     from ..config import AppConfig
@@ -86,8 +87,10 @@ def create_app(
     api_key = config.server.api_key if config.server else None
     bodies = {r.path: r.body for r in ROUTES if r.body is not None}
     install_openapi(app, api_key is not None, bodies, tuple(r.path for r in ROUTES if r.streams))
-    # The last added runs first: CORS (preflights, headers on every answer), bugs -> 500, the gate.
+    # The last added runs first: CORS (preflights, headers on every answer), bugs -> 500, the page, the gate.
     app.add_middleware(Gate, api_key=api_key, state=lambda: app.state.runtime)
+    if config.server is None or config.server.webui:
+        app.add_middleware(WebUIDoor)  # the chat page, ahead of the gate: the page asks for the key itself
     app.add_middleware(CatchBugs)
     app.add_middleware(Cors, **cors_options(config.server.cors_origins if config.server else ()))
     return app
