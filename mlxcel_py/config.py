@@ -221,6 +221,8 @@ def resolve(
     distributed: Optional[str] = None,
     distributed_timeout: Optional[float] = None,
     cors_origins: Optional[str] = None,
+    metrics: Optional[bool] = None,
+    slots: Optional[bool] = None,
     threads: Optional[int] = None,
     env: Optional[Mapping[str, str]] = None,
 ) -> AppConfig:
@@ -243,7 +245,8 @@ def resolve(
     server = None
     if command in _SERVER_COMMANDS:
         server = server_config(env, host=host, port=port, api_key=api_key, log_level=level, model_alias=model_alias,
-                               max_body_bytes=max_body_bytes, shutdown_grace=shutdown_grace, cors_origins=cors_origins)
+                               max_body_bytes=max_body_bytes, shutdown_grace=shutdown_grace, cors_origins=cors_origins,
+                               metrics=metrics, slots=slots)
     elif host is not None or port is not None or api_key is not None:
         raise ConfigError(f"--host, --port and --api-key apply to serve and bench, not {command}", flag="--host")
     blas = (env.get("MLXCEL_BLAS") or "").strip() or "auto"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Mapping, Optional
 from urllib.parse import urlsplit
 
-from .config_values import check_range, env_count, flag_or_env
+from .config_values import check_range, env_bool, env_count, flag_or_env
 from .errors import ConfigError
 
 DEFAULT_MAX_BODY_BYTES = 8 << 20
@@ -47,6 +47,9 @@ class ServerConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     # Browser origins allowed beyond the loopback ones: "*", "scheme://host[:port]" or "scheme://host:*".
     cors_origins: tuple[str, ...] = ()
+    # llama-server's endpoint switches; ours default on (theirs: metrics off, slots on).
+    endpoint_metrics: bool = True
+    endpoint_slots: bool = True
 
     @property
     def host(self) -> str:
@@ -110,7 +113,8 @@ def _port(value: Optional[int], env: Mapping[str, str]) -> int:
 def server_config(env: Mapping[str, str], *, host: Optional[str] = None, port: Optional[int] = None,
                   api_key: Optional[str] = None, log_level: str = "info", model_alias: Optional[str] = None,
                   max_body_bytes: Optional[int] = None, shutdown_grace: Optional[float] = None,
-                  cors_origins: Optional[str] = None) -> ServerConfig:
+                  cors_origins: Optional[str] = None, metrics: Optional[bool] = None,
+                  slots: Optional[bool] = None) -> ServerConfig:
     """Flags (None = not given) over the environment -> ServerConfig; raises ConfigError."""
     host_text, host_label = flag_or_env(host, "--host", env, "LLAMA_ARG_HOST")
     hosts = _list(host_text, host_label, "address") or ("127.0.0.1",)
@@ -119,6 +123,8 @@ def server_config(env: Mapping[str, str], *, host: Optional[str] = None, port: O
     cors_text, cors_label = flag_or_env(cors_origins, "--cors-origins", env, "MLXCEL_CORS_ORIGINS",
                                          "LLAMA_ARG_CORS_ORIGINS")
     origins = tuple(check_origin(o, cors_label) for o in _list(cors_text, cors_label, "origin"))
+    metrics, _ = flag_or_env(metrics, "--metrics", env, "LLAMA_ARG_ENDPOINT_METRICS", parse=env_bool)
+    slots, _ = flag_or_env(slots, "--slots", env, "LLAMA_ARG_ENDPOINT_SLOTS", parse=env_bool)
     if api_key == "":
         raise ConfigError("--api-key must not be empty (omit it to disable authentication)", flag="--api-key")
     api_key = api_key if api_key is not None else env.get("MLXCEL_API_KEY") or None
@@ -128,7 +134,8 @@ def server_config(env: Mapping[str, str], *, host: Optional[str] = None, port: O
         hosts=hosts, port=_port(port, env), api_key=api_key, log_level=log_level, model_aliases=aliases,
         shutdown_grace_s=10.0 if shutdown_grace is None else shutdown_grace,
         max_body_bytes=DEFAULT_MAX_BODY_BYTES if max_body_bytes is None else max_body_bytes,
-        cors_origins=origins,
+        cors_origins=origins, endpoint_metrics=True if metrics is None else metrics,
+        endpoint_slots=True if slots is None else slots,
     )
 
 
@@ -140,6 +147,8 @@ def server_summary(server: ServerConfig) -> list[str]:
         f"server {', '.join(server.urls())} ({auth}, max_body_bytes={server.max_body_bytes}, "
         f"shutdown_grace={server.shutdown_grace_s:g} s)",
         f"cors {cors}",
+        f"endpoints /metrics {'on' if server.endpoint_metrics else 'off'}, "
+        f"/slots {'on' if server.endpoint_slots else 'off'}",
     ]
 
 

@@ -106,6 +106,16 @@ CorsOriginsOpt = Annotated[
     typer.Option("--cors-origins", help="Browser origins allowed besides the loopback ones, comma-separated: "
                  "http://host:port, http://host:* or * (any site). Env MLXCEL_CORS_ORIGINS."),
 ]
+MetricsOpt = Annotated[
+    Optional[bool],
+    typer.Option("--metrics/--no-metrics", help="The Prometheus /metrics endpoint (off: 501, as llama-server "
+                 "without --metrics). Default on; env LLAMA_ARG_ENDPOINT_METRICS."),
+]
+SlotsOpt = Annotated[
+    Optional[bool],
+    typer.Option("--slots/--no-slots", help="The /slots monitoring endpoint (off: 501). Default on; "
+                 "env LLAMA_ARG_ENDPOINT_SLOTS."),
+]
 MaxQueueOpt = Annotated[
     Optional[int], typer.Option("--max-queue", help="Requests that may wait for a slot. Default 64.")
 ]
