@@ -222,6 +222,8 @@ def resolve(
     distributed_timeout: Optional[float] = None,
     cors_origins: Optional[str] = None,
     no_webui: bool = False,
+    metrics: Optional[bool] = None,
+    slots: Optional[bool] = None,
     threads: Optional[int] = None,
     env: Optional[Mapping[str, str]] = None,
 ) -> AppConfig:
@@ -245,7 +247,7 @@ def resolve(
     if command in _SERVER_COMMANDS:
         server = server_config(env, host=host, port=port, api_key=api_key, log_level=level, model_alias=model_alias,
                                max_body_bytes=max_body_bytes, shutdown_grace=shutdown_grace, cors_origins=cors_origins,
-                               no_webui=no_webui)
+                               no_webui=no_webui, metrics=metrics, slots=slots)
     elif host is not None or port is not None or api_key is not None:
         raise ConfigError(f"--host, --port and --api-key apply to serve and bench, not {command}", flag="--host")
     blas = (env.get("MLXCEL_BLAS") or "").strip() or "auto"

@@ -27,6 +27,18 @@ def env_count(raw: str, name: str) -> int:
     return value
 
 
+_TRUE = ("1", "true", "on", "enabled", "yes")
+_FALSE = ("0", "false", "off", "disabled", "no")
+
+
+def env_bool(raw: str, name: str) -> bool:
+    """`raw` from variable `name` as llama-server reads a switch (1/true/on/enabled, 0/false/off/disabled)."""
+    text = raw.strip().lower()
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    raise ConfigError(f"{name} must be one of {', '.join(_TRUE + _FALSE)} (got {raw!r})", flag=name)
+
+
 def flag_or_env(value: Optional[T], flag: str, env: Mapping[str, str], *names: str,
                 parse: Optional[Callable[[str, str], T]] = None) -> tuple[Optional[T], str]:
     """The flag's value, else the first set (non-blank) variable's, parsed by `parse(raw, name)`;

@@ -12,14 +12,13 @@ from dataclasses import dataclass
 from typing import Mapping, Optional
 from urllib.parse import urlsplit
 
-from .config_values import check_range, env_count, flag_or_env
+from .config_values import check_range, env_bool, env_count, flag_or_env
 from .errors import ConfigError
 
 DEFAULT_MAX_BODY_BYTES = 8 << 20
 MAX_SHUTDOWN_GRACE_S = 3600.0
 LOOPBACK = "localhost"  # the --cors-origins keyword for the loopback origins (the default)
 _PORT_WILDCARD = re.compile(r"^(https?://[^/:*]+|https?://\[[0-9a-fA-F:.]+\]):\*$")
-_TRUTHY, _FALSEY = ("1", "true", "on", "enabled", "yes"), ("0", "false", "off", "disabled", "no")
 DISTRIBUTED_MODES = ("auto", "tensor", "pipeline")
 # What each launcher leaves in the environment of every rank (mlx.launch sets MLX_RANK), and
 # the backend its variables name; the first match wins.
@@ -49,6 +48,9 @@ class ServerConfig:
     # Browser origins allowed beyond the loopback ones: "*", "scheme://host[:port]" or "scheme://host:*".
     cors_origins: tuple[str, ...] = ()
     webui: bool = True  # the chat page at / (server/webui); --no-webui turns it off
+    # llama-server's endpoint switches; ours default on (theirs: metrics off, slots on).
+    endpoint_metrics: bool = True
+    endpoint_slots: bool = True
 
     @property
     def host(self) -> str:
@@ -101,13 +103,8 @@ def _no_webui(flag: bool, env: Mapping[str, str]) -> bool:
     """--no-webui, else MLXCEL_NO_WEBUI / LLAMA_ARG_NO_WEBUI read as llama-server reads a switch."""
     if flag:
         return True
-    for name in ("MLXCEL_NO_WEBUI", "LLAMA_ARG_NO_WEBUI"):
-        raw = (env.get(name) or "").strip().lower()
-        if raw in _TRUTHY or raw in _FALSEY:
-            return raw in _TRUTHY
-        if raw:
-            raise ConfigError(f"{name} must be 1/true/on or 0/false/off (got {env[name]!r})", flag=name)
-    return False
+    value, _ = flag_or_env(None, "--no-webui", env, "MLXCEL_NO_WEBUI", "LLAMA_ARG_NO_WEBUI", parse=env_bool)
+    return bool(value)
 
 
 def _port(value: Optional[int], env: Mapping[str, str]) -> int:
@@ -125,7 +122,8 @@ def _port(value: Optional[int], env: Mapping[str, str]) -> int:
 def server_config(env: Mapping[str, str], *, host: Optional[str] = None, port: Optional[int] = None,
                   api_key: Optional[str] = None, log_level: str = "info", model_alias: Optional[str] = None,
                   max_body_bytes: Optional[int] = None, shutdown_grace: Optional[float] = None,
-                  cors_origins: Optional[str] = None, no_webui: bool = False) -> ServerConfig:
+                  cors_origins: Optional[str] = None, no_webui: bool = False,
+                  metrics: Optional[bool] = None, slots: Optional[bool] = None) -> ServerConfig:
     """Flags (None = not given) over the environment -> ServerConfig; raises ConfigError."""
     host_text, host_label = flag_or_env(host, "--host", env, "LLAMA_ARG_HOST")
     hosts = _list(host_text, host_label, "address") or ("127.0.0.1",)
@@ -134,6 +132,8 @@ def server_config(env: Mapping[str, str], *, host: Optional[str] = None, port: O
     cors_text, cors_label = flag_or_env(cors_origins, "--cors-origins", env, "MLXCEL_CORS_ORIGINS",
                                          "LLAMA_ARG_CORS_ORIGINS")
     origins = tuple(check_origin(o, cors_label) for o in _list(cors_text, cors_label, "origin"))
+    metrics, _ = flag_or_env(metrics, "--metrics", env, "LLAMA_ARG_ENDPOINT_METRICS", parse=env_bool)
+    slots, _ = flag_or_env(slots, "--slots", env, "LLAMA_ARG_ENDPOINT_SLOTS", parse=env_bool)
     if api_key == "":
         raise ConfigError("--api-key must not be empty (omit it to disable authentication)", flag="--api-key")
     api_key = api_key if api_key is not None else env.get("MLXCEL_API_KEY") or None
@@ -144,6 +144,8 @@ def server_config(env: Mapping[str, str], *, host: Optional[str] = None, port: O
         shutdown_grace_s=10.0 if shutdown_grace is None else shutdown_grace,
         max_body_bytes=DEFAULT_MAX_BODY_BYTES if max_body_bytes is None else max_body_bytes,
         cors_origins=origins, webui=not _no_webui(no_webui, env),
+        endpoint_metrics=True if metrics is None else metrics,
+        endpoint_slots=True if slots is None else slots,
     )
 
 
@@ -155,6 +157,8 @@ def server_summary(server: ServerConfig) -> list[str]:
         f"server {', '.join(server.urls())} ({auth}, max_body_bytes={server.max_body_bytes}, "
         f"shutdown_grace={server.shutdown_grace_s:g} s, webui {'on' if server.webui else 'off'})",
         f"cors {cors}",
+        f"endpoints /metrics {'on' if server.endpoint_metrics else 'off'}, "
+        f"/slots {'on' if server.endpoint_slots else 'off'}",
     ]
 
 

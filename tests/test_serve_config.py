@@ -67,8 +67,9 @@ def test_bad_values_are_config_errors(kwargs, message):
 def test_summary_lists_every_url_and_the_origins():
     cfg = resolve("serve", host="127.0.0.1,::1", port=9000, cors_origins="http://a.example:3000", env={})
     lines = startup_summary(cfg)
-    assert lines[-2].startswith("server http://127.0.0.1:9000, http://[::1]:9000 (no api key, ")
-    assert lines[-1] == "cors loopback origins, http://a.example:3000"
+    assert lines[-3].startswith("server http://127.0.0.1:9000, http://[::1]:9000 (no api key, ")
+    assert lines[-2] == "cors loopback origins, http://a.example:3000"
+    assert lines[-1] == "endpoints /metrics on, /slots on"
 
 
 def test_cli_flags_reach_the_config(monkeypatch):

@@ -43,10 +43,17 @@ def test_preflight_from_a_loopback_origin_needs_no_key(keyed, origin):
 
 @pytest.mark.parametrize("origin", REFUSED)
 def test_preflight_from_another_origin_is_refused(keyed, origin):
+    """As llama-server: 200 without Access-Control-Allow-Origin, so the browser refuses the call."""
     resp = preflight(keyed, origin)
-    assert resp.status_code == 400 and "access-control-allow-origin" not in resp.headers
+    assert resp.status_code == 200 and resp.content == b""
+    assert not any(name.startswith("access-control-") for name in resp.headers)
+
+
+def test_preflight_for_a_method_we_lack_gets_the_error_json(keyed):
+    resp = keyed.options(CHAT, headers={"Origin": "http://localhost:5173", "Access-Control-Request-Method": "PUT"})
+    assert resp.status_code == 400
     error = error_of(resp)
-    assert error["code"] == "cors_refused" and origin in error["message"]
+    assert error["code"] == "cors_refused" and "http://localhost:5173" in error["message"]
 
 
 def test_answers_carry_the_headers_even_errors(keyed):
@@ -100,7 +107,8 @@ def test_listed_origins_and_port_wildcards(wide):
         resp = preflight(wide, origin)
         assert resp.status_code == 200 and resp.headers["access-control-allow-origin"] == origin
     for origin in ("http://ui.example:3001", "https://ui.example:3000", "http://10.0.0.50:1234"):
-        assert preflight(wide, origin).status_code == 400
+        resp = preflight(wide, origin)
+        assert resp.status_code == 200 and "access-control-allow-origin" not in resp.headers
 
 
 def test_star_allows_any_site():
@@ -124,3 +132,15 @@ def test_loopback_pattern(origin, ok):
     import re
 
     assert bool(re.fullmatch(origin_pattern(()), origin)) is ok
+
+
+def test_the_localhost_keyword_names_the_loopback_origins():
+    """llama-server's `--cors-origins localhost`: the loopback origins, any port; nothing else."""
+    running = start_server(parallel=1, cors_origins="localhost")
+    try:
+        with running.client() as client:
+            for origin in ALLOWED:
+                assert preflight(client, origin).headers.get("access-control-allow-origin") == origin
+            assert "access-control-allow-origin" not in preflight(client, "http://evil.example").headers
+    finally:
+        stop_server(running)

@@ -138,7 +138,8 @@ def test_no_webui_from_the_environment(env, webui):
 def test_bad_no_webui_value_is_a_config_error():
     with pytest.raises(ConfigError) as info:
         resolve("serve", env={"LLAMA_ARG_NO_WEBUI": "maybe"})
-    assert str(info.value) == "LLAMA_ARG_NO_WEBUI must be 1/true/on or 0/false/off (got 'maybe')"
+    assert str(info.value) == ("LLAMA_ARG_NO_WEBUI must be one of 1, true, on, enabled, yes, 0, false, off, disabled, no"
+                               " (got 'maybe')")
 
 
 def test_the_flag_reaches_the_config(monkeypatch):

@@ -109,6 +109,16 @@ CorsOriginsOpt = Annotated[
 NoWebuiOpt = Annotated[
     bool, typer.Option("--no-webui", help="Do not serve the chat page at / (docs/WEBUI.md). Env LLAMA_ARG_NO_WEBUI=1.")
 ]
+MetricsOpt = Annotated[
+    Optional[bool],
+    typer.Option("--metrics/--no-metrics", help="The Prometheus /metrics endpoint (off: 501, as llama-server "
+                 "without --metrics). Default on; env LLAMA_ARG_ENDPOINT_METRICS."),
+]
+SlotsOpt = Annotated[
+    Optional[bool],
+    typer.Option("--slots/--no-slots", help="The /slots monitoring endpoint (off: 501). Default on; "
+                 "env LLAMA_ARG_ENDPOINT_SLOTS."),
+]
 MaxQueueOpt = Annotated[
     Optional[int], typer.Option("--max-queue", help="Requests that may wait for a slot. Default 64.")
 ]

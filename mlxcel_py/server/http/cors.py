@@ -1,9 +1,10 @@
 """CORS, safe by default: browser pages on loopback origins (any port) may call the API;
-`--cors-origins` adds origins (or `*`, any site).
+`--cors-origins` adds origins (or `*`, any site; `localhost`, llama-server's keyword, names the
+loopback ones).
 
 Starlette's CORSMiddleware does the work. It sits in front of everything, so preflights
 never need the API key, and every answer (401, 4xx, 5xx included) carries the headers a
-browser needs to read it. A refused preflight gets our error JSON instead of a bare text.
+browser needs to read it.
 """
 
 from __future__ import annotations
@@ -31,12 +32,16 @@ def origin_pattern(origins: Sequence[str]) -> str:
 
 
 class Cors(CORSMiddleware):
-    """CORSMiddleware whose refused preflight answers with the API's error JSON."""
+    """CORSMiddleware whose preflight from a refused origin answers 200 without
+    Access-Control-Allow-Origin, as llama-server does (the browser then refuses the call);
+    a preflight refused for its method or headers gets the API's error JSON."""
 
     def preflight_response(self, request_headers) -> Response:  # type: ignore[no-untyped-def]
         response = super().preflight_response(request_headers)
         if response.status_code == 200:
             return response
+        if not self.is_allowed_origin(request_headers.get("origin", "")):
+            return Response(status_code=200, headers={"Vary": "Origin"})
         reason = response.body.decode("utf-8", "replace")
         error = APIError(response.status_code, f"CORS preflight refused: {reason} "
                          f"(origin {request_headers.get('origin')!r}; see --cors-origins)", code="cors_refused")

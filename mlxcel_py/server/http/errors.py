@@ -33,6 +33,7 @@ _TYPES = {
     415: "invalid_request_error",
     429: "rate_limit_error",
     500: "server_error",
+    501: "not_supported_error",  # llama-server's, for an endpoint switched off
     503: "unavailable_error",
 }
 # Anthropic's error types (its API reference, "Errors"); 503 is its overloaded_error.

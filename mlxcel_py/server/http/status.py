@@ -7,7 +7,13 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from ..runtime import runtime
+from .errors import APIError
 from .metrics import CONTENT_TYPE
+
+
+def _switched_off(endpoint: str, flag: str) -> APIError:
+    """llama-server's answer for an endpoint started without its switch."""
+    return APIError(501, f"This server does not support {endpoint} endpoint. Start it with `{flag}`")
 
 
 async def health(request: Request) -> JSONResponse:
@@ -22,11 +28,19 @@ async def health(request: Request) -> JSONResponse:
 
 
 async def metrics(request: Request) -> Response:
-    return Response(runtime(request).metrics.render(), media_type=CONTENT_TYPE)
+    rt = runtime(request)
+    if rt.config.server is not None and not rt.config.server.endpoint_metrics:
+        raise _switched_off("metrics", "--metrics")
+    # llama-server's header: when this process started, for rates over its lifetime.
+    return Response(rt.metrics.render(), media_type=CONTENT_TYPE,
+                    headers={"Process-Start-Time-Unix": str(rt.started)})
 
 
 async def slots(request: Request) -> list[dict]:
-    stats = runtime(request).worker.stats()
+    rt = runtime(request)
+    if rt.config.server is not None and not rt.config.server.endpoint_slots:
+        raise _switched_off("slots", "--slots")
+    stats = rt.worker.stats()
     return [
         {
             "id": s.slot_id, "state": s.state, "is_processing": s.state != "idle", "request_id": s.request_id,

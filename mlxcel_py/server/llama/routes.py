@@ -12,6 +12,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from ... import __version__
+from ...serve_config import ServerConfig
 from ...errors import FieldError, RequestError
 from ...models import ModelLoadError, default_model_path, encode_text, render_chat
 from ...models.chat import validate_messages
@@ -62,6 +63,7 @@ async def props(request: Request) -> dict:
     rt = runtime(request)
     stats = rt.worker.stats()
     template = getattr(rt.loaded.tokenizer, "chat_template", None)
+    server = rt.config.server or ServerConfig()
     return {
         "default_generation_settings": {"params": default_settings(rt.config.sampling),
                                         "n_ctx": stats.slot_context},
@@ -74,7 +76,8 @@ async def props(request: Request) -> dict:
         "eos_token": _token_text(rt.loaded.tokenizer, "eos_token"),
         "build_info": f"mlxcel-py {__version__}",
         "is_sleeping": False, "ui": False, "cors_proxy_enabled": False,
-        "endpoint_slots": True, "endpoint_props": False, "endpoint_metrics": True,
+        "endpoint_slots": server.endpoint_slots, "endpoint_props": False,
+        "endpoint_metrics": server.endpoint_metrics,
     }
 
 
