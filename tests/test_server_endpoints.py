@@ -35,6 +35,7 @@ def test_a_switched_off_endpoint_is_llama_servers_501(off, path, name, flag):
 
 
 def test_props_tells_which_endpoints_are_on(off, on):
+    assert on[0].get("/props").json()["ui"] is True
     assert {k: v for k, v in off.get("/props").json().items() if k.startswith("endpoint_")} == {
         "endpoint_slots": False, "endpoint_props": False, "endpoint_metrics": False}
     client, _ = on
@@ -63,3 +64,13 @@ def test_a_flag_wins_over_the_environment_and_a_bad_value_names_its_variable():
     assert server.endpoint_metrics is True
     with pytest.raises(ConfigError, match="LLAMA_ARG_ENDPOINT_SLOTS must be one of .* \\(got 'maybe'\\)"):
         resolve("serve", env={"LLAMA_ARG_ENDPOINT_SLOTS": "maybe"})
+
+
+def test_props_ui_follows_the_chat_page():
+    running = start_server(parallel=1, no_webui=True)
+    try:
+        with running.client() as client:
+            assert client.get("/props").json()["ui"] is False
+    finally:
+        stop_server(running)
+    assert resolve("serve", env={}).server.webui is True

@@ -75,7 +75,7 @@ async def props(request: Request) -> dict:
         "bos_token": _token_text(rt.loaded.tokenizer, "bos_token"),
         "eos_token": _token_text(rt.loaded.tokenizer, "eos_token"),
         "build_info": f"mlxcel-py {__version__}",
-        "is_sleeping": False, "ui": False, "cors_proxy_enabled": False,
+        "is_sleeping": False, "ui": server.webui, "cors_proxy_enabled": False,
         "endpoint_slots": server.endpoint_slots, "endpoint_props": False,
         "endpoint_metrics": server.endpoint_metrics,
     }
