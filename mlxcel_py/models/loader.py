@@ -76,7 +76,9 @@ def load_tokenizer(spec_path: Optional[str]) -> tuple[Any, frozenset[int]]:
     if path.is_dir():
         from mlx_lm.utils import load_tokenizer as load_dir_tokenizer
 
-        tok = load_dir_tokenizer(path)
+        from .tokenizer import keep_leading_space
+
+        tok = keep_leading_space(load_dir_tokenizer(path))
         return tok, frozenset(tok.eos_token_ids)
     from .gguf_file import read_gguf
     from .tokenizer import gguf_tokenizer
@@ -151,6 +153,8 @@ def _load_mlx_dir(path: Path, dense: bool, on_progress: Progress) -> LoadedModel
     import mlx.core as mx
     from mlx_lm.utils import dequantize_model, load
 
+    from .tokenizer import keep_leading_space
+
     if not (path / "config.json").is_file():
         raise ModelLoadError(f"not an mlx-lm model directory (no config.json): {path}")
     if on_progress:
@@ -159,6 +163,7 @@ def _load_mlx_dir(path: Path, dense: bool, on_progress: Progress) -> LoadedModel
         model, tokenizer, config = load(str(path), return_config=True)
     except (OSError, ValueError) as exc:  # missing or unreadable files, configs mlx-lm refuses
         raise ModelLoadError(f"cannot load mlx-lm model {path}: {exc}") from None
+    tokenizer = keep_leading_space(tokenizer)
     quantized = "quantization" in config
     if dense:
         # CPU: dequantize and cast to float32 (float16 matmuls on CPU are ~40x slower).

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from mlx_lm.tokenizer_utils import (
-    BPEStreamingDetokenizer, SPMStreamingDetokenizer, TokenizerWrapper, _byte_decoder,
+    BPEStreamingDetokenizer, NaiveStreamingDetokenizer, SPMStreamingDetokenizer, TokenizerWrapper, _byte_decoder,
 )
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 
@@ -73,6 +73,27 @@ class ByteLevelDetokenizer(BPEStreamingDetokenizer):
             byte = _BYTE_DECODER.get(c)
             out.extend(c.encode("utf-8") if byte is None else (byte,))
         return out.decode("utf-8", "replace")
+
+
+def keep_leading_space(wrapper: Any) -> Any:
+    """Make `wrapper`'s streaming detokenizer keep a leading space, as llama-server streams token
+    pieces: generated text continues the prompt, so " 100" after "boils at" stays " 100" (mlx-lm's
+    SPM and BPE detokenizers drop it, as if the tokens began a text). Returns the wrapper."""
+    detok = wrapper._detokenizer  # mlx-lm's template detokenizer; `.detokenizer` hands out copies
+    if isinstance(detok, SPMStreamingDetokenizer):
+        detok.trim_space = False
+    elif type(detok) is BPEStreamingDetokenizer:
+        wrapper._detokenizer = ByteLevelDetokenizer(wrapper._tokenizer)
+    elif type(detok) is NaiveStreamingDetokenizer and _sentencepiece_pieces(wrapper._tokenizer):
+        # A slow sentencepiece tokenizer: mlx-lm re-decodes the whole text, which drops the space.
+        wrapper._detokenizer = SPMStreamingDetokenizer(wrapper._tokenizer, trim_space=False)
+    return wrapper
+
+
+def _sentencepiece_pieces(hf: Any) -> bool:
+    """Whether the vocabulary writes spaces as sentencepiece's "▁"."""
+    pieces = hf.convert_ids_to_tokens(list(range(min(len(hf), 4096))))
+    return any(isinstance(p, str) and p.startswith("\u2581") for p in pieces)
 
 
 def _pre_tokenizer(pre: str, source: str):
@@ -187,5 +208,6 @@ def gguf_tokenizer(meta: dict, source: str) -> TokenizerInfo:
         # mlx-lm's SPM detokenizer: byte-fallback tokens as raw bytes, as llama.cpp streams them.
         hf, detokenizer = _sentencepiece(meta, source), SPMStreamingDetokenizer
         hf.add_bos_token = add_bos
-    wrapper = TokenizerWrapper(hf, detokenizer_class=detokenizer, eos_token_ids=end_of_generation_ids(meta))
+    wrapper = keep_leading_space(TokenizerWrapper(hf, detokenizer_class=detokenizer,
+                                                  eos_token_ids=end_of_generation_ids(meta)))
     return TokenizerInfo(wrapper, bos, frozenset(wrapper.eos_token_ids), add_bos)

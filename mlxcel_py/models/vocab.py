@@ -5,7 +5,7 @@ transformers tokenizer wraps the Rust `tokenizers.Tokenizer` (`.backend_tokenize
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 
 def hf_tokenizer(tokenizer: Any) -> Any:
@@ -41,3 +41,12 @@ def logits_width(model: Any, tokenizer: Any) -> int:
 def _model_vocab(model: Any) -> int:
     size = getattr(getattr(model, "args", None), "vocab_size", None)
     return size if isinstance(size, int) and size > 0 else 0
+
+
+def decode_continuation(wrapper: Any, ids: Sequence[int]) -> str:
+    """The text `ids` stream as: what /detokenize answers, equal to a completion of those ids."""
+    detok = wrapper.detokenizer
+    for token in ids:
+        detok.add_token(token)
+    detok.finalize()
+    return detok.text

@@ -16,7 +16,7 @@ from ...serve_config import ServerConfig
 from ...errors import FieldError, RequestError
 from ...models import ModelLoadError, default_model_path, encode_text, render_chat
 from ...models.chat import validate_messages
-from ...models.vocab import hf_tokenizer
+from ...models.vocab import decode_continuation, hf_tokenizer
 from ...tool_calls import tool_messages
 from ..generation.collect import collect
 from ..generation.prepared import blame
@@ -110,7 +110,7 @@ def _tokenize(rt: "Runtime", raw: bytes) -> dict:
 def _detokenize(rt: "Runtime", raw: bytes) -> dict:
     body = parse_body(raw, DetokenizeRequest)
     check_token_ids(body.tokens, rt.vocab_size, "tokens")
-    return {"content": rt.loaded.tokenizer.decode(body.tokens)}
+    return {"content": decode_continuation(rt.loaded.tokenizer, body.tokens)}
 
 
 async def tokenize(request: Request) -> dict:
