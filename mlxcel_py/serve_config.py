@@ -7,13 +7,16 @@ stays about the engine. Comma-separated lists follow llama-server (`--host`, `--
 
 from __future__ import annotations
 
+import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Mapping, Optional
 from urllib.parse import urlsplit
 
 from .config_values import check_range, env_count, flag_or_env
 from .errors import ConfigError
+from .models.chat_template import ChatTemplate, check_kwargs, one_line, probe, template_of
 
 DEFAULT_MAX_BODY_BYTES = 8 << 20
 MAX_SHUTDOWN_GRACE_S = 3600.0
@@ -47,6 +50,7 @@ class ServerConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     # Browser origins allowed beyond the loopback ones: "*", "scheme://host[:port]" or "scheme://host:*".
     cors_origins: tuple[str, ...] = ()
+    chat_template: ChatTemplate = field(default_factory=ChatTemplate)  # --chat-template* (the model's: empty)
 
     @property
     def host(self) -> str:
@@ -110,7 +114,8 @@ def _port(value: Optional[int], env: Mapping[str, str]) -> int:
 def server_config(env: Mapping[str, str], *, host: Optional[str] = None, port: Optional[int] = None,
                   api_key: Optional[str] = None, log_level: str = "info", model_alias: Optional[str] = None,
                   max_body_bytes: Optional[int] = None, shutdown_grace: Optional[float] = None,
-                  cors_origins: Optional[str] = None) -> ServerConfig:
+                  cors_origins: Optional[str] = None, chat_template: Optional[str] = None,
+                  chat_template_file: Optional[str] = None, chat_template_kwargs: Optional[str] = None) -> ServerConfig:
     """Flags (None = not given) over the environment -> ServerConfig; raises ConfigError."""
     host_text, host_label = flag_or_env(host, "--host", env, "LLAMA_ARG_HOST")
     hosts = _list(host_text, host_label, "address") or ("127.0.0.1",)
@@ -129,7 +134,50 @@ def server_config(env: Mapping[str, str], *, host: Optional[str] = None, port: O
         shutdown_grace_s=10.0 if shutdown_grace is None else shutdown_grace,
         max_body_bytes=DEFAULT_MAX_BODY_BYTES if max_body_bytes is None else max_body_bytes,
         cors_origins=origins,
+        chat_template=chat_template_config(env, chat_template, chat_template_file, chat_template_kwargs),
     )
+
+
+def _template_kwargs(raw: Optional[str], label: str) -> dict:
+    if raw is None:
+        return {}
+    try:
+        return check_kwargs(json.loads(raw), label)
+    except ValueError as exc:  # json.JSONDecodeError is a ValueError too
+        raise ConfigError(f"{label}: {exc}" if isinstance(exc, json.JSONDecodeError) else str(exc), flag=label) from None
+
+
+def _read_template(path: str, label: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{label}: cannot read {path!r}: {getattr(exc, 'strerror', None) or exc}", flag=label) from None
+
+
+def chat_template_config(env: Mapping[str, str], value: Optional[str], path: Optional[str],
+                         kwargs: Optional[str]) -> ChatTemplate:
+    """--chat-template NAME|JINJA or --chat-template-file PATH, with --chat-template-kwargs JSON
+    (llama-server's variables): checked by rendering one user turn; raises ConfigError."""
+    value, label = flag_or_env(value, "--chat-template", env, "LLAMA_ARG_CHAT_TEMPLATE")
+    path, path_label = flag_or_env(path, "--chat-template-file", env, "LLAMA_ARG_CHAT_TEMPLATE_FILE")
+    raw, kwargs_label = flag_or_env(kwargs, "--chat-template-kwargs", env, "LLAMA_CHAT_TEMPLATE_KWARGS")
+    defaults = _template_kwargs(raw, kwargs_label)
+    if value is not None and path is not None:
+        raise ConfigError(f"{label} and {path_label} both choose the chat template; give one", flag=label)
+    if value is not None and not value.strip():
+        raise ConfigError(f"{label} must not be empty (omit it to use the model's template)", flag=label)
+    if path is not None:  # a file is Jinja, whatever it says
+        template = ChatTemplate(source=_read_template(path, path_label), defaults=defaults, origin=f"{path_label} {path}")
+        label = path_label
+    elif value is not None:
+        template = template_of(value, label, defaults)
+    else:
+        return ChatTemplate(defaults=defaults)
+    try:
+        probe(template)
+    except Exception as exc:  # noqa: BLE001 - a template is user code: whatever it raises is the flag's fault
+        raise ConfigError(f"{template.origin}: the chat template does not render: {one_line(exc)}", flag=label) from None
+    return template
 
 
 def server_summary(server: ServerConfig) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..errors import MlxcelError
 from .common import fail, resolve_or_exit
 from .options import (
-    AliasOpt, ApiKeyOpt, BatchSizeOpt, CacheMaxBytesOpt, CacheMaxEntriesOpt, CacheMinPrefixOpt, CorsOriginsOpt, CtxSizeOpt,
+    AliasOpt, ApiKeyOpt, ChatTemplateFileOpt, ChatTemplateKwargsOpt, ChatTemplateOpt, BatchSizeOpt, CacheMaxBytesOpt, CacheMaxEntriesOpt, CacheMinPrefixOpt, CorsOriginsOpt, CtxSizeOpt,
     DistributedOpt, DistributedTimeoutOpt, HostOpt, ItlBudgetOpt, LogLevelOpt, MaxBodyBytesOpt, MaxQueueOpt,
     MaxTokensOpt, MinPOpt, ModelOpt, ThreadsOpt, ParallelOpt, PortOpt, PrefillChunkOpt, PromptCacheOpt, RepeatPenaltyOpt, SeedOpt,
     ShutdownGraceOpt, TempOpt, TopKOpt, TopPOpt,
@@ -42,6 +42,9 @@ def serve(
     distributed: DistributedOpt = None,
     distributed_timeout: DistributedTimeoutOpt = None,
     cors_origins: CorsOriginsOpt = None,
+    chat_template: ChatTemplateOpt = None,
+    chat_template_file: ChatTemplateFileOpt = None,
+    chat_template_kwargs: ChatTemplateKwargsOpt = None,
 ) -> None:
     """Serve the model over HTTP: the OpenAI, llama-server and Anthropic APIs (see docs/SERVER.md)."""
     cfg = resolve_or_exit(
@@ -53,7 +56,8 @@ def serve(
         repeat_penalty=repeat_penalty, seed=seed, max_tokens=max_tokens, api_key=api_key,
         log_level=log_level, model_alias=alias, itl_budget_ms=itl_budget_ms, max_body_bytes=max_body_bytes,
         shutdown_grace=shutdown_grace, distributed=distributed, distributed_timeout=distributed_timeout,
-        cors_origins=cors_origins,
+        cors_origins=cors_origins, chat_template=chat_template, chat_template_file=chat_template_file,
+        chat_template_kwargs=chat_template_kwargs,
     )
     # Imported here: the server pulls in MLX, which must load after the BLAS preload.
     from ..server.http.serving import serve_forever

@@ -24,6 +24,7 @@ from ..generation.prompt import completion_prompt_ids
 from ..generation.sampling import echo_only, max_tokens_of, sampling_params
 from ..generation.schemas import GenerationRequest
 from ..generation.structured import OutputPlan, output_plan
+from ..generation.template import chat_options
 from ..http.body import parse_body
 from .fields import NOT_SUPPORTED_YET
 from .schemas import ChatRequest, CompletionRequest
@@ -40,11 +41,13 @@ def prepare_chat(rt: "Runtime", raw: bytes) -> Prepared[Reply]:
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
     rt.prompt_limit.check_chars(sum(_chars(m.get("content")) for m in messages), "messages")
     plan = output_plan(body, rt.tool_format, rt.worker.compiler)
+    options = chat_options(body.add_generation_prompt, body.continue_final_message, body.chat_template_kwargs)
     with blame("messages"):
         # The request's tools, and tool calls and results in the history, as the template renders them.
         messages, tools = tool_messages(validate_messages(messages), plan.tools, rt.tool_format)
         prompt = encode_chat(rt.loaded.tokenizer, messages, tools=tools,
-                             before_tokenize=lambda text: rt.prompt_limit.check_chars(len(text), "messages"))
+                             before_tokenize=lambda text: rt.prompt_limit.check_chars(len(text), "messages"),
+                             template=rt.chat_template, options=options)
     return _prepared(rt, body, "chat", prompt.ids, prompt.history_boundary, plan)
 
 
