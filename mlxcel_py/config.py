@@ -225,6 +225,8 @@ def resolve(
     chat_template: Optional[str] = None,
     chat_template_file: Optional[str] = None,
     chat_template_kwargs: Optional[str] = None,
+    reasoning_format: Optional[str] = None,
+    reasoning_budget: Optional[int] = None,
     env: Optional[Mapping[str, str]] = None,
 ) -> AppConfig:
     """Merge flags (None = not given) with the environment into one frozen AppConfig; raises ConfigError."""
@@ -248,11 +250,12 @@ def resolve(
         server = server_config(env, host=host, port=port, api_key=api_key, log_level=level, model_alias=model_alias,
                                max_body_bytes=max_body_bytes, shutdown_grace=shutdown_grace, cors_origins=cors_origins,
                                chat_template=chat_template, chat_template_file=chat_template_file,
-                               chat_template_kwargs=chat_template_kwargs)
+                               chat_template_kwargs=chat_template_kwargs, reasoning_format=reasoning_format,
+                               reasoning_budget=reasoning_budget)
     elif host is not None or port is not None or api_key is not None:
         raise ConfigError(f"--host, --port and --api-key apply to serve and bench, not {command}", flag="--host")
-    elif (chat_template, chat_template_file, chat_template_kwargs) != (None, None, None):
-        raise ConfigError(f"--chat-template* apply to serve, not {command}", flag="--chat-template")
+    elif (chat_template, chat_template_file, chat_template_kwargs, reasoning_format, reasoning_budget) != (None,) * 5:
+        raise ConfigError(f"--chat-template* and --reasoning-* apply to serve, not {command}", flag="--chat-template")
     blas = (env.get("MLXCEL_BLAS") or "").strip() or "auto"
     dist = distributed_config(command, env, distributed, distributed_timeout)
     threads, threads_label = _count_flag(threads, "--threads", env, "LLAMA_ARG_THREADS")
@@ -282,5 +285,7 @@ def startup_summary(cfg: AppConfig) -> list[str]:
         d = cfg.distributed
         lines.append(f"distributed {d.mode} backend={d.backend} timeout={d.timeout_s:g}s")
     if cfg.server is not None:
-        lines += [cfg.server.chat_template.describe(), *server_summary(cfg.server)]
+        srv = cfg.server
+        reasoning = f"reasoning_format {srv.reasoning_format} reasoning_budget {srv.reasoning_budget}"
+        lines += [srv.chat_template.describe(), reasoning, *server_summary(srv)]
     return lines

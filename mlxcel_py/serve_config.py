@@ -23,6 +23,7 @@ MAX_SHUTDOWN_GRACE_S = 3600.0
 LOOPBACK = "localhost"  # the --cors-origins keyword for the loopback origins (the default)
 _PORT_WILDCARD = re.compile(r"^(https?://[^/:*]+|https?://\[[0-9a-fA-F:.]+\]):\*$")
 DISTRIBUTED_MODES = ("auto", "tensor", "pipeline")
+REASONING_FORMATS = ("none", "deepseek", "auto")  # llama-server's (auto does what deepseek does here)
 # What each launcher leaves in the environment of every rank (mlx.launch sets MLX_RANK), and
 # the backend its variables name; the first match wins.
 _LAUNCH_MARKERS = ("MLX_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
@@ -51,6 +52,8 @@ class ServerConfig:
     # Browser origins allowed beyond the loopback ones: "*", "scheme://host[:port]" or "scheme://host:*".
     cors_origins: tuple[str, ...] = ()
     chat_template: ChatTemplate = field(default_factory=ChatTemplate)  # --chat-template* (the model's: empty)
+    reasoning_format: str = "auto"  # none: thinking stays in the answer; deepseek/auto: reasoning_content
+    reasoning_budget: int = -1  # -1: unrestricted; 0: thinking off (enable_thinking false for the template)
 
     @property
     def host(self) -> str:
@@ -115,7 +118,8 @@ def server_config(env: Mapping[str, str], *, host: Optional[str] = None, port: O
                   api_key: Optional[str] = None, log_level: str = "info", model_alias: Optional[str] = None,
                   max_body_bytes: Optional[int] = None, shutdown_grace: Optional[float] = None,
                   cors_origins: Optional[str] = None, chat_template: Optional[str] = None,
-                  chat_template_file: Optional[str] = None, chat_template_kwargs: Optional[str] = None) -> ServerConfig:
+                  chat_template_file: Optional[str] = None, chat_template_kwargs: Optional[str] = None,
+                  reasoning_format: Optional[str] = None, reasoning_budget: Optional[int] = None) -> ServerConfig:
     """Flags (None = not given) over the environment -> ServerConfig; raises ConfigError."""
     host_text, host_label = flag_or_env(host, "--host", env, "LLAMA_ARG_HOST")
     hosts = _list(host_text, host_label, "address") or ("127.0.0.1",)
@@ -129,13 +133,29 @@ def server_config(env: Mapping[str, str], *, host: Optional[str] = None, port: O
     api_key = api_key if api_key is not None else env.get("MLXCEL_API_KEY") or None
     check_range("--max-body-bytes", max_body_bytes, 1024)
     check_range("--shutdown-grace", shutdown_grace, 0, MAX_SHUTDOWN_GRACE_S)
+    fmt, budget = _reasoning(env, reasoning_format, reasoning_budget)
+    template = chat_template_config(env, chat_template, chat_template_file, chat_template_kwargs, thinking=budget != 0)
     return ServerConfig(
         hosts=hosts, port=_port(port, env), api_key=api_key, log_level=log_level, model_aliases=aliases,
         shutdown_grace_s=10.0 if shutdown_grace is None else shutdown_grace,
         max_body_bytes=DEFAULT_MAX_BODY_BYTES if max_body_bytes is None else max_body_bytes,
         cors_origins=origins,
-        chat_template=chat_template_config(env, chat_template, chat_template_file, chat_template_kwargs),
+        chat_template=template, reasoning_format=fmt, reasoning_budget=budget,
     )
+
+
+def _reasoning(env: Mapping[str, str], fmt: Optional[str], budget: Optional[int]) -> tuple[str, int]:
+    """--reasoning-format and --reasoning-budget (llama-server's names and variables)."""
+    fmt, label = flag_or_env(fmt, "--reasoning-format", env, "LLAMA_ARG_THINK")
+    fmt = (fmt or "auto").strip().lower()
+    if fmt not in REASONING_FORMATS:
+        raise ConfigError(f"{label} must be one of {', '.join(REASONING_FORMATS)} (got {fmt!r})", flag=label)
+    raw, budget_label = flag_or_env(None if budget is None else str(budget), "--reasoning-budget", env,
+                                    "LLAMA_ARG_THINK_BUDGET")
+    value = -1 if raw is None else int(raw) if raw.strip().lstrip("-").isdigit() else None
+    if value not in (-1, 0):  # a budget of N tokens needs the engine to force the end marker: not yet
+        raise ConfigError(f"{budget_label} must be -1 (unrestricted) or 0 (thinking off) (got {raw})", flag=budget_label)
+    return fmt, value
 
 
 def _template_kwargs(raw: Optional[str], label: str) -> dict:
@@ -155,13 +175,19 @@ def _read_template(path: str, label: str) -> str:
 
 
 def chat_template_config(env: Mapping[str, str], value: Optional[str], path: Optional[str],
-                         kwargs: Optional[str]) -> ChatTemplate:
+                         kwargs: Optional[str], thinking: bool = True) -> ChatTemplate:
     """--chat-template NAME|JINJA or --chat-template-file PATH, with --chat-template-kwargs JSON
-    (llama-server's variables): checked by rendering one user turn; raises ConfigError."""
+    (llama-server's variables) and, without `thinking` (--reasoning-budget 0), enable_thinking
+    false: checked by rendering one user turn; raises ConfigError."""
     value, label = flag_or_env(value, "--chat-template", env, "LLAMA_ARG_CHAT_TEMPLATE")
     path, path_label = flag_or_env(path, "--chat-template-file", env, "LLAMA_ARG_CHAT_TEMPLATE_FILE")
     raw, kwargs_label = flag_or_env(kwargs, "--chat-template-kwargs", env, "LLAMA_CHAT_TEMPLATE_KWARGS")
     defaults = _template_kwargs(raw, kwargs_label)
+    if not thinking:
+        if defaults.get("enable_thinking", False) is not False:
+            raise ConfigError(f"--reasoning-budget 0 turns thinking off, but {kwargs_label} sets enable_thinking",
+                              flag="--reasoning-budget")
+        defaults["enable_thinking"] = False
     if value is not None and path is not None:
         raise ConfigError(f"{label} and {path_label} both choose the chat template; give one", flag=label)
     if value is not None and not value.strip():

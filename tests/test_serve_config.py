@@ -148,5 +148,25 @@ def test_the_chat_template_flags_read_llama_servers_variables(tmp_path):
 
 
 def test_the_chat_template_flags_apply_to_serve_only():
-    with pytest.raises(ConfigError, match=r"--chat-template\* apply to serve, not generate"):
+    with pytest.raises(ConfigError, match=r"--chat-template\* and --reasoning-\* apply to serve, not generate"):
         resolve("generate", chat_template="chatml", env={})
+
+
+def test_the_reasoning_flags_read_llama_servers_variables():
+    cfg = resolve("serve", env={"LLAMA_ARG_THINK": "none", "LLAMA_ARG_THINK_BUDGET": "0"})
+    assert (cfg.server.reasoning_format, cfg.server.reasoning_budget) == ("none", 0)
+    assert cfg.server.chat_template.defaults == {"enable_thinking": False}  # budget 0: thinking off
+    default = resolve("serve", env={}).server
+    assert (default.reasoning_format, default.reasoning_budget, default.chat_template.defaults) == ("auto", -1, {})
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"reasoning_format": "deepseek-legacy"}, "--reasoning-format must be one of none, deepseek, auto"),
+    ({"reasoning_budget": 100}, "--reasoning-budget must be -1 (unrestricted) or 0 (thinking off) (got 100)"),
+    ({"reasoning_budget": 0, "chat_template_kwargs": '{"enable_thinking": true}'},
+     "--reasoning-budget 0 turns thinking off, but --chat-template-kwargs sets enable_thinking"),
+])
+def test_bad_reasoning_flags_are_config_errors(kwargs, message):
+    with pytest.raises(ConfigError) as err:
+        resolve("serve", env={}, **kwargs)
+    assert str(err.value).startswith(message)

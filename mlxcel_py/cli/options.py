@@ -154,3 +154,13 @@ ChatTemplateKwargsOpt = Annotated[
                  '\'{"enable_thinking": false}\'; a request\'s chat_template_kwargs merge over them. '
                  "Env LLAMA_CHAT_TEMPLATE_KWARGS."),
 ]
+ReasoningFormatOpt = Annotated[
+    Optional[str],
+    typer.Option("--reasoning-format", help="none (thinking stays in the answer), deepseek or auto (a reasoning "
+                 "model's <think> text goes to reasoning_content on the chat route). Default auto; env LLAMA_ARG_THINK."),
+]
+ReasoningBudgetOpt = Annotated[
+    Optional[int],
+    typer.Option("--reasoning-budget", help="-1: unrestricted thinking; 0: thinking off (enable_thinking false for "
+                 "templates that take it). Default -1; env LLAMA_ARG_THINK_BUDGET."),
+]

@@ -7,7 +7,7 @@ from .common import fail, resolve_or_exit
 from .options import (
     AliasOpt, ApiKeyOpt, ChatTemplateFileOpt, ChatTemplateKwargsOpt, ChatTemplateOpt, BatchSizeOpt, CacheMaxBytesOpt, CacheMaxEntriesOpt, CacheMinPrefixOpt, CorsOriginsOpt, CtxSizeOpt,
     DistributedOpt, DistributedTimeoutOpt, HostOpt, ItlBudgetOpt, LogLevelOpt, MaxBodyBytesOpt, MaxQueueOpt,
-    MaxTokensOpt, MinPOpt, ModelOpt, ThreadsOpt, ParallelOpt, PortOpt, PrefillChunkOpt, PromptCacheOpt, RepeatPenaltyOpt, SeedOpt,
+    MaxTokensOpt, MinPOpt, ModelOpt, ReasoningBudgetOpt, ReasoningFormatOpt, ThreadsOpt, ParallelOpt, PortOpt, PrefillChunkOpt, PromptCacheOpt, RepeatPenaltyOpt, SeedOpt,
     ShutdownGraceOpt, TempOpt, TopKOpt, TopPOpt,
 )
 
@@ -45,6 +45,8 @@ def serve(
     chat_template: ChatTemplateOpt = None,
     chat_template_file: ChatTemplateFileOpt = None,
     chat_template_kwargs: ChatTemplateKwargsOpt = None,
+    reasoning_format: ReasoningFormatOpt = None,
+    reasoning_budget: ReasoningBudgetOpt = None,
 ) -> None:
     """Serve the model over HTTP: the OpenAI, llama-server and Anthropic APIs (see docs/SERVER.md)."""
     cfg = resolve_or_exit(
@@ -57,7 +59,8 @@ def serve(
         log_level=log_level, model_alias=alias, itl_budget_ms=itl_budget_ms, max_body_bytes=max_body_bytes,
         shutdown_grace=shutdown_grace, distributed=distributed, distributed_timeout=distributed_timeout,
         cors_origins=cors_origins, chat_template=chat_template, chat_template_file=chat_template_file,
-        chat_template_kwargs=chat_template_kwargs,
+        chat_template_kwargs=chat_template_kwargs, reasoning_format=reasoning_format,
+        reasoning_budget=reasoning_budget,
     )
     # Imported here: the server pulls in MLX, which must load after the BLAS preload.
     from ..server.http.serving import serve_forever
