@@ -69,17 +69,25 @@ def test_props_reports_the_chosen_template(llama3):
 
 def test_continue_final_message_leaves_the_assistant_turn_open(llama3):
     turns = CONVERSATION[:2] + [{"role": "assistant", "content": "I think"}]
-    resp = _apply(llama3, turns, add_generation_prompt=False, continue_final_message=True)
-    assert resp.json()["prompt"].endswith("Hello<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nI think")
+    expected = "Hello<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nI think"
+    for extra in ({"add_generation_prompt": False}, {}):  # continuing implies no generation prompt
+        resp = _apply(llama3, turns, continue_final_message=True, **extra)
+        assert resp.json()["prompt"].endswith(expected), resp.text
+    prompt = resp.json()["prompt"]
+    ids = llama3.post("/tokenize", json={"content": prompt}).json()["tokens"]
+    chat = llama3.post("/v1/chat/completions", json={"messages": turns, "continue_final_message": True,
+                                                      "max_tokens": 1, **GREEDY})
+    assert chat.status_code == 200, chat.text
+    assert chat.json()["usage"]["prompt_tokens"] == len(ids)
 
 
 @pytest.mark.parametrize("path", ["/apply-template", "/v1/chat/completions"])
 def test_continue_final_message_and_the_generation_prompt_exclude_each_other(llama3, path):
     turns = CONVERSATION[:2] + [{"role": "assistant", "content": "I think"}]
-    for extra in ({"continue_final_message": True}, {"continue_final_message": True, "add_generation_prompt": True}):
-        resp = llama3.post(path, json={"messages": turns, "max_tokens": 1, **extra})
-        assert resp.status_code == 400, resp.text
-        assert error_of(resp)["param"] == "continue_final_message" and error_of(resp)["message"] == BOTH
+    body = {"messages": turns, "max_tokens": 1, "continue_final_message": True, "add_generation_prompt": True}
+    resp = llama3.post(path, json=body)
+    assert resp.status_code == 400, resp.text
+    assert error_of(resp)["param"] == "continue_final_message" and error_of(resp)["message"] == BOTH
 
 
 def test_a_file_template_gets_special_tokens_kwargs_and_the_date(from_file):
