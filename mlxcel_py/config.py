@@ -225,6 +225,11 @@ def resolve(
     metrics: Optional[bool] = None,
     slots: Optional[bool] = None,
     threads: Optional[int] = None,
+    chat_template: Optional[str] = None,
+    chat_template_file: Optional[str] = None,
+    chat_template_kwargs: Optional[str] = None,
+    reasoning_format: Optional[str] = None,
+    reasoning_budget: Optional[int] = None,
     env: Optional[Mapping[str, str]] = None,
 ) -> AppConfig:
     """Merge flags (None = not given) with the environment into one frozen AppConfig; raises ConfigError."""
@@ -247,9 +252,14 @@ def resolve(
     if command in _SERVER_COMMANDS:
         server = server_config(env, host=host, port=port, api_key=api_key, log_level=level, model_alias=model_alias,
                                max_body_bytes=max_body_bytes, shutdown_grace=shutdown_grace, cors_origins=cors_origins,
-                               no_webui=no_webui, metrics=metrics, slots=slots)
+                               no_webui=no_webui, metrics=metrics, slots=slots,
+                               chat_template=chat_template, chat_template_file=chat_template_file,
+                               chat_template_kwargs=chat_template_kwargs, reasoning_format=reasoning_format,
+                               reasoning_budget=reasoning_budget)
     elif host is not None or port is not None or api_key is not None:
         raise ConfigError(f"--host, --port and --api-key apply to serve and bench, not {command}", flag="--host")
+    elif (chat_template, chat_template_file, chat_template_kwargs, reasoning_format, reasoning_budget) != (None,) * 5:
+        raise ConfigError(f"--chat-template* and --reasoning-* apply to serve, not {command}", flag="--chat-template")
     blas = (env.get("MLXCEL_BLAS") or "").strip() or "auto"
     dist = distributed_config(command, env, distributed, distributed_timeout)
     threads, threads_label = _count_flag(threads, "--threads", env, "LLAMA_ARG_THREADS")
@@ -279,5 +289,7 @@ def startup_summary(cfg: AppConfig) -> list[str]:
         d = cfg.distributed
         lines.append(f"distributed {d.mode} backend={d.backend} timeout={d.timeout_s:g}s")
     if cfg.server is not None:
-        lines += server_summary(cfg.server)
+        srv = cfg.server
+        reasoning = f"reasoning_format {srv.reasoning_format} reasoning_budget {srv.reasoning_budget}"
+        lines += [srv.chat_template.describe(), reasoning, *server_summary(srv)]
     return lines

@@ -7,19 +7,23 @@ stays about the engine. Comma-separated lists follow llama-server (`--host`, `--
 
 from __future__ import annotations
 
+import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Mapping, Optional
 from urllib.parse import urlsplit
 
 from .config_values import check_range, env_bool, env_count, flag_or_env
 from .errors import ConfigError
+from .models.chat_template import ChatTemplate, check_kwargs, one_line, probe, template_of
 
 DEFAULT_MAX_BODY_BYTES = 8 << 20
 MAX_SHUTDOWN_GRACE_S = 3600.0
 LOOPBACK = "localhost"  # the --cors-origins keyword for the loopback origins (the default)
 _PORT_WILDCARD = re.compile(r"^(https?://[^/:*]+|https?://\[[0-9a-fA-F:.]+\]):\*$")
 DISTRIBUTED_MODES = ("auto", "tensor", "pipeline")
+REASONING_FORMATS = ("none", "deepseek", "auto")  # llama-server's (auto does what deepseek does here)
 # What each launcher leaves in the environment of every rank (mlx.launch sets MLX_RANK), and
 # the backend its variables name; the first match wins.
 _LAUNCH_MARKERS = ("MLX_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
@@ -51,6 +55,9 @@ class ServerConfig:
     # llama-server's endpoint switches; ours default on (theirs: metrics off, slots on).
     endpoint_metrics: bool = True
     endpoint_slots: bool = True
+    chat_template: ChatTemplate = field(default_factory=ChatTemplate)  # --chat-template* (the model's: empty)
+    reasoning_format: str = "auto"  # none: thinking stays in the answer; deepseek/auto: reasoning_content
+    reasoning_budget: int = -1  # -1: unrestricted; 0: thinking off (enable_thinking false for the template)
 
     @property
     def host(self) -> str:
@@ -123,7 +130,9 @@ def server_config(env: Mapping[str, str], *, host: Optional[str] = None, port: O
                   api_key: Optional[str] = None, log_level: str = "info", model_alias: Optional[str] = None,
                   max_body_bytes: Optional[int] = None, shutdown_grace: Optional[float] = None,
                   cors_origins: Optional[str] = None, no_webui: bool = False,
-                  metrics: Optional[bool] = None, slots: Optional[bool] = None) -> ServerConfig:
+                  metrics: Optional[bool] = None, slots: Optional[bool] = None, chat_template: Optional[str] = None,
+                  chat_template_file: Optional[str] = None, chat_template_kwargs: Optional[str] = None,
+                  reasoning_format: Optional[str] = None, reasoning_budget: Optional[int] = None) -> ServerConfig:
     """Flags (None = not given) over the environment -> ServerConfig; raises ConfigError."""
     host_text, host_label = flag_or_env(host, "--host", env, "LLAMA_ARG_HOST")
     hosts = _list(host_text, host_label, "address") or ("127.0.0.1",)
@@ -139,6 +148,8 @@ def server_config(env: Mapping[str, str], *, host: Optional[str] = None, port: O
     api_key = api_key if api_key is not None else env.get("MLXCEL_API_KEY") or None
     check_range("--max-body-bytes", max_body_bytes, 1024)
     check_range("--shutdown-grace", shutdown_grace, 0, MAX_SHUTDOWN_GRACE_S)
+    fmt, budget = _reasoning(env, reasoning_format, reasoning_budget)
+    template = chat_template_config(env, chat_template, chat_template_file, chat_template_kwargs, thinking=budget != 0)
     return ServerConfig(
         hosts=hosts, port=_port(port, env), api_key=api_key, log_level=log_level, model_aliases=aliases,
         shutdown_grace_s=10.0 if shutdown_grace is None else shutdown_grace,
@@ -146,7 +157,70 @@ def server_config(env: Mapping[str, str], *, host: Optional[str] = None, port: O
         cors_origins=origins, webui=not _no_webui(no_webui, env),
         endpoint_metrics=True if metrics is None else metrics,
         endpoint_slots=True if slots is None else slots,
+        chat_template=template, reasoning_format=fmt, reasoning_budget=budget,
     )
+
+
+def _reasoning(env: Mapping[str, str], fmt: Optional[str], budget: Optional[int]) -> tuple[str, int]:
+    """--reasoning-format and --reasoning-budget (llama-server's names and variables)."""
+    fmt, label = flag_or_env(fmt, "--reasoning-format", env, "LLAMA_ARG_THINK")
+    fmt = (fmt or "auto").strip().lower()
+    if fmt not in REASONING_FORMATS:
+        raise ConfigError(f"{label} must be one of {', '.join(REASONING_FORMATS)} (got {fmt!r})", flag=label)
+    raw, budget_label = flag_or_env(None if budget is None else str(budget), "--reasoning-budget", env,
+                                    "LLAMA_ARG_THINK_BUDGET")
+    value = -1 if raw is None else int(raw) if raw.strip().lstrip("-").isdigit() else None
+    if value not in (-1, 0):  # a budget of N tokens needs the engine to force the end marker: not yet
+        raise ConfigError(f"{budget_label} must be -1 (unrestricted) or 0 (thinking off) (got {raw})", flag=budget_label)
+    return fmt, value
+
+
+def _template_kwargs(raw: Optional[str], label: str) -> dict:
+    if raw is None:
+        return {}
+    try:
+        return check_kwargs(json.loads(raw), label)
+    except ValueError as exc:  # json.JSONDecodeError is a ValueError too
+        raise ConfigError(f"{label}: {exc}" if isinstance(exc, json.JSONDecodeError) else str(exc), flag=label) from None
+
+
+def _read_template(path: str, label: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{label}: cannot read {path!r}: {getattr(exc, 'strerror', None) or exc}", flag=label) from None
+
+
+def chat_template_config(env: Mapping[str, str], value: Optional[str], path: Optional[str],
+                         kwargs: Optional[str], thinking: bool = True) -> ChatTemplate:
+    """--chat-template NAME|JINJA or --chat-template-file PATH, with --chat-template-kwargs JSON
+    (llama-server's variables) and, without `thinking` (--reasoning-budget 0), enable_thinking
+    false: checked by rendering one user turn; raises ConfigError."""
+    value, label = flag_or_env(value, "--chat-template", env, "LLAMA_ARG_CHAT_TEMPLATE")
+    path, path_label = flag_or_env(path, "--chat-template-file", env, "LLAMA_ARG_CHAT_TEMPLATE_FILE")
+    raw, kwargs_label = flag_or_env(kwargs, "--chat-template-kwargs", env, "LLAMA_CHAT_TEMPLATE_KWARGS")
+    defaults = _template_kwargs(raw, kwargs_label)
+    if not thinking:
+        if defaults.get("enable_thinking", False) is not False:
+            raise ConfigError(f"--reasoning-budget 0 turns thinking off, but {kwargs_label} sets enable_thinking",
+                              flag="--reasoning-budget")
+        defaults["enable_thinking"] = False
+    if value is not None and path is not None:
+        raise ConfigError(f"{label} and {path_label} both choose the chat template; give one", flag=label)
+    if value is not None and not value.strip():
+        raise ConfigError(f"{label} must not be empty (omit it to use the model's template)", flag=label)
+    if path is not None:  # a file is Jinja, whatever it says
+        template = ChatTemplate(source=_read_template(path, path_label), defaults=defaults, origin=f"{path_label} {path}")
+        label = path_label
+    elif value is not None:
+        template = template_of(value, label, defaults)
+    else:
+        return ChatTemplate(defaults=defaults)
+    try:
+        probe(template)
+    except Exception as exc:  # noqa: BLE001 - a template is user code: whatever it raises is the flag's fault
+        raise ConfigError(f"{template.origin}: the chat template does not render: {one_line(exc)}", flag=label) from None
+    return template
 
 
 def server_summary(server: ServerConfig) -> list[str]:

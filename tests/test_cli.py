@@ -95,6 +95,16 @@ def test_one_slot_front_ends_and_serve_slots(capture):
         (["run", "--prefill-chunk-size", "-5"], 2, "error: --prefill-chunk-size must be a non-negative integer"),
         (["serve", "--port", "70000"], 2, "error: --port must be between 0 and 65535"),
         (["serve", "--itl-budget-ms", "0"], 2, "error: --itl-budget-ms must be between 1 and 600000 (got 0)"),
+        (["serve", "--chat-template", "{% for m in messages %}"], 2,
+         "error: --chat-template: the chat template does not render: Unexpected end of template."),
+        (["serve", "--chat-template", "{{ raise_exception('roles must alternate') }}"], 2,
+         "error: --chat-template: the chat template does not render: roles must alternate"),
+        (["serve", "--chat-template-file", "/nonexistent/t.jinja"], 2,
+         "error: --chat-template-file: cannot read '/nonexistent/t.jinja': No such file or directory"),
+        (["serve", "--chat-template", "chatml", "--chat-template-file", "t.jinja"], 2,
+         "error: --chat-template and --chat-template-file both choose the chat template; give one"),
+        (["serve", "--chat-template-kwargs", "{bad"], 2, "error: --chat-template-kwargs: Expecting property name"),
+        (["serve", "--chat-template-kwargs", "[1]"], 2, "error: --chat-template-kwargs must be a JSON object"),
     ],
 )
 def test_bad_input_is_one_line_and_a_nonzero_exit(args, code, message):

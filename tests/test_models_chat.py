@@ -7,7 +7,7 @@ import pytest
 
 from mlxcel_py.models import ChatPrompt, encode_chat, encode_text, load_model
 from mlxcel_py.errors import RequestError
-from mlxcel_py.models.chat import validate_messages
+from mlxcel_py.models.chat import ChatOptions, validate_messages
 from mlxcel_py.tool_calls.render import tool_format, tool_messages
 from tiny import tiny_model, write_tiny_gguf
 
@@ -35,7 +35,7 @@ def test_history_boundary_is_the_next_turns_prefix():
     assert boundary is not None and boundary < len(first.ids)
     assert tok.decode(list(first.ids[boundary:])) == "<|im_start|>assistant\n"
     assert second.ids[:boundary] == first.ids[:boundary]
-    assert encode_chat(tok, TURN1, add_generation_prompt=False).history_boundary is None
+    assert encode_chat(tok, TURN1, options=ChatOptions(add_generation_prompt=False)).history_boundary is None
 
 
 def test_text_parts_are_joined():
@@ -133,7 +133,7 @@ class ToolTemplate(NoTemplate):
     chat_template = "{% for m in messages %}{{ m.role }}{% for c in m.tool_calls or [] %}|{{ c.function.name }}" \
                     "({{ c.function.arguments.a }},{{ c.function.arguments.b }}){% endfor %};{% endfor %}"
 
-    def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+    def apply_chat_template(self, messages, tokenize, add_generation_prompt, **variables):
         import jinja2
 
         return jinja2.Template(self.chat_template).render(messages=messages)

@@ -9,6 +9,7 @@ import mlxcel_py.server.http.serving as serving
 from mlxcel_py.cli.app import app
 from mlxcel_py.config import resolve, startup_summary
 from mlxcel_py.errors import ConfigError, ServeError
+from mlxcel_py.models.chat_template import ChatTemplate
 
 
 def _has_ipv6_loopback() -> bool:
@@ -130,3 +131,43 @@ def test_the_server_answers_on_every_address():
     finally:
         server.should_exit = True
         thread.join(START_TIMEOUT_S)
+
+
+def test_the_chat_template_flags_read_llama_servers_variables(tmp_path):
+    path = tmp_path / "t.jinja"
+    path.write_text("{{ messages[0].content }}")
+    by_name = resolve("serve", env={"LLAMA_ARG_CHAT_TEMPLATE": "gemma", "LLAMA_CHAT_TEMPLATE_KWARGS": '{"a": 1}'})
+    assert by_name.server.chat_template == ChatTemplate(name="gemma", defaults={"a": 1}, origin="LLAMA_ARG_CHAT_TEMPLATE")
+    by_file = resolve("serve", env={"LLAMA_ARG_CHAT_TEMPLATE_FILE": str(path)})
+    assert by_file.server.chat_template.source == "{{ messages[0].content }}"
+    assert by_file.server.chat_template.origin == f"LLAMA_ARG_CHAT_TEMPLATE_FILE {path}"
+    # the flag wins over its variable; a value that is no name is Jinja
+    flag = resolve("serve", chat_template="{{ 1 }}", env={"LLAMA_ARG_CHAT_TEMPLATE": "gemma"})
+    assert flag.server.chat_template == ChatTemplate(source="{{ 1 }}", origin="--chat-template")
+    assert resolve("serve", env={}).server.chat_template == ChatTemplate()
+    assert "chat_template built-in gemma kwargs={'a': 1}" in startup_summary(by_name)
+
+
+def test_the_chat_template_flags_apply_to_serve_only():
+    with pytest.raises(ConfigError, match=r"--chat-template\* and --reasoning-\* apply to serve, not generate"):
+        resolve("generate", chat_template="chatml", env={})
+
+
+def test_the_reasoning_flags_read_llama_servers_variables():
+    cfg = resolve("serve", env={"LLAMA_ARG_THINK": "none", "LLAMA_ARG_THINK_BUDGET": "0"})
+    assert (cfg.server.reasoning_format, cfg.server.reasoning_budget) == ("none", 0)
+    assert cfg.server.chat_template.defaults == {"enable_thinking": False}  # budget 0: thinking off
+    default = resolve("serve", env={}).server
+    assert (default.reasoning_format, default.reasoning_budget, default.chat_template.defaults) == ("auto", -1, {})
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"reasoning_format": "deepseek-legacy"}, "--reasoning-format must be one of none, deepseek, auto"),
+    ({"reasoning_budget": 100}, "--reasoning-budget must be -1 (unrestricted) or 0 (thinking off) (got 100)"),
+    ({"reasoning_budget": 0, "chat_template_kwargs": '{"enable_thinking": true}'},
+     "--reasoning-budget 0 turns thinking off, but --chat-template-kwargs sets enable_thinking"),
+])
+def test_bad_reasoning_flags_are_config_errors(kwargs, message):
+    with pytest.raises(ConfigError) as err:
+        resolve("serve", env={}, **kwargs)
+    assert str(err.value).startswith(message)

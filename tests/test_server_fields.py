@@ -26,6 +26,8 @@ HONOURED = {
     "response_format", "json_schema", "grammar", "tools", "tool_choice", "parallel_tool_calls", "functions",
     "function_call", "logprobs", "top_logprobs", "n_probs", "echo", "logit_bias", "presence_penalty",
     "frequency_penalty",
+    # issue 28: the chat template's fields (test_server_chat_templates.py)
+    "chat_template_kwargs", "add_generation_prompt", "continue_final_message",
 }
 # A value that changes the output, per field not implemented yet: each must be a 400.
 CHANGING = {

@@ -150,3 +150,30 @@ DistributedTimeoutOpt = Annotated[
         "counts a rank as lost and exits. Default 60.",
     ),
 ]
+ChatTemplateOpt = Annotated[
+    Optional[str],
+    typer.Option("--chat-template", help="A built-in template name (chatml, llama3, llama2, mistral-v7, gemma, phi3, "
+                 "deepseek3, command-r, qwen3, ...: llama-server's list) or Jinja source; it replaces the model's "
+                 "template on every route. Env LLAMA_ARG_CHAT_TEMPLATE."),
+]
+ChatTemplateFileOpt = Annotated[
+    Optional[str],
+    typer.Option("--chat-template-file", help="A Jinja chat template file, instead of the model's template. "
+                 "Env LLAMA_ARG_CHAT_TEMPLATE_FILE."),
+]
+ChatTemplateKwargsOpt = Annotated[
+    Optional[str],
+    typer.Option("--chat-template-kwargs", help='Template variables for every request, as a JSON object, e.g. '
+                 '\'{"enable_thinking": false}\'; a request\'s chat_template_kwargs merge over them. '
+                 "Env LLAMA_CHAT_TEMPLATE_KWARGS."),
+]
+ReasoningFormatOpt = Annotated[
+    Optional[str],
+    typer.Option("--reasoning-format", help="none (thinking stays in the answer), deepseek or auto (a reasoning "
+                 "model's <think> text goes to reasoning_content on the chat route). Default auto; env LLAMA_ARG_THINK."),
+]
+ReasoningBudgetOpt = Annotated[
+    Optional[int],
+    typer.Option("--reasoning-budget", help="-1: unrestricted thinking; 0: thinking off (enable_thinking false for "
+                 "templates that take it). Default -1; env LLAMA_ARG_THINK_BUDGET."),
+]

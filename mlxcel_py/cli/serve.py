@@ -5,9 +5,9 @@ from __future__ import annotations
 from ..errors import MlxcelError
 from .common import fail, resolve_or_exit
 from .options import (
-    AliasOpt, ApiKeyOpt, BatchSizeOpt, CacheMaxBytesOpt, CacheMaxEntriesOpt, CacheMinPrefixOpt, CorsOriginsOpt, CtxSizeOpt,
+    AliasOpt, ApiKeyOpt, ChatTemplateFileOpt, ChatTemplateKwargsOpt, ChatTemplateOpt, BatchSizeOpt, CacheMaxBytesOpt, CacheMaxEntriesOpt, CacheMinPrefixOpt, CorsOriginsOpt, CtxSizeOpt,
     DistributedOpt, DistributedTimeoutOpt, HostOpt, ItlBudgetOpt, LogLevelOpt, MaxBodyBytesOpt, MaxQueueOpt,
-    MaxTokensOpt, MinPOpt, ModelOpt, NoWebuiOpt, ThreadsOpt, ParallelOpt, PortOpt, PrefillChunkOpt, PromptCacheOpt, RepeatPenaltyOpt, SeedOpt,
+    MaxTokensOpt, MinPOpt, ModelOpt, NoWebuiOpt, ReasoningBudgetOpt, ReasoningFormatOpt, ThreadsOpt, ParallelOpt, PortOpt, PrefillChunkOpt, PromptCacheOpt, RepeatPenaltyOpt, SeedOpt,
     ShutdownGraceOpt, TempOpt, TopKOpt, TopPOpt, MetricsOpt, SlotsOpt,
 )
 
@@ -45,6 +45,11 @@ def serve(
     no_webui: NoWebuiOpt = False,
     metrics: MetricsOpt = None,
     slots: SlotsOpt = None,
+    chat_template: ChatTemplateOpt = None,
+    chat_template_file: ChatTemplateFileOpt = None,
+    chat_template_kwargs: ChatTemplateKwargsOpt = None,
+    reasoning_format: ReasoningFormatOpt = None,
+    reasoning_budget: ReasoningBudgetOpt = None,
 ) -> None:
     """Serve the model over HTTP: the OpenAI, llama-server and Anthropic APIs (see docs/SERVER.md)."""
     cfg = resolve_or_exit(
@@ -57,6 +62,9 @@ def serve(
         log_level=log_level, model_alias=alias, itl_budget_ms=itl_budget_ms, max_body_bytes=max_body_bytes,
         shutdown_grace=shutdown_grace, distributed=distributed, distributed_timeout=distributed_timeout,
         cors_origins=cors_origins, no_webui=no_webui, metrics=metrics, slots=slots,
+        chat_template=chat_template, chat_template_file=chat_template_file,
+        chat_template_kwargs=chat_template_kwargs, reasoning_format=reasoning_format,
+        reasoning_budget=reasoning_budget,
     )
     # Imported here: the server pulls in MLX, which must load after the BLAS preload.
     from ..server.http.serving import serve_forever

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional
 
 from ..errors import RequestError
+from .chat_template import ChatTemplate, continue_final, render_builtin, render_jinja
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
@@ -59,20 +60,58 @@ def _tool_calls(msg: dict) -> list:
     return calls
 
 
-def _render(tokenizer, messages: list[dict], add_generation_prompt: bool, tools: Optional[list] = None) -> str:
-    if not getattr(tokenizer, "chat_template", None):
+@dataclass(frozen=True, slots=True)
+class ChatOptions:
+    """A request's template choices: the generation prompt, continuing the final (assistant)
+    message instead, and its chat_template_kwargs (merged over the server's)."""
+
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+DEFAULT_OPTIONS = ChatOptions()
+MODEL_TEMPLATE = ChatTemplate()
+
+
+def _apply(tokenizer, template: ChatTemplate, messages: list[dict], add: bool, tools: Optional[list],
+           kwargs: Mapping[str, Any]) -> str:
+    if template.name is not None:
+        return render_builtin(template.name, messages, add, {**template.defaults, **kwargs})
+    if template.source is None and not getattr(tokenizer, "chat_template", None):
         # No template in the model: a plain "role: content" transcript.
         text = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
-        return text + ("assistant:" if add_generation_prompt else "")
-    from jinja2 import TemplateError
+        return text + ("assistant:" if add else "")
+    return render_jinja(tokenizer, template, messages, add, tools, kwargs)
 
+
+def _render(tokenizer, messages: list[dict], add: bool, tools: Optional[list],
+            template: ChatTemplate, kwargs: Mapping[str, Any]) -> str:
     try:
-        extra = {"tools": tools} if tools else {}  # mlxcel_py.tool_calls decides when the template gets tools
-        return tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=add_generation_prompt, **extra
-        )
-    except TemplateError as exc:
-        raise RequestError(f"the model's chat template rejected the messages: {exc}", param="messages") from None
+        return _apply(tokenizer, template, messages, add, tools, kwargs)
+    except Exception as exc:  # noqa: BLE001 - a template is user code: whatever it raises is the input's fault
+        if kwargs:
+            try:  # the template takes the messages without the request's kwargs: the kwargs are at fault
+                _apply(tokenizer, template, messages, add, tools, {})
+            except Exception:  # noqa: BLE001
+                pass
+            else:
+                raise RequestError(f"{template.origin} rejected chat_template_kwargs: {exc}",
+                                   param="chat_template_kwargs") from None
+        raise RequestError(f"{template.origin} rejected the messages: {exc}", param="messages") from None
+
+
+def render_prompt(tokenizer, messages: list[dict], tools: Optional[list] = None,
+                  template: ChatTemplate = MODEL_TEMPLATE, options: ChatOptions = DEFAULT_OPTIONS,
+                  with_prompt: bool = True) -> str:
+    """The prompt text of validated `messages`; `with_prompt=False`: the history alone (no
+    generation prompt, the final message closed), as the next turn's prompt starts."""
+    if not with_prompt:
+        return _render(tokenizer, messages, False, tools, template, options.kwargs)
+    if options.continue_final_message:
+        text = _render(tokenizer, messages, False, tools, template, options.kwargs)
+        return continue_final(text, messages)
+    return _render(tokenizer, messages, options.add_generation_prompt, tools, template, options.kwargs)
 
 
 def _encode_rendered(tokenizer, text: str) -> list[int]:
@@ -85,27 +124,30 @@ def _encode_rendered(tokenizer, text: str) -> list[int]:
 
 
 def encode_chat(
-    tokenizer, messages: list[dict], add_generation_prompt: bool = True, tools: Optional[list] = None,
+    tokenizer, messages: list[dict], tools: Optional[list] = None,
     before_tokenize: Optional[Callable[[str], None]] = None,
+    template: ChatTemplate = MODEL_TEMPLATE, options: ChatOptions = DEFAULT_OPTIONS,
 ) -> ChatPrompt:
-    """Render `messages` (and OpenAI `tools`, for templates that take them) and tokenize them.
+    """Render `messages` (and OpenAI `tools`, for templates that take them) with `template` and
+    tokenize them.
 
     `before_tokenize(text)` sees the rendered prompt first and may refuse it (raise) before
     the costly tokenization of a huge text. Tool calls and results in `messages` are turned
     into what the template renders by `tool_calls.tool_messages` first."""
     clean = validate_messages(messages)
-    text = _render(tokenizer, clean, add_generation_prompt, tools)
+    text = render_prompt(tokenizer, clean, tools, template, options)
     if before_tokenize is not None:
         before_tokenize(text)
     ids = _encode_rendered(tokenizer, text)
-    history = _encode_rendered(tokenizer, _render(tokenizer, clean, False, tools))
+    history = _encode_rendered(tokenizer, render_prompt(tokenizer, clean, tools, template, options, False))
     strict_prefix = len(history) < len(ids) and ids[: len(history)] == history
     return ChatPrompt(tuple(ids), len(history) if strict_prefix else None)
 
 
-def render_chat(tokenizer, messages: list[dict], tools: Optional[list] = None) -> str:
-    """The prompt text `messages` render to, with the generation prompt (llama-server's /apply-template)."""
-    return _render(tokenizer, validate_messages(messages), True, tools)
+def render_chat(tokenizer, messages: list[dict], tools: Optional[list] = None,
+                template: ChatTemplate = MODEL_TEMPLATE, options: ChatOptions = DEFAULT_OPTIONS) -> str:
+    """The prompt text `messages` render to (llama-server's /apply-template)."""
+    return render_prompt(tokenizer, validate_messages(messages), tools, template, options)
 
 
 def encode_text(tokenizer, text: str, add_special_tokens: bool = True) -> tuple[int, ...]:

@@ -5,6 +5,7 @@ vocabulary and prompt limit they imply, metrics, and the draining/failed state."
 from __future__ import annotations
 
 import functools
+import logging
 import gc
 import hashlib
 import time
@@ -18,8 +19,11 @@ from starlette.requests import Request
 from .. import __version__
 from ..config import DEFAULT_MAX_BODY_BYTES
 from ..engine import EngineStats
+from ..errors import ConfigError
+from ..models.chat_template import ChatTemplate, one_line, probe
 from ..tool_calls import ToolFormat, tool_format
 from .generation.prompt import PromptLimit, max_token_chars
+from .generation.reasoning import ReasoningMarkers, reasoning_markers
 from .http.errors import APIError, unavailable
 from .http.metrics import ServerMetrics
 
@@ -30,6 +34,7 @@ if TYPE_CHECKING:
     from .generation.submit import Generation
 
 T = TypeVar("T")
+log = logging.getLogger("mlxcel_py.server")
 # Threads that parse, template and tokenize request bodies: the event loop never does.
 PREPARE_THREADS = 4
 
@@ -45,6 +50,9 @@ class Runtime:
         self.vocab_size = 0
         self.prompt_limit = PromptLimit(1, 1)
         self.tool_format: Optional[ToolFormat] = None
+        # What prompts are rendered with: --chat-template*, else the model's own template.
+        self.chat_template = config.server.chat_template if config.server else ChatTemplate()
+        self.reasoning: Optional[ReasoningMarkers] = None  # the model's thinking markers, found at attach
         self.fingerprint = ""  # system_fingerprint: this build and this model
         self.max_body_bytes = config.server.max_body_bytes if config.server else DEFAULT_MAX_BODY_BYTES
         self.draining = False
@@ -75,13 +83,37 @@ class Runtime:
         self.vocab_size = loaded.vocab_size
         slot_context = worker.stats().slot_context
         self.prompt_limit = PromptLimit(slot_context, max_token_chars(loaded.tokenizer, self.vocab_size))
-        self.tool_format = tool_format(loaded.tokenizer)  # how this model writes tool calls
+        self._check_template(loaded)
+        override = self.chat_template.source if self.chat_template.name is None else ""
+        is_model = self.chat_template.name is None and self.chat_template.source is None
+        self.tool_format = tool_format(loaded.tokenizer, None if is_model else override)  # how this model writes calls
+        self.reasoning = self._find_reasoning(loaded)
         self.fingerprint = system_fingerprint(loaded)
         self.worker, self.loaded = worker, loaded
         # The model's objects live as long as the server: out of the collector's way, a request
         # that allocates a million objects does not pay for full collections over them (each
         # one holds the GIL, and with it the event loop, for a quarter of a second).
         gc.freeze()
+
+    def _check_template(self, loaded: "LoadedModel") -> None:
+        """A --chat-template is rendered once with the model's special tokens before serving."""
+        template = self.chat_template
+        if template.name is None and template.source is None:
+            return
+        try:
+            probe(template, loaded.tokenizer)
+        except Exception as exc:  # noqa: BLE001 - a template is user code: whatever it raises is the flag's fault
+            raise ConfigError(f"{template.origin}: the chat template does not render with this model: "
+                              f"{one_line(exc)}", flag=template.origin.split()[0]) from None
+
+    def _find_reasoning(self, loaded: "LoadedModel") -> Optional[ReasoningMarkers]:
+        template = self.chat_template
+        text = template.source or getattr(loaded.tokenizer, "chat_template", None) or ""
+        fmt = self.config.server.reasoning_format if self.config.server else "auto"
+        markers = reasoning_markers(loaded.tokenizer, text if isinstance(text, str) else "", template.name, fmt)
+        log.info("reasoning %s", f"{markers.start}...{markers.end} -> reasoning_content ({fmt})" if markers
+                 else f"off (format {fmt}{'' if fmt == 'none' else '; the template opens no thinking block'})")
+        return markers
 
     async def off_loop(self, fn: Callable[..., T], *args: Any) -> T:
         """Run blocking work (parsing, templating, tokenizing) on a bounded thread pool."""

@@ -47,9 +47,13 @@ class ToolFormat:
         return self.parser == "json_tools"
 
 
-def tool_format(tokenizer: Any) -> ToolFormat:
-    """The model's tool-call format; Hermes `<tool_call>` JSON when mlx-lm knows none for it."""
-    template = getattr(hf_tokenizer(tokenizer), "chat_template", None) or ""
+def tool_format(tokenizer: Any, template: Optional[str] = None) -> ToolFormat:
+    """The model's tool-call format; Hermes `<tool_call>` JSON when mlx-lm knows none for it.
+
+    `template`: the Jinja source prompts are rendered with when it is not the model's own
+    ("" for a built-in name, which renders no tools)."""
+    if template is None:
+        template = getattr(hf_tokenizer(tokenizer), "chat_template", None) or ""
     name = tool_parser_name(tokenizer)
     native = name is not None and isinstance(template, str) and "tools" in template
     module = tool_parser_module(name or DEFAULT_PARSER)

@@ -102,7 +102,8 @@ def _prompt(rt: "Runtime", body: CountTokensRequest) -> tuple[tuple[int, ...], O
         rt.prompt_limit.check_chars(sum(len(m.get("content") or "") for m in messages), "messages")
         messages, tools = tool_messages(validate_messages(messages), request, rt.tool_format)
         prompt = encode_chat(rt.loaded.tokenizer, messages, tools=tools,
-                             before_tokenize=lambda text: rt.prompt_limit.check_chars(len(text), "messages"))
+                             before_tokenize=lambda text: rt.prompt_limit.check_chars(len(text), "messages"),
+                             template=rt.chat_template)
     return prompt.ids, prompt.history_boundary, request
 
 

@@ -12,6 +12,7 @@ from typing import Any, Optional
 from ...engine import Finished, PromptProgress, TokenDelta
 from ...tool_calls import ToolCallStream, ToolFormat
 from .logprobs import RowMaker, TokenPieces, TokenRow
+from .reasoning import ReasoningSplit, ReasoningStart
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,7 @@ class Shape:
     hide_output: bool = False  # echo with max_tokens 0: the one generated token is not returned
     tools: Optional[ToolParsing] = None
     pieces: Optional[TokenPieces] = None  # token bytes, when logprobs were asked
+    reasoning: Optional[ReasoningStart] = None  # thinking goes to `reasoning` (--reasoning-format)
 
 
 @dataclass(slots=True)
@@ -43,6 +45,7 @@ class Part:
     text: Optional[str] = None
     tool_calls: list[dict] = field(default_factory=list)  # whole calls, OpenAI delta shape (with index)
     rows: list[TokenRow] = field(default_factory=list)
+    reasoning: Optional[str] = None  # the model's thinking, apart from the answer
 
 
 class Assembler:
@@ -52,6 +55,7 @@ class Assembler:
         self.shape = shape
         tools = shape.tools
         self.calls = ToolCallStream(tools.format, list(tools.tools), tools.parallel) if tools else None
+        self.split = ReasoningSplit(shape.reasoning) if shape.reasoning else None
         self._rows: list[TokenRow] = []  # generated tokens' rows not yet sent
         self._prompt_rows: list[TokenRow] = []
         self._echo_pending = shape.echo is not None
@@ -89,6 +93,8 @@ class Assembler:
         if self.shape.hide_output:
             return []
         parts = self._text(event.text)
+        if self.split is not None:
+            parts += self._answer(*self.split.finish())
         if self.calls is not None:
             parts += self._deltas(self.calls.finish())
         if self._rows:  # tokens whose text never came out (held, or a stop string's)
@@ -108,6 +114,17 @@ class Assembler:
     def _text(self, text: str) -> list[Part]:
         if not text:
             return []
+        if self.split is not None:  # thinking first: the tool-call parser sees only the answer
+            return self._answer(*self.split.feed(text))
+        return self._content(text)
+
+    def _answer(self, reasoning: str, answer: str) -> list[Part]:
+        parts = [Part(rows=self._take(), reasoning=reasoning)] if reasoning else []
+        return parts + self._content(answer)
+
+    def _content(self, text: str) -> list[Part]:
+        if not text:
+            return []
         if self.calls is None:
             return [Part(text=text, rows=self._take())]
         return self._deltas(self.calls.feed(text))
@@ -118,5 +135,5 @@ class Assembler:
 
 def merge(parts: list[Part]) -> Part:
     """A whole reply as one part."""
-    return Part("".join(p.text or "" for p in parts),
-                [c for p in parts for c in p.tool_calls], [r for p in parts for r in p.rows])
+    return Part("".join(p.text or "" for p in parts), [c for p in parts for c in p.tool_calls],
+                [r for p in parts for r in p.rows], "".join(p.reasoning or "" for p in parts) or None)

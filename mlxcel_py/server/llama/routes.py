@@ -23,6 +23,7 @@ from ..generation.prepared import blame
 from ..generation.prompt import check_token_ids
 from ..generation.stream import FramedStream
 from ..generation.submit import CLIENT_CLOSED, start
+from ..generation.template import chat_options
 from ..http.body import parse_body, read_body
 from ..runtime import runtime
 from .prepare import prepare_native
@@ -62,7 +63,8 @@ async def props(request: Request) -> dict:
     """llama-server's server properties (read-only, as llama-server without --props)."""
     rt = runtime(request)
     stats = rt.worker.stats()
-    template = getattr(rt.loaded.tokenizer, "chat_template", None)
+    chosen = rt.chat_template  # --chat-template's source or name, else the model's
+    template = chosen.source or chosen.name or getattr(rt.loaded.tokenizer, "chat_template", None)
     server = rt.config.server or ServerConfig()
     return {
         "default_generation_settings": {"params": default_settings(rt.config.sampling),
@@ -84,9 +86,10 @@ async def props(request: Request) -> dict:
 def _apply_template(rt: "Runtime", raw: bytes) -> dict:
     body = parse_body(raw, ApplyTemplateRequest)
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
+    options = chat_options(body.add_generation_prompt, body.continue_final_message, body.chat_template_kwargs)
     with blame("messages"):
         messages, _ = tool_messages(validate_messages(messages), None, rt.tool_format)
-        return {"prompt": render_chat(rt.loaded.tokenizer, messages)}
+        return {"prompt": render_chat(rt.loaded.tokenizer, messages, template=rt.chat_template, options=options)}
 
 
 async def apply_template(request: Request) -> dict:

@@ -10,7 +10,7 @@ from typing import Any, Optional, Union
 
 from pydantic import Field
 
-from ..generation.schemas import Body, ChatMessage, GenerationRequest
+from ..generation.schemas import Body, ChatMessage, GenerationRequest, Object
 
 Piece = Union[int, str]  # a token id or text, in a mixed prompt
 
@@ -57,9 +57,13 @@ class NativeCompletionRequest(GenerationRequest):
 
 
 class ApplyTemplateRequest(Body):
-    """POST /apply-template: the chat messages to render (other chat fields are ignored, as there)."""
+    """POST /apply-template: the chat messages to render, and the template's fields of the chat
+    route (other chat fields are ignored, as there)."""
 
     messages: list[ChatMessage] = Field(min_length=1)
+    chat_template_kwargs: Optional[Object] = None
+    add_generation_prompt: Optional[bool] = None
+    continue_final_message: Optional[bool] = None
 
 
 class TokenizeRequest(Body):

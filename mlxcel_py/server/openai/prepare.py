@@ -24,6 +24,8 @@ from ..generation.prompt import completion_prompt_ids
 from ..generation.sampling import echo_only, max_tokens_of, sampling_params
 from ..generation.schemas import GenerationRequest
 from ..generation.structured import OutputPlan, output_plan
+from ..generation.reasoning import ReasoningStart, opens_thinking
+from ..generation.template import chat_options
 from ..http.body import parse_body
 from .fields import NOT_SUPPORTED_YET
 from .schemas import ChatRequest, CompletionRequest
@@ -40,12 +42,18 @@ def prepare_chat(rt: "Runtime", raw: bytes) -> Prepared[Reply]:
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
     rt.prompt_limit.check_chars(sum(_chars(m.get("content")) for m in messages), "messages")
     plan = output_plan(body, rt.tool_format, rt.worker.compiler)
+    options = chat_options(body.add_generation_prompt, body.continue_final_message, body.chat_template_kwargs)
     with blame("messages"):
         # The request's tools, and tool calls and results in the history, as the template renders them.
         messages, tools = tool_messages(validate_messages(messages), plan.tools, rt.tool_format)
         prompt = encode_chat(rt.loaded.tokenizer, messages, tools=tools,
-                             before_tokenize=lambda text: rt.prompt_limit.check_chars(len(text), "messages"))
-    return _prepared(rt, body, "chat", prompt.ids, prompt.history_boundary, plan)
+                             before_tokenize=lambda text: rt.prompt_limit.check_chars(len(text), "messages"),
+                             template=rt.chat_template, options=options)
+    reasoning = None
+    if rt.reasoning is not None:  # does the prompt leave a thinking block open?
+        tail = rt.loaded.tokenizer.decode(list(prompt.ids[-8:]))
+        reasoning = ReasoningStart(rt.reasoning, opens_thinking(tail, rt.reasoning))
+    return _prepared(rt, body, "chat", prompt.ids, prompt.history_boundary, plan, reasoning=reasoning)
 
 
 def prepare_completion(rt: "Runtime", raw: bytes) -> Prepared[Reply]:
@@ -76,20 +84,21 @@ def _check_request(rt: "Runtime", body: GenerationRequest) -> None:
 
 
 def _shape(rt: "Runtime", sampling: SamplingParams, ids: tuple[int, ...], plan: OutputPlan,
-           echo: Optional[str], hide_output: bool) -> Shape:
+           echo: Optional[str], hide_output: bool, reasoning: Optional[ReasoningStart]) -> Shape:
     tools = plan.tools
     parsing = None
     if tools is not None and tools.choice != "none":  # with "none" the model was not shown the tools
         parsing = ToolParsing(rt.tool_format, tools.as_openai(), tools.parallel, plan.legacy_functions)
     if not sampling.logprobs:
-        return Shape(echo=echo, hide_output=hide_output, tools=parsing)
+        return Shape(echo=echo, hide_output=hide_output, tools=parsing, reasoning=reasoning)
     # Token bytes from llguidance's tables: built here, off the event loop, on first use.
     pieces = TokenPieces(rt.loaded.tokenizer, rt.worker.compiler)
-    return Shape(sampling.top_logprobs, echo, ids[0], hide_output, parsing, pieces)
+    return Shape(sampling.top_logprobs, echo, ids[0], hide_output, parsing, pieces, reasoning)
 
 
-def _prepared(rt: "Runtime", body: GenerationRequest, kind: Kind, ids: tuple[int, ...],
-              boundary: Optional[int], plan: OutputPlan, echo: Optional[str] = None) -> Prepared[Reply]:
+def _prepared(rt: "Runtime", body: GenerationRequest, kind: Kind, ids: tuple[int, ...], boundary: Optional[int],
+              plan: OutputPlan, echo: Optional[str] = None, reasoning: Optional[ReasoningStart] = None
+              ) -> Prepared[Reply]:
     sampling = sampling_params(body, rt.config.sampling, rt.prompt_limit.slot_context, plan.constraint)
     try:
         check_logit_bias(sampling, rt.vocab_size)
@@ -100,6 +109,6 @@ def _prepared(rt: "Runtime", body: GenerationRequest, kind: Kind, ids: tuple[int
     hidden = echo is not None and echo_only(body, max_tokens_of(body, rt.config.sampling.max_tokens))
     reply = Reply(kind, request_id, int(time.time()), rt.model_id,
                   include_usage=stream and body.include_usage, return_progress=bool(body.return_progress),
-                  shape=_shape(rt, sampling, ids, plan, echo, hidden), fingerprint=rt.fingerprint)
+                  shape=_shape(rt, sampling, ids, plan, echo, hidden, reasoning), fingerprint=rt.fingerprint)
     cache_prompt = True if body.cache_prompt is None else body.cache_prompt
     return Prepared(EngineRequest(request_id, ids, sampling, boundary, cache_prompt), reply, stream)

@@ -78,6 +78,10 @@ class ChatRequest(GenerationRequest):
     service_tier: Optional[str] = None
     safety_identifier: Optional[str] = None
     prompt_cache_key: Optional[str] = None
+    # the chat template's (llama-server's and vLLM's): generation/template.py
+    chat_template_kwargs: Optional[Object] = None
+    add_generation_prompt: Optional[bool] = None
+    continue_final_message: Optional[bool] = None
     prompt_cache_retention: Optional[str] = None
     prompt_cache_options: Optional[Object] = None
 

@@ -68,6 +68,8 @@ def _choice(reply: Reply, part: Optional[Part], finish: Optional[str], role: boo
     delta: dict = {"role": "assistant", "content": ""} if role else {}
     if part.text is not None:
         delta["content"] = part.text
+    if part.reasoning:
+        delta["reasoning_content"] = part.reasoning
     if part.tool_calls:
         legacy = reply.shape.tools is not None and reply.shape.tools.legacy
         calls = [_tool_call(c, legacy, index=True) for c in part.tool_calls]
@@ -83,6 +85,8 @@ def chunk(reply: Reply, choices: list, **extra: Any) -> dict:
 
 def _message(reply: Reply, whole: Part, called: bool) -> dict:
     message: dict = {"role": "assistant", "content": (whole.text or None) if called else whole.text}
+    if whole.reasoning:
+        message["reasoning_content"] = whole.reasoning
     if called:
         legacy = reply.shape.tools.legacy
         calls = [_tool_call(c, legacy, index=False) for c in whole.tool_calls]
