@@ -22,6 +22,7 @@ from ..tool_calls import ToolFormat, tool_format
 from .generation.prompt import PromptLimit, max_token_chars
 from .http.errors import APIError, unavailable
 from .http.metrics import ServerMetrics
+from .responses.store import ResponseStore
 
 if TYPE_CHECKING:
     from ..config import AppConfig
@@ -51,6 +52,7 @@ class Runtime:
         self.failure: Optional[str] = None  # why the engine can no longer serve (a lost distributed rank)
         self.started = int(time.time())
         self.live: set["Generation"] = set()  # submitted requests whose response is still open
+        self.responses = ResponseStore()  # the Responses API's recent responses (previous_response_id, GET)
         self._limiter: Optional[anyio.CapacityLimiter] = None
 
     def _stats(self) -> "EngineStats":
