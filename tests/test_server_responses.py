@@ -14,6 +14,7 @@ from mlxcel_py.engine import Finished
 from mlxcel_py.engine.core.events import Timings, Usage
 from mlxcel_py.server.http.errors import APIError
 from mlxcel_py.server.responses.events import ResponsesFramer
+from mlxcel_py.server.responses.fields import REFUSED
 from mlxcel_py.server.responses.shapes import ResponsesReply
 from mlxcel_py.server.responses.store import ResponseStore, StoredResponse
 from server_helpers import error_of, start_server, stop_server, wait_for
@@ -189,6 +190,10 @@ INERT = {
     "prompt_cache_key": "k", "prompt_cache_retention": "24h", "safety_identifier": "s", "service_tier": "auto",
     "tools": [], "tool_choice": "none", "parallel_tool_calls": True, "store": True,
 }
+
+
+def test_every_refused_field_is_tried():
+    assert set(CHANGING) == REFUSED
 
 
 @pytest.mark.parametrize("field", sorted(CHANGING))
