@@ -169,7 +169,8 @@ def test_stored_responses_get_and_delete(oai):
     assert info.value.body["param"] == "response_id"
     with pytest.raises(openai.BadRequestError) as info:
         create(oai, previous_response_id=r.id)
-    assert (info.value.body["param"], info.value.body["code"]) == ("previous_response_id", "previous_response_not_found")
+    error = info.value.body
+    assert (error["param"], error["code"]) == ("previous_response_id", "previous_response_not_found")
     unstored = create(oai, store=False)
     assert unstored.store is False
     with pytest.raises(openai.NotFoundError):

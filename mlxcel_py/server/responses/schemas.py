@@ -10,17 +10,27 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal, Optional, Union
 
-from pydantic import Discriminator, Field, Tag, model_validator
+from pydantic import BaseModel, Discriminator, Field, Tag, model_validator
 from typing_extensions import Annotated
 
 from ..generation.schemas import Body, Object, by_type
 
-TEXT_PARTS = ("input_text", "output_text")
 ITEMS = ("message", "function_call", "function_call_output")
 
 
 def _kind(value: Any) -> Any:
     return value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+
+
+def _by_kind(kinds: dict[Optional[str], type[BaseModel]], other: type[BaseModel]) -> Any:
+    """A union picked by the object's `type` through `kinds`; any other type is `other`."""
+    models = list(dict.fromkeys([*kinds.values(), other]))
+
+    def pick(value: Any) -> str:
+        kind = _kind(value)
+        return (kinds.get(kind, other) if kind is None or isinstance(kind, str) else other).__name__
+
+    return Annotated[Union[tuple(Annotated[m, Tag(m.__name__)] for m in models)], Discriminator(pick)]
 
 
 class Refused(Body):
@@ -52,13 +62,11 @@ class RefusalPart(Body):
 
 
 class UnsupportedPart(Refused):
-    refusal: ClassVar[str] = "content parts are not supported by this server (it takes input_text, output_text, refusal)"
-Part = Annotated[
-    Union[Annotated[TextPart, Tag("Text")], Annotated[RefusalPart, Tag("Refusal")],
-          Annotated[UnsupportedPart, Tag("Unsupported")]],
-    Discriminator(lambda v: {"input_text": "Text", "output_text": "Text", "refusal": "Refusal"}.get(
-        _kind(v), "Unsupported") if isinstance(_kind(v), str) else "Unsupported"),
-]
+    refusal: ClassVar[str] = ("content parts are not supported by this server (it takes input_text, output_text "
+                              "and refusal)")
+
+
+Part = _by_kind({"input_text": TextPart, "output_text": TextPart, "refusal": RefusalPart}, UnsupportedPart)
 
 
 # -- input items ---------------------------------------------------------------------------------
@@ -90,13 +98,11 @@ class FunctionCallOutputItem(Body):
 
 class UnsupportedItem(Refused):
     refusal: ClassVar[str] = f"input items are not supported by this server (it takes {', '.join(ITEMS)})"
-_ITEM_TAGS = {None: "Message", "message": "Message", "function_call": "Call", "function_call_output": "Output"}
-Item = Annotated[
-    Union[Annotated[MessageItem, Tag("Message")], Annotated[FunctionCallItem, Tag("Call")],
-          Annotated[FunctionCallOutputItem, Tag("Output")], Annotated[UnsupportedItem, Tag("Unsupported")]],
-    Discriminator(lambda v: _ITEM_TAGS.get(_kind(v), "Unsupported") if _kind(v) is None or isinstance(_kind(v), str)
-                  else "Unsupported"),
-]
+
+
+# A message may leave out its type.
+Item = _by_kind({None: MessageItem, "message": MessageItem, "function_call": FunctionCallItem,
+                 "function_call_output": FunctionCallOutputItem}, UnsupportedItem)
 
 
 # -- tools ---------------------------------------------------------------------------------------
@@ -112,9 +118,11 @@ class FunctionTool(Body):
 
 
 class BuiltinTool(Refused):
-    refusal: ClassVar[str] = "tools are not supported by this server (only function tools: built-in tools run on OpenAI's side)"
-Tool = Annotated[Union[Annotated[FunctionTool, Tag("Function")], Annotated[BuiltinTool, Tag("Builtin")]],
-                 Discriminator(lambda v: "Function" if _kind(v) == "function" else "Builtin")]
+    refusal: ClassVar[str] = ("tools are not supported by this server (only function tools: built-in tools run "
+                              "on OpenAI's side)")
+
+
+Tool = _by_kind({"function": FunctionTool}, BuiltinTool)
 
 
 class FunctionChoice(Body):
