@@ -12,9 +12,11 @@ import pytest
 
 from mlxcel_py.engine import Finished
 from mlxcel_py.engine.core.events import Timings, Usage
+from mlxcel_py.server.app import ROUTES
 from mlxcel_py.server.http.errors import APIError
 from mlxcel_py.server.responses.events import ResponsesFramer
 from mlxcel_py.server.responses.fields import REFUSED
+from mlxcel_py.server.responses.schemas import ResponsesRequest
 from mlxcel_py.server.responses.shapes import ResponsesReply
 from mlxcel_py.server.responses.store import ResponseStore, StoredResponse
 from server_helpers import error_of, start_server, stop_server, wait_for
@@ -102,6 +104,22 @@ def test_raw_event_stream_names_each_event_by_its_type(srv):
     assert names == [d["type"] for d in data] and "[DONE]" not in lines
     assert data[0]["response"]["status"] == "in_progress" and data[0]["response"]["output"] == []
     assert data[-1]["response"]["usage"]["output_tokens"] == 3
+
+
+def test_openapi_declares_the_body_and_the_stored_routes(srv):
+    schema = httpx.get(srv.url + "/openapi.json", timeout=60).json()
+    post = schema["paths"]["/v1/responses"]["post"]
+    assert post["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/ResponsesRequest")
+    assert "text/event-stream" in post["responses"]["200"]["content"]
+    stored = schema["paths"]["/v1/responses/{response_id}"]
+    assert set(stored) == {"get", "delete"} and all("404" in op["responses"] for op in stored.values())
+    assert "/responses" not in schema["paths"]  # the alias
+    # Each body's own types keep their own names, so none overwrites another's in the components.
+    others = [r.body for r in ROUTES if r.body is not None and r.body is not ResponsesRequest]
+    ours = ResponsesRequest.model_json_schema()["$defs"]
+    for body in others:
+        theirs = body.model_json_schema().get("$defs", {})
+        assert all(ours[name] == theirs[name] for name in set(ours) & set(theirs)), body
 
 
 def test_alias_route(srv):

@@ -46,7 +46,7 @@ class Refused(Body):
 
 
 # -- content parts -------------------------------------------------------------------------------
-class TextPart(Body):
+class ContentTextPart(Body):
     """input_text, or output_text when an earlier reply is sent back."""
 
     type: Literal["input_text", "output_text"]
@@ -66,7 +66,8 @@ class UnsupportedPart(Refused):
                               "and refusal)")
 
 
-Part = _by_kind({"input_text": TextPart, "output_text": TextPart, "refusal": RefusalPart}, UnsupportedPart)
+Part = _by_kind({"input_text": ContentTextPart, "output_text": ContentTextPart, "refusal": RefusalPart},
+               UnsupportedPart)
 
 
 # -- input items ---------------------------------------------------------------------------------
@@ -106,7 +107,7 @@ Item = _by_kind({None: MessageItem, "message": MessageItem, "function_call": Fun
 
 
 # -- tools ---------------------------------------------------------------------------------------
-class FunctionTool(Body):
+class ResponsesFunctionTool(Body):
     type: Literal["function"]
     name: str
     description: Optional[str] = None
@@ -122,7 +123,7 @@ class BuiltinTool(Refused):
                               "on OpenAI's side)")
 
 
-Tool = _by_kind({"function": FunctionTool}, BuiltinTool)
+Tool = _by_kind({"function": ResponsesFunctionTool}, BuiltinTool)
 
 
 class FunctionChoice(Body):
@@ -141,15 +142,15 @@ ToolChoice = Annotated[
 
 
 # -- text output ---------------------------------------------------------------------------------
-class TextFormat(Body):
+class PlainTextFormat(Body):
     type: Literal["text"]
 
 
-class JSONObjectFormat(Body):
+class TextJSONObjectFormat(Body):
     type: Literal["json_object"]
 
 
-class JSONSchemaFormat(Body):
+class TextJSONSchemaFormat(Body):
     type: Literal["json_schema"]
     name: str
     schema_: Object = Field(alias="schema")
@@ -158,7 +159,7 @@ class JSONSchemaFormat(Body):
 
 
 class TextConfig(Body):
-    format: Optional[by_type(TextFormat, JSONObjectFormat, JSONSchemaFormat)] = None
+    format: Optional[by_type(PlainTextFormat, TextJSONObjectFormat, TextJSONSchemaFormat)] = None
     verbosity: Optional[Literal["low", "medium", "high"]] = None
 
 
@@ -168,7 +169,7 @@ class Reasoning(Body):
     generate_summary: Optional[str] = None
 
 
-class StreamOptions(Body):
+class ResponsesStreamOptions(Body):
     include_obfuscation: Optional[bool] = None
 
 
@@ -181,7 +182,7 @@ class ResponsesRequest(Body):
     previous_response_id: Optional[str] = None
     store: Optional[bool] = None
     stream: Optional[bool] = None
-    stream_options: Optional[StreamOptions] = None
+    stream_options: Optional[ResponsesStreamOptions] = None
     max_output_tokens: Optional[int] = None
     temperature: Optional[float] = None
     top_p: Optional[float] = None
