@@ -146,7 +146,11 @@ def test_required_function_call_then_its_output(oai):
     sent_back = create(oai, input=history, tools=[{**WEATHER, "strict": False}], max_output_tokens=6)
     chained = create(oai, previous_response_id=first.id, input=[result], tools=[{**WEATHER, "strict": False}],
                      max_output_tokens=6)
-    assert sent_back.output_text == chained.output_text and chained.output[0].type == "message"
+    # The first response's own output items, sent back as they came, render the same.
+    as_items = create(oai, input=[history[0], *first.output, result], tools=[{**WEATHER, "strict": False}],
+                      max_output_tokens=6)
+    assert sent_back.output_text == chained.output_text == as_items.output_text
+    assert chained.output[0].type == "message"
     assert chained.previous_response_id == first.id
     assert chained.usage.input_tokens == sent_back.usage.input_tokens
 
@@ -177,10 +181,12 @@ def test_text_format_json_schema(oai):
     assert final.output_text == r.output_text
 
 
-def test_stored_responses_get_and_delete(oai):
+def test_stored_responses_get_and_delete(oai, srv):
     r = create(oai, metadata={"k": "v"}, user="u-1")
     got = oai.responses.retrieve(r.id)
     assert got.model_dump() == r.model_dump() and got.metadata == {"k": "v"} and got.user == "u-1"
+    replay = httpx.get(f"{srv.url}/v1/responses/{r.id}?stream=true", timeout=60)
+    assert error_of(replay)["param"] == "stream"
     oai.responses.delete(r.id)
     with pytest.raises(openai.NotFoundError) as info:
         oai.responses.retrieve(r.id)

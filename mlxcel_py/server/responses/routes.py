@@ -55,7 +55,10 @@ def _stored(request: Request, response_id: str) -> StoredResponse:
 
 
 async def retrieve_response(request: Request, response_id: str) -> dict:
-    """A stored response, as it was returned."""
+    """A stored response, as it was returned (not replayed as a stream)."""
+    if request.query_params.get("stream", "false").lower() not in ("false", "0"):
+        raise APIError(400, "'stream' is not supported by this server on GET: a stored response is returned as "
+                            "JSON, not replayed as events", param="stream", code="unsupported_parameter")
     return _stored(request, response_id).body
 
 
