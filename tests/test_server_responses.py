@@ -209,7 +209,8 @@ CHANGING = {
     "image": {"size": "1024x1024"},
 }
 INERT = {
-    "background": False, "include": ["reasoning.encrypted_content"], "reasoning": {"effort": "none"},
+    "background": False, "include": ["reasoning.encrypted_content"],
+    "reasoning": {"effort": "none", "mode": "standard", "context": "auto"},
     "top_logprobs": 0, "truncation": "disabled", "text": {"format": {"type": "text"}, "verbosity": "medium"},
     "metadata": {"k": "v"}, "user": "u", "stream_options": {"include_obfuscation": False}, "max_tool_calls": 3,
     "prompt_cache_key": "k", "prompt_cache_retention": "24h", "safety_identifier": "s", "service_tier": "auto",
@@ -236,6 +237,7 @@ def test_a_field_we_cannot_honour_is_a_400_naming_it(srv, field):
      "'input_image' content parts are not supported"),
     ({"input": [{"type": "reasoning", "id": "rs_1", "summary": []}]}, "input", "'reasoning' input items"),
     ({"text": {"verbosity": "low"}}, "text", 'verbosity "low" is not supported'),
+    ({"reasoning": {"mode": "pro"}}, "reasoning", 'mode "pro" is not supported'),
     ({"tool_choice": {"type": "file_search"}}, "tool_choice", "'file_search' tool choices are not supported"),
     ({"max_output_tokens": 0}, "max_output_tokens", "max_output_tokens"),
     ({"input": []}, "input", "input is required"),

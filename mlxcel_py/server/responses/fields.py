@@ -31,6 +31,8 @@ def _reasoning(reasoning: Any) -> Optional[str]:
                'send null or "none"'
     if reasoning.summary is not None or reasoning.generate_summary is not None:
         return "summary is not supported: the served model does not reason"
+    if reasoning.mode not in (None, "standard"):
+        return f'mode "{reasoning.mode}" is not supported by this server; it accepts only "standard"'
     return None
 
 

@@ -82,7 +82,7 @@ def _sampling(rt: "Runtime", body: ResponsesRequest, plan: OutputPlan) -> Any:
 
 
 def _tool_json(tool: Any) -> dict:
-    return {"strict": False, **tool.model_dump(exclude_none=True)}
+    return {"strict": False, **tool.model_dump(by_alias=True, exclude_none=True)}
 
 
 def _echo(body: ResponsesRequest, sampling: Any) -> dict:

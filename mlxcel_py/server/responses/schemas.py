@@ -113,8 +113,10 @@ class ResponsesFunctionTool(Body):
     description: Optional[str] = None
     parameters: Optional[Object] = None
     strict: Optional[bool] = None
-    defer_loading: Optional[bool] = None  # tool search's; changes nothing here
+    # Tool search's, programmatic calling's and the caller's hints: change nothing here.
+    defer_loading: Optional[bool] = None
     allowed_callers: Optional[list[str]] = None
+    async_: Optional[bool] = Field(default=None, alias="async")
     output_schema: Optional[Object] = None
 
 
@@ -167,6 +169,8 @@ class Reasoning(Body):
     effort: Optional[str] = None
     summary: Optional[str] = None
     generate_summary: Optional[str] = None
+    mode: Optional[str] = None
+    context: Optional[str] = None  # which turns' reasoning to keep: there is none here
 
 
 class ResponsesStreamOptions(Body):
