@@ -8,6 +8,7 @@ import json
 import httpx
 import jsonschema
 import openai
+import pydantic
 import pytest
 
 from mlxcel_py.engine import Finished
@@ -28,6 +29,13 @@ WEATHER = {"type": "function", "name": "get_weather", "description": "The weathe
 PET = {"type": "object", "additionalProperties": False, "required": ["name", "age"],
        "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer", "minimum": 1,
                                                                           "maximum": 20}}}
+
+
+class Pet(pydantic.BaseModel):
+    name: str = pydantic.Field(max_length=8)
+    age: int = pydantic.Field(ge=1, le=20)
+
+
 PET_FORMAT = {"format": {"type": "json_schema", "name": "pet", "schema": PET, "strict": True}}
 
 
@@ -179,6 +187,9 @@ def test_text_format_json_schema(oai):
                               temperature=0) as stream:
         final = stream.get_final_response()
     assert final.output_text == r.output_text
+    # The SDK's own structured output: a pydantic model as the format, the reply parsed into it.
+    parsed = oai.responses.parse(model="m", input=HELLO, text_format=Pet, max_output_tokens=200, temperature=0)
+    assert isinstance(parsed.output_parsed, Pet) and 1 <= parsed.output_parsed.age <= 20
 
 
 def test_stored_responses_get_and_delete(oai, srv):
