@@ -11,15 +11,9 @@ import openai
 import pydantic
 import pytest
 
-from mlxcel_py.engine import Finished
-from mlxcel_py.engine.core.events import Timings, Usage
 from mlxcel_py.server.app import ROUTES
-from mlxcel_py.server.http.errors import APIError
-from mlxcel_py.server.responses.events import ResponsesFramer
 from mlxcel_py.server.responses.fields import REFUSED
 from mlxcel_py.server.responses.schemas import ResponsesRequest
-from mlxcel_py.server.responses.shapes import ResponsesReply
-from mlxcel_py.server.responses.store import ResponseStore, StoredResponse
 from server_helpers import error_of, start_server, stop_server, wait_for
 
 HELLO = "Hello, how are you today?"
@@ -266,23 +260,6 @@ def test_inert_values_change_nothing(oai, srv):
     assert resp.json()["output"][0]["content"][0]["text"] == plain
 
 
-def _finished(reason, text="", error=None):
-    return Finished("resp_x", reason, Usage(5, 1, 0), Timings(0, 0, 0, 0, 0, 0), text=text, error=error)
-
-
-def test_an_engine_failure_ends_the_stream_with_error_then_failed():
-    kept = []
-    framer = ResponsesFramer(ResponsesReply("resp_x", 0, "m", 5), kept.append)
-    frames = framer.opening() + framer.frames(_finished("error", "Hi", error="the engine failed"))
-    data = [json.loads(f.split("data: ", 1)[1]) for f in frames]
-    assert [d["type"] for d in data][-3:] == ["response.output_text.delta", "error", "response.failed"]
-    assert (data[-2]["code"], data[-2]["message"]) == ("engine_error", "the engine failed")
-    failed = data[-1]["response"]
-    assert failed["status"] == "failed" and failed["error"] == {"code": "server_error", "message": "the engine failed"}
-    assert failed["output"][0]["content"][0]["text"] == "Hi" and kept[0].body == failed
-    assert framer.cut(APIError(503, "late")) == []  # the stream already ended: a late cut adds nothing
-
-
 def test_the_drain_cuts_a_stream_with_error_then_failed():
     running = start_server(parallel=1, grace_s=0.3)
     body = {"input": HELLO, "max_output_tokens": 3000, "stream": True, "temperature": 0}
@@ -300,15 +277,3 @@ def test_the_drain_cuts_a_stream_with_error_then_failed():
     assert data[-2]["code"] == "server_shutting_down"
     assert data[-1]["response"]["status"] == "failed"
     assert [d["sequence_number"] for d in data] == list(range(len(data)))
-
-
-def test_the_store_is_bounded():
-    store = ResponseStore(max_responses=2, max_chars=10)
-    for i in range(3):
-        store.put(StoredResponse({"id": f"r{i}"}, ({"role": "user", "content": "abc"},)))
-    assert (store.get("r0"), len(store)) == (None, 2)  # the oldest went first
-    store.put(StoredResponse({"id": "big"}, ({"role": "user", "content": "x" * 9},)))
-    assert [store.get(k) is not None for k in ("r1", "r2", "big")] == [False, False, True]
-    store.put(StoredResponse({"id": "huge"}, ({"role": "user", "content": "x" * 11},)))
-    assert store.get("huge") is None and len(store) == 1  # larger than the whole bound: not kept
-    assert store.delete("big") and not store.delete("big") and len(store) == 0
