@@ -7,17 +7,22 @@ from pathlib import Path
 import pytest
 from openai.types.chat.completion_create_params import CompletionCreateParamsBase as OpenAIChat
 from openai.types.completion_create_params import CompletionCreateParamsBase as OpenAICompletion
+from openai.types.responses.response_create_params import ResponseCreateParamsBase as OpenAIResponses
 
 from mlxcel_py.server.openai.schemas import ChatRequest, CompletionRequest
 from mlxcel_py.server.openai.fields import NOT_SUPPORTED_YET
+from mlxcel_py.server.responses import fields as responses_fields
+from mlxcel_py.server.responses.schemas import ResponsesRequest
 from server_helpers import GREEDY, error_of, start_server, stop_server
 
-CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
+CHAT, COMPLETIONS, RESPONSES = "/v1/chat/completions", "/v1/completions", "/v1/responses"
 MSG = [{"role": "user", "content": "Tell me about foxes."}]
 BASE = {
     CHAT: {"messages": MSG, "max_tokens": 8, **GREEDY},
     COMPLETIONS: {"prompt": "Foxes are", "max_tokens": 8, **GREEDY},
+    RESPONSES: {"input": "Tell me about foxes.", "max_output_tokens": 8, **GREEDY},
 }
+MODELS = {CHAT: ChatRequest, COMPLETIONS: CompletionRequest, RESPONSES: ResponsesRequest}
 HONOURED = {
     "model", "messages", "prompt", "max_tokens", "max_completion_tokens", "n_predict", "temperature", "top_p",
     "top_k", "min_p", "repetition_penalty", "repeat_penalty", "repeat_last_n", "seed", "stop", "stream",
@@ -77,15 +82,25 @@ def test_every_field_is_honoured_refused_or_documented_as_ignored():
     assert not HONOURED & refused and set(CHANGING) == refused
 
 
-def _docs_table() -> dict[str, tuple[str, str]]:
-    """docs/SERVER.md's field table: field -> (route, status)."""
+def _docs_table(routes: tuple[str, ...] = ("both", "chat", "compl.")) -> dict[str, tuple[str, str]]:
+    """docs/SERVER.md's field tables: field -> (route, status), for the rows of `routes`."""
     docs = (Path(__file__).parents[1] / "docs" / "SERVER.md").read_text()
     rows = {}
     for line in docs.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
-        if len(cells) == 4 and cells[2] in ("honoured", "refused", "ignored"):
+        if len(cells) == 4 and cells[2] in ("honoured", "refused", "ignored") and cells[1] in routes:
             rows.update({name: (cells[1], cells[2]) for name in re.findall(r"`([a-z_]+)`", cells[0])})
     return rows
+
+
+def test_every_responses_field_is_declared_and_documented():
+    declared = set(ResponsesRequest.model_fields)
+    assert set(OpenAIResponses.__annotations__) <= declared
+    f = responses_fields
+    statuses = {"honoured": f.HONOURED, "refused": f.REFUSED, "ignored": f.IGNORED}
+    assert f.HONOURED | f.REFUSED | f.IGNORED == declared and sum(map(len, statuses.values())) == len(declared)
+    table = _docs_table(("responses",))
+    assert {status: {k for k, (_, s) in table.items() if s == status} for status in statuses} == statuses
 
 
 def test_the_docs_table_is_exact():
@@ -124,7 +139,7 @@ def test_values_that_change_nothing_are_accepted(http):
 
 
 def _fields(path):
-    return (ChatRequest if path == CHAT else CompletionRequest).model_fields
+    return MODELS[path].model_fields
 
 
 def _wrong_value(schema: dict):
@@ -141,10 +156,9 @@ def _wrong_value(schema: dict):
     raise AssertionError(f"no wrong type for {schema}")
 
 
-@pytest.mark.parametrize("path,field", [(p, f) for p in (CHAT, COMPLETIONS) for f in sorted(_fields(p))])
+@pytest.mark.parametrize("path,field", [(p, f) for p in MODELS for f in sorted(_fields(p))])
 def test_every_field_is_type_checked(http, path, field):
-    model = ChatRequest if path == CHAT else CompletionRequest
-    schema = model.model_json_schema()["properties"][field]
+    schema = MODELS[path].model_json_schema(by_alias=True)["properties"][field]
     resp = http.post(path, json={**BASE[path], field: _wrong_value(schema)})
     assert resp.status_code == 400, (field, resp.text)
     assert error_of(resp)["param"] == field

@@ -24,6 +24,8 @@ from .llama.routes import apply_template, completion, detokenize, props, tokeniz
 from .llama.schemas import ApplyTemplateRequest, DetokenizeRequest, NativeCompletionRequest, TokenizeRequest
 from .openai.routes import chat_completions, completions, models
 from .openai.schemas import ChatRequest, CompletionRequest
+from .responses.routes import create_response, delete_response, retrieve_response
+from .responses.schemas import ResponsesRequest
 from .runtime import Runtime
 from .webui import WebUIDoor
 
@@ -53,6 +55,11 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/completions", completions, CompletionRequest, streams=True),
     Route("GET", "/v1/models", models),
     Route("GET", "/models", models, alias=True),
+    # OpenAI Responses (stateless, plus the recent responses kept in memory: responses/store.py)
+    Route("POST", "/v1/responses", create_response, ResponsesRequest, streams=True),
+    Route("POST", "/responses", create_response, alias=True),
+    Route("GET", "/v1/responses/{response_id}", retrieve_response),
+    Route("DELETE", "/v1/responses/{response_id}", delete_response),
     # llama-server's own; its /completions is /completion, as in llama-server
     Route("POST", "/completion", completion, NativeCompletionRequest, streams=True),
     Route("POST", "/completions", completion, alias=True),

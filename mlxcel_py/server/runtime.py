@@ -26,6 +26,7 @@ from .generation.prompt import PromptLimit, max_token_chars
 from .generation.reasoning import ReasoningMarkers, reasoning_markers
 from .http.errors import APIError, unavailable
 from .http.metrics import ServerMetrics
+from .responses.store import ResponseStore
 
 if TYPE_CHECKING:
     from ..config import AppConfig
@@ -59,6 +60,7 @@ class Runtime:
         self.failure: Optional[str] = None  # why the engine can no longer serve (a lost distributed rank)
         self.started = int(time.time())
         self.live: set["Generation"] = set()  # submitted requests whose response is still open
+        self.responses = ResponseStore()  # the Responses API's recent responses (previous_response_id, GET)
         self._limiter: Optional[anyio.CapacityLimiter] = None
 
     def _stats(self) -> "EngineStats":

@@ -29,7 +29,8 @@ class OutputPlan:
     legacy_functions: bool = False  # the reply uses the deprecated `function_call` shape
 
 
-def _schema_spec(schema: Any) -> ConstraintSpec:
+def schema_spec(schema: Any) -> ConstraintSpec:
+    """The constraint of a JSON schema (a dict)."""
     return ConstraintSpec("json_schema", json.dumps(schema))
 
 
@@ -38,11 +39,11 @@ def _response_format(body: GenerationRequest) -> Optional[ConstraintSpec]:
     if fmt is None or fmt.type == "text":
         return None
     if fmt.type == "json_object":  # llama-server also takes a schema here
-        return ConstraintSpec("json_object") if fmt.schema_ is None else _schema_spec(fmt.schema_)
+        return ConstraintSpec("json_object") if fmt.schema_ is None else schema_spec(fmt.schema_)
     if fmt.json_schema.schema_ is None:
         raise FieldError("response_format.json_schema.schema is required for type json_schema",
                          param="response_format")
-    return _schema_spec(fmt.json_schema.schema_)  # `strict` changes nothing: the schema is always enforced
+    return schema_spec(fmt.json_schema.schema_)  # `strict` changes nothing: the schema is always enforced
 
 
 def _format_specs(body: GenerationRequest) -> list[tuple[str, ConstraintSpec]]:
@@ -50,7 +51,7 @@ def _format_specs(body: GenerationRequest) -> list[tuple[str, ConstraintSpec]]:
     specs = []
     builders = (
         ("response_format", lambda: _response_format(body)),
-        ("json_schema", lambda: None if body.json_schema is None else _schema_spec(body.json_schema)),
+        ("json_schema", lambda: None if body.json_schema is None else schema_spec(body.json_schema)),
         ("grammar", lambda: ConstraintSpec("gbnf", body.grammar) if body.grammar else None),
     )
     for name, build in builders:
@@ -108,16 +109,27 @@ def output_plan(body: GenerationRequest, fmt: Optional[ToolFormat], compiler: An
     """Validate the output fields of a request and compile its grammar; a 400 names the field."""
     try:
         tools, legacy = _tools(body)
+    except RequestError as exc:  # ToolCallError names its field
+        raise FieldError(str(exc), param=exc.param) from None
+    return constrained_plan(tools, _format_specs(body), fmt, compiler, legacy,
+                            "response_format, json_schema, grammar and a forced tool_choice")
+
+
+def constrained_plan(tools: Optional[ToolRequest], specs: list[tuple[str, ConstraintSpec]],
+                     fmt: Optional[ToolFormat], compiler: Any, legacy: bool = False,
+                     candidates: str = "the output format and a forced tool_choice") -> OutputPlan:
+    """The plan of validated `tools` and the (field, spec) pairs a request's format fields ask
+    for, plus a forced call's grammar; at most one may constrain the output (`candidates` names
+    them in the error). The grammar is compiled now; a 400 names the field."""
+    try:
         forced = call_constraint(tools, fmt) if tools is not None and fmt is not None else None
     except RequestError as exc:  # ToolCallError names its field
         raise FieldError(str(exc), param=exc.param) from None
-    specs = _format_specs(body)
     if forced is not None:
-        specs.append(("function_call" if legacy else "tool_choice", forced))
+        specs = [*specs, ("function_call" if legacy else "tool_choice", forced)]
     if len(specs) > 1:
         names = " and ".join(name for name, _ in specs)
-        raise FieldError(f"only one of response_format, json_schema, grammar and a forced tool_choice may "
-                         f"constrain the output (got {names})", param=specs[1][0])
+        raise FieldError(f"only one of {candidates} may constrain the output (got {names})", param=specs[1][0])
     if not specs:
         return OutputPlan(tools=tools, legacy_functions=legacy)
     field, spec = specs[0]

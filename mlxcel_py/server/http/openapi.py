@@ -19,7 +19,7 @@ REF = "#/components/schemas/{model}"
 ERRORS = {
     "400": "Invalid request: the message and `param` name the field",
     "401": "Missing or wrong API key",
-    "404": "Unknown route",
+    "404": "Unknown route, or (on a path with an id) nothing stored under that id",
     "413": "Body larger than --max-body-bytes",
     "415": "Content-Type is not application/json",
     "429": "Every slot busy and the queue full; retry after Retry-After seconds",
@@ -73,7 +73,8 @@ def build_openapi(app: FastAPI, api_key: bool, bodies: dict[str, type[BaseModel]
     for path, methods in schema["paths"].items():
         for operation in methods.values():
             keyed = ["401"] if api_key and path != "/health" else []
-            operation["responses"].update(_error_responses(["503", *keyed], path))
+            by_id = ["404"] if "{" in path else []  # e.g. GET /v1/responses/{response_id}
+            operation["responses"].update(_error_responses(["503", *keyed, *by_id], path))
     health = schema["paths"]["/health"]["get"]["responses"]["503"]
     health["description"] = "Loading or shutting down: {\"status\": \"loading\" | \"shutting_down\"}"
     health["content"] = {"application/json": {"schema": {"type": "object"}}}

@@ -1,0 +1,72 @@
+"""What /v1/responses does with each field: honoured, refused unless inert (the table
+generation/prepared.py's `refuse_unsupported` reads), or ignored (docs/SERVER.md lists them;
+tests/test_server_fields.py checks the three against the schema and the docs).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ..generation.prepared import Refused, accepts_only
+
+HONOURED = frozenset({
+    "model", "input", "instructions", "previous_response_id", "store", "stream", "max_output_tokens",
+    "temperature", "top_p", "tools", "tool_choice", "parallel_tool_calls", "text", "metadata", "user",
+})
+# Reasoning items are never produced, so asking for their encrypted content changes nothing.
+INERT_INCLUDES = frozenset({"reasoning.encrypted_content"})
+NOT_HERE = "by this server"
+
+
+def _include(values: list) -> Optional[str]:
+    other = [v for v in values if v not in INERT_INCLUDES]
+    if not other:
+        return None
+    return f'value "{other[0]}" is not supported {NOT_HERE}; it accepts only [] or ["reasoning.encrypted_content"]'
+
+
+def _reasoning(reasoning: Any) -> Optional[str]:
+    if reasoning.effort not in (None, "none"):
+        return f'effort "{reasoning.effort}" is not supported: the served model does not reason; ' \
+               'send null or "none"'
+    if reasoning.summary is not None or reasoning.generate_summary is not None:
+        return "summary is not supported: the served model does not reason"
+    if reasoning.mode not in (None, "standard"):
+        return f'mode "{reasoning.mode}" is not supported by this server; it accepts only "standard"'
+    return None
+
+
+def _verbosity(text: Any) -> Optional[str]:
+    if text.verbosity in (None, "medium"):
+        return None
+    return f'verbosity "{text.verbosity}" is not supported {NOT_HERE}; it accepts only "medium"'
+
+
+def _is(*values: Any):
+    return lambda value: any(value is v or (type(value) is type(v) and value == v) for v in values)
+
+
+def _empty(value: Any) -> bool:
+    return not value
+
+
+NOT_SUPPORTED: tuple[Refused, ...] = (
+    Refused("background", accepts_only(_is(False), "false", f"{NOT_HERE} (responses run in the request)")),
+    Refused("conversation", accepts_only(_empty, "null", f"{NOT_HERE} (use previous_response_id)")),
+    Refused("include", _include),
+    Refused("reasoning", _reasoning),
+    Refused("text", _verbosity),
+    Refused("top_logprobs", accepts_only(_is(0), "0", NOT_HERE)),
+    Refused("prompt", accepts_only(_empty, "null", f"{NOT_HERE} (prompt templates live on OpenAI's side)")),
+    Refused("truncation", accepts_only(_is("disabled"), '"disabled"', f"{NOT_HERE} (an input too long is a 400)")),
+    Refused("context_management", accepts_only(_empty, "null or []", NOT_HERE)),
+    Refused("moderation", accepts_only(_empty, "null", NOT_HERE)),
+    Refused("image", accepts_only(_empty, "null", NOT_HERE)),
+)
+REFUSED = frozenset(row.field for row in NOT_SUPPORTED) - HONOURED
+# Change nothing here (docs/SERVER.md lists them). max_tool_calls bounds built-in tool calls,
+# which are refused; the rest are OpenAI's routing, caching and billing hints.
+IGNORED = frozenset({
+    "stream_options", "max_tool_calls", "background_options", "access_programs", "prompt_cache_key",
+    "prompt_cache_options", "prompt_cache_retention", "safety_identifier", "service_tier",
+})
