@@ -70,7 +70,7 @@ class SamplingParams:
     max_tokens: int = 256
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
-    # OpenAI semantics: added to the logits before sampling; -100 bans a token.
+    # OpenAI semantics: added to the logits before sampling; -100 bans a token in practice, -inf always.
     logit_bias: tuple[tuple[int, float], ...] = ()
     # OpenAI semantics over generated tokens only: logit -= presence * (count > 0) + frequency * count.
     presence_penalty: float = 0.0
@@ -144,8 +144,9 @@ class SamplingParams:
             token, bias = pair
             _check(isinstance(token, int) and not isinstance(token, bool) and token >= 0,
                    f"logit_bias token ids must be non-negative integers (got {token!r})", name)
-            _check(_number(bias) and -100.0 <= bias <= 100.0,
-                   f"logit_bias values must be numbers between -100 and 100 (got {bias!r} for token {token})", name)
+            _check(bias == -math.inf or (_number(bias) and -100.0 <= bias <= 100.0),
+                   f"logit_bias values must be numbers between -100 and 100, or -inf (got {bias!r} for token {token})",
+                   name)
             _check(token not in seen, f"logit_bias has token {token} twice", name)
             seen.add(token)
 

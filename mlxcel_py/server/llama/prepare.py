@@ -67,7 +67,8 @@ def prepare_native(rt: "Runtime", raw: bytes) -> Prepared[NativeReply]:
     with blame("prompt"):
         ids, text = native_prompt(body.prompt, rt)
     plan = output_plan(body, None, rt.worker.compiler)  # grammar, json_schema, response_format: compiled here
-    sampling = sampling_params(body, rt.config.sampling, rt.prompt_limit.slot_context, plan.constraint)
+    sampling = sampling_params(body, rt.config.sampling, rt.prompt_limit.slot_context, plan.constraint,
+                               rt.loaded.tokenizer)
     check_logit_bias(sampling, rt.vocab_size)
     stream = bool(body.stream)
     fields = tuple(body.response_fields) if body.response_fields is not None else None

@@ -7,6 +7,7 @@ with the values that turn them off in llama-server, which is what they are here.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -34,13 +35,18 @@ def generation_settings(p: SamplingParams, stream: bool = False) -> dict:
         "dry_allowed_length": 2, "dry_penalty_last_n": -1, "dry_sequence_breakers": DRY_BREAKERS,
         "mirostat": 0, "mirostat_tau": 5.0, "mirostat_eta": 0.1, "stop": list(p.stop),
         "max_tokens": n_predict, "n_predict": n_predict, "n_keep": 0, "n_discard": 0, "ignore_eos": p.ignore_eos,
-        "stream": stream, "logit_bias": [[t, b] for t, b in p.logit_bias], "n_probs": 0, "min_keep": 0,
+        "stream": stream, "logit_bias": logit_bias_json(p), "n_probs": 0, "min_keep": 0,
         "grammar": "", "grammar_lazy": False, "grammar_triggers": [], "preserved_tokens": [],
         "chat_format": "Content-only", "reasoning_format": "none", "reasoning_in_content": False,
         "generation_prompt": "", "samplers": list(SAMPLERS), "speculative.types": "none",
         "timings_per_token": False, "post_sampling_probs": False, "backend_sampling": False, "lora": [],
         "adaptive_target": -1.0, "adaptive_decay": 0.9,
     }
+
+
+def logit_bias_json(p: SamplingParams) -> list[dict]:
+    """llama-server's [{"bias", "token"}]; a ban (-inf) is null, as nlohmann::json writes it."""
+    return [{"bias": b if math.isfinite(b) else None, "token": t} for t, b in p.logit_bias]
 
 
 # What /props leaves out of its default settings (llama-server's "only_metrics" form).

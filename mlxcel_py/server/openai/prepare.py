@@ -90,7 +90,8 @@ def _shape(rt: "Runtime", sampling: SamplingParams, ids: tuple[int, ...], plan: 
 
 def _prepared(rt: "Runtime", body: GenerationRequest, kind: Kind, ids: tuple[int, ...],
               boundary: Optional[int], plan: OutputPlan, echo: Optional[str] = None) -> Prepared[Reply]:
-    sampling = sampling_params(body, rt.config.sampling, rt.prompt_limit.slot_context, plan.constraint)
+    sampling = sampling_params(body, rt.config.sampling, rt.prompt_limit.slot_context, plan.constraint,
+                               rt.loaded.tokenizer)
     try:
         check_logit_bias(sampling, rt.vocab_size)
     except RequestError as exc:  # OpenAI's field errors carry no code
