@@ -78,6 +78,8 @@ class SamplingParams:
     logprobs: bool = False
     top_logprobs: int = 0
     prompt_logprobs: bool = False  # also score the prompt's tokens (completions' echo); no cache reuse
+    # Logprobs of the distribution the token is drawn from (after top-p/min-p/top-k and temperature).
+    post_sampling_probs: bool = False
     constraint: Optional[ConstraintSpec] = None
 
     def __post_init__(self) -> None:
@@ -126,6 +128,8 @@ class SamplingParams:
         _check(self.top_logprobs == 0 or self.logprobs, "top_logprobs needs logprobs to be true", "top_logprobs")
         _check(isinstance(self.prompt_logprobs, bool) and (self.logprobs or not self.prompt_logprobs),
                "prompt_logprobs needs logprobs to be true", "prompt_logprobs")
+        _check(isinstance(self.post_sampling_probs, bool) and (self.logprobs or not self.post_sampling_probs),
+               "post_sampling_probs needs logprobs to be true", "post_sampling_probs")
         _check(self.constraint is None or isinstance(self.constraint, ConstraintSpec),
                f"constraint must be a ConstraintSpec (got {type(self.constraint).__name__})", "constraint")
         # A grammar ends the output with EOS; ignoring it would run past a finished grammar.
