@@ -130,7 +130,7 @@ def test_response_fields(http):
     ({"prompt": {"prompt_string": "x <__media__>", "multimodal_data": ["AAAA"]}}, "prompt"),
     ({"prompt": ["one", {"prompt_string": "two"}]}, "prompt"),
     ({"prompt": "x", "n_predict": 0}, "n_predict"),
-    ({"prompt": "x", "n_probs": 2}, "n_probs"),
+    ({"prompt": "x", "n_probs": 21}, "n_probs"),
     ({"prompt": "x", "samplers": ["top_k", "temperature"]}, "samplers"),
     ({"prompt": "x", "logit_bias": [[999_999, -1.0]]}, "logit_bias"),
     ({"prompt": "x", "grammar": "root ::= foo"}, "grammar"),

@@ -6,6 +6,7 @@ Everything here blocks (tokenizing, compiling a grammar) and runs off the event 
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -13,12 +14,14 @@ from ...engine import Request as EngineRequest
 from ...engine import check_logit_bias
 from ...errors import FieldError
 from ...models import encode_text
+from ..generation.logprobs import TokenPieces
 from ..generation.prepared import Prepared, blame, refuse_unsupported
 from ..generation.prompt import check_token_ids, completion_prompt_ids
 from ..generation.sampling import sampling_params
 from ..generation.structured import output_plan
 from ..http.body import parse_body
 from .fields import NOT_SUPPORTED
+from .probs import ProbsMaker
 from .schemas import NativeCompletionRequest, PromptObject
 from .shapes import NativeReply, generation_settings
 
@@ -70,11 +73,15 @@ def prepare_native(rt: "Runtime", raw: bytes) -> Prepared[NativeReply]:
     sampling = sampling_params(body, rt.config.sampling, rt.prompt_limit.slot_context, plan.constraint,
                                rt.loaded.tokenizer)
     check_logit_bias(sampling, rt.vocab_size)
+    probs = None
+    if sampling.logprobs:  # n_probs > 0; token bytes from llguidance's tables, built here off the loop
+        sampling = dataclasses.replace(sampling, post_sampling_probs=bool(body.post_sampling_probs))
+        probs = ProbsMaker(TokenPieces(rt.loaded.tokenizer, rt.worker.compiler), sampling.post_sampling_probs)
     stream = bool(body.stream)
     fields = tuple(body.response_fields) if body.response_fields is not None else None
     reply = NativeReply(rt.model_id, text, len(ids), rt.prompt_limit.slot_context,
                         generation_settings(sampling, stream), bool(body.return_tokens), bool(body.return_progress),
-                        fields)
+                        fields, probs)
     cache_prompt = True if body.cache_prompt is None else body.cache_prompt
     job = EngineRequest(f"cmpl-{uuid.uuid4().hex[:24]}", ids, sampling, None, cache_prompt)
     return Prepared(job, reply, stream)

@@ -6,7 +6,7 @@ Bodies are parsed, templated and tokenized off the event loop, as on the other d
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
@@ -18,7 +18,7 @@ from ...models import ModelLoadError, default_model_path, encode_text, render_ch
 from ...models.chat import validate_messages
 from ...models.vocab import hf_tokenizer
 from ...tool_calls import tool_messages
-from ..generation.collect import collect
+from ..generation.collect import WholeReply, collect
 from ..generation.prepared import blame
 from ..generation.prompt import check_token_ids
 from ..generation.stream import FramedStream
@@ -27,7 +27,7 @@ from ..http.body import parse_body, read_body
 from ..runtime import runtime
 from .prepare import prepare_native
 from .schemas import ApplyTemplateRequest, DetokenizeRequest, TokenizeRequest
-from .shapes import NativeFramer, default_settings, final_json
+from .shapes import NativeFramer, NativeReply, default_settings, final_json
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
@@ -43,7 +43,21 @@ async def completion(request: Request) -> Response:
     whole = await collect(request.receive, gen)
     if whole is None:
         return Response(status_code=CLIENT_CLOSED)
-    return JSONResponse(final_json(prepared.reply, whole.text, whole.token_ids, whole.finished))
+    probs = _probabilities(request, prepared.reply, whole)
+    return JSONResponse(final_json(prepared.reply, whole.text, whole.token_ids, whole.finished, probs))
+
+
+def _probabilities(request: Request, reply: NativeReply, whole: WholeReply) -> Optional[list[dict]]:
+    """The whole reply's completion_probabilities: as llama-server, less as many tokens as the
+    stop string that ended it has."""
+    if reply.probs is None:
+        return None
+    records = whole.logprobs
+    stop = whole.finished.stop_word
+    if stop:
+        drop = len(encode_text(runtime(request).loaded.tokenizer, stop, add_special_tokens=False))
+        records = records[: max(len(records) - drop, 0)]
+    return reply.probs.entries(records)
 
 
 def _default_path(rt: "Runtime") -> str:

@@ -17,6 +17,7 @@ from ..generation.submit import failure
 from ..generation.usage import timings_json
 from ..http.errors import APIError
 from .fields import SAMPLERS
+from .probs import ProbsMaker
 
 RANDOM_SEED = 4294967295  # llama-server's LLAMA_DEFAULT_SEED: "a random seed"
 DRY_BREAKERS = ["\n", ":", '"', "*"]
@@ -35,11 +36,11 @@ def generation_settings(p: SamplingParams, stream: bool = False) -> dict:
         "dry_allowed_length": 2, "dry_penalty_last_n": -1, "dry_sequence_breakers": DRY_BREAKERS,
         "mirostat": 0, "mirostat_tau": 5.0, "mirostat_eta": 0.1, "stop": list(p.stop),
         "max_tokens": n_predict, "n_predict": n_predict, "n_keep": 0, "n_discard": 0, "ignore_eos": p.ignore_eos,
-        "stream": stream, "logit_bias": logit_bias_json(p), "n_probs": 0, "min_keep": 0,
+        "stream": stream, "logit_bias": logit_bias_json(p), "n_probs": p.top_logprobs if p.logprobs else 0, "min_keep": 0,
         "grammar": "", "grammar_lazy": False, "grammar_triggers": [], "preserved_tokens": [],
         "chat_format": "Content-only", "reasoning_format": "none", "reasoning_in_content": False,
         "generation_prompt": "", "samplers": list(SAMPLERS), "speculative.types": "none",
-        "timings_per_token": False, "post_sampling_probs": False, "backend_sampling": False, "lora": [],
+        "timings_per_token": False, "post_sampling_probs": p.post_sampling_probs, "backend_sampling": False, "lora": [],
         "adaptive_target": -1.0, "adaptive_decay": 0.9,
     }
 
@@ -72,6 +73,7 @@ class NativeReply:
     return_tokens: bool = False
     return_progress: bool = False
     response_fields: Optional[tuple[str, ...]] = None
+    probs: Optional[ProbsMaker] = None  # n_probs > 0: completion_probabilities
 
 
 def stop_type(f: Finished) -> str:
@@ -80,8 +82,9 @@ def stop_type(f: Finished) -> str:
     return "word" if f.stop_word is not None else "eos"
 
 
-def final_json(reply: NativeReply, text: str, token_ids: tuple[int, ...], f: Finished) -> dict:
-    """The whole reply (with `stream` the last frame, its content already sent)."""
+def final_json(reply: NativeReply, text: str, token_ids: tuple[int, ...], f: Finished,
+               probabilities: Optional[list[dict]] = None) -> dict:
+    """The whole reply (with `stream` the last frame, its content already sent, and no probabilities)."""
     u = f.usage
     eos = f.finish_reason == "stop" and f.stop_word is None  # the EOS token is not generated text
     body = {
@@ -93,6 +96,8 @@ def final_json(reply: NativeReply, text: str, token_ids: tuple[int, ...], f: Fin
         "stop_type": stop_type(f), "stopping_word": f.stop_word or "",
         "tokens_cached": u.total_tokens - (0 if eos else 1), "timings": timings_json(f),
     }
+    if probabilities:
+        body["completion_probabilities"] = probabilities
     return pick_fields(body, reply.response_fields) if reply.response_fields else body
 
 
@@ -118,6 +123,7 @@ class NativeFramer:
     reply: NativeReply
     predicted: int = 0
     held: list[int] = field(default_factory=list)  # token ids whose text is held back (a stop may follow)
+    held_probs: list[Any] = field(default_factory=list)  # their TokenLogprobs, with n_probs
     ids: list[int] = field(default_factory=list)
 
     def opening(self) -> list[str]:
@@ -137,18 +143,23 @@ class NativeFramer:
         if isinstance(event, TokenDelta):
             self.predicted += 1
             self.held.append(event.token_id)
+            self.held_probs.append(event.logprobs)
             self.ids.append(event.token_id)
             return self._release(event.text)
-        frames = self._release(event.text) if event.text else []
+        frames = self._release(event.text, end=self.reply.probs is not None)
         if event.finish_reason not in ("stop", "length"):
             return frames + self.cut(failure(event))
         return frames + [sse(final_json(self.reply, "", tuple(self.ids), event))]
 
-    def _release(self, text: str) -> list[str]:
-        if not text:
+    def _release(self, text: str, end: bool = False) -> list[str]:
+        """A frame with the text and the held tokens; at the `end` also with none (a stop string's
+        tokens: llama-server streams every token's probabilities)."""
+        if not text and not (end and self.held):
             return []
         tokens, self.held = self.held, []
-        return [self._partial(text, tokens)]
+        records, self.held_probs = self.held_probs, []
+        extra = {"completion_probabilities": self.reply.probs.entries(records)} if self.reply.probs else {}
+        return [self._partial(text, tokens, **extra)]
 
     def cut(self, error: APIError) -> list[str]:
         return [sse(error.body())]
