@@ -224,6 +224,7 @@ def resolve(
     no_webui: bool = False,
     metrics: Optional[bool] = None,
     slots: Optional[bool] = None,
+    tags: Optional[str] = None,
     threads: Optional[int] = None,
     env: Optional[Mapping[str, str]] = None,
 ) -> AppConfig:
@@ -247,7 +248,7 @@ def resolve(
     if command in _SERVER_COMMANDS:
         server = server_config(env, host=host, port=port, api_key=api_key, log_level=level, model_alias=model_alias,
                                max_body_bytes=max_body_bytes, shutdown_grace=shutdown_grace, cors_origins=cors_origins,
-                               no_webui=no_webui, metrics=metrics, slots=slots)
+                               no_webui=no_webui, metrics=metrics, slots=slots, tags=tags)
     elif host is not None or port is not None or api_key is not None:
         raise ConfigError(f"--host, --port and --api-key apply to serve and bench, not {command}", flag="--host")
     blas = (env.get("MLXCEL_BLAS") or "").strip() or "auto"

@@ -35,7 +35,7 @@ FINAL_KEYS = {
 
 @pytest.fixture(scope="module")
 def srv():
-    running = start_server(parallel=2, model_alias="local-model,second-name")
+    running = start_server(parallel=2, model_alias="local-model,second-name", tags="chat, test,,chat")
     yield running
     stop_server(running)
 
@@ -200,6 +200,16 @@ def test_any_model_name_is_served_and_reported_as_the_first_alias(http):
     assert chat.json()["model"] == legacy.json()["model"] == native.json()["model"] == "local-model"
     models = http.get("/v1/models").json()["data"]
     assert [m["id"] for m in models] == ["local-model"] and models[0]["aliases"] == ["local-model", "second-name"]
+    assert models[0]["tags"] == ["chat", "test"]  # --tags, as llama-server's get_res_model_info
+
+
+def test_models_have_no_tags_without_the_flag():
+    running = start_server(parallel=1)
+    try:
+        with running.client() as client:
+            assert client.get("/v1/models").json()["data"][0]["tags"] == []
+    finally:
+        stop_server(running)
 
 
 def test_completion_honours_grammar_logit_bias_and_penalties(http):

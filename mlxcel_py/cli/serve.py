@@ -8,7 +8,7 @@ from .options import (
     AliasOpt, ApiKeyOpt, BatchSizeOpt, CacheMaxBytesOpt, CacheMaxEntriesOpt, CacheMinPrefixOpt, CorsOriginsOpt, CtxSizeOpt,
     DistributedOpt, DistributedTimeoutOpt, HostOpt, ItlBudgetOpt, LogLevelOpt, MaxBodyBytesOpt, MaxQueueOpt,
     MaxTokensOpt, MinPOpt, ModelOpt, NoWebuiOpt, ThreadsOpt, ParallelOpt, PortOpt, PrefillChunkOpt, PromptCacheOpt, RepeatPenaltyOpt, SeedOpt,
-    ShutdownGraceOpt, TempOpt, TopKOpt, TopPOpt, MetricsOpt, SlotsOpt,
+    ShutdownGraceOpt, TempOpt, TopKOpt, TopPOpt, MetricsOpt, SlotsOpt, TagsOpt,
 )
 
 
@@ -45,6 +45,7 @@ def serve(
     no_webui: NoWebuiOpt = False,
     metrics: MetricsOpt = None,
     slots: SlotsOpt = None,
+    tags: TagsOpt = None,
 ) -> None:
     """Serve the model over HTTP: the OpenAI, llama-server and Anthropic APIs (see docs/SERVER.md)."""
     cfg = resolve_or_exit(
@@ -56,7 +57,7 @@ def serve(
         repeat_penalty=repeat_penalty, seed=seed, max_tokens=max_tokens, api_key=api_key,
         log_level=log_level, model_alias=alias, itl_budget_ms=itl_budget_ms, max_body_bytes=max_body_bytes,
         shutdown_grace=shutdown_grace, distributed=distributed, distributed_timeout=distributed_timeout,
-        cors_origins=cors_origins, no_webui=no_webui, metrics=metrics, slots=slots,
+        cors_origins=cors_origins, no_webui=no_webui, metrics=metrics, slots=slots, tags=tags,
     )
     # Imported here: the server pulls in MLX, which must load after the BLAS preload.
     from ..server.http.serving import serve_forever

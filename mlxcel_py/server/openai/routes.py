@@ -57,6 +57,7 @@ async def models(request: Request) -> dict:
     meta = {"context_length": rt.loaded.context_length, "slots": len(stats.slots), "slot_context": stats.slot_context,
             # llama-server's names for the same
             "n_ctx": stats.slot_context, "n_ctx_train": rt.loaded.context_length, "n_vocab": rt.vocab_size}
-    entry = {"id": rt.model_id, "aliases": list(rt.aliases) or [rt.model_id], "object": "model",
+    tags = list(rt.config.server.model_tags) if rt.config.server else []
+    entry = {"id": rt.model_id, "aliases": list(rt.aliases) or [rt.model_id], "tags": tags, "object": "model",
              "created": rt.started, "owned_by": "mlxcel-py", "meta": meta}
     return {"object": "list", "data": [entry]}
