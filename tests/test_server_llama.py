@@ -123,12 +123,13 @@ def test_response_fields(http):
 
 
 @pytest.mark.parametrize(("body", "param"), [
-    ({"prompt": ["one", "two"]}, "prompt"),
-    ({"prompt": [[1, 2], [3]]}, "prompt"),
+    ({"prompt": [["one", "two"], "three"]}, "prompt"),
     ({"prompt": [1, 99999]}, "prompt"),
     ({"prompt": ""}, "prompt"),
     ({"prompt": {"prompt_string": "x <__media__>", "multimodal_data": ["AAAA"]}}, "prompt"),
-    ({"prompt": ["one", {"prompt_string": "two"}]}, "prompt"),
+    ({"prompt": "x", "n": 2, "n_cmpl": 3}, "n_cmpl"),
+    ({"prompt": "x", "n_cmpl": 17}, "n_cmpl"),
+    ({"prompt": ["x"] * 9, "n": 2}, "prompt"),
     ({"prompt": "x", "n_predict": 0}, "n_predict"),
     ({"prompt": "x", "n_probs": 21}, "n_probs"),
     ({"prompt": "x", "samplers": ["top_k", "temperature"]}, "samplers"),

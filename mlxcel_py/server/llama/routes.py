@@ -18,36 +18,51 @@ from ...models import ModelLoadError, default_model_path, encode_text, render_ch
 from ...models.chat import validate_messages
 from ...models.vocab import hf_tokenizer
 from ...tool_calls import tool_messages
-from ..generation.collect import WholeReply, collect
+from ..generation.collect import collect
+from ..generation.fanout import GenerationGroup, PreparedGroup, collect_all, start_all
 from ..generation.prepared import blame
 from ..generation.prompt import check_token_ids
 from ..generation.stream import FramedStream
-from ..generation.submit import CLIENT_CLOSED, start
+from ..generation.submit import CLIENT_CLOSED
 from ..http.body import parse_body, read_body
 from ..runtime import runtime
 from .prepare import prepare_native
 from .schemas import ApplyTemplateRequest, DetokenizeRequest, TokenizeRequest
-from .shapes import NativeFramer, NativeReply, default_settings, final_json
+from .shapes import NativeFramer, NativeGroupFramer, NativeReply, default_settings, final_json
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
 
 
 async def completion(request: Request) -> Response:
-    """llama-server's native completion: `content`, `tokens`, `timings`, ...; streamed as {"content", "stop"} frames."""
-    prepared, gen = await start(request, prepare_native, "prompt")
-    if gen is None:
+    """llama-server's native completion: `content`, `tokens`, `timings`, ...; streamed as {"content", "stop"}
+    frames. Several prompts (or n_cmpl) answer a JSON array, streamed with each frame's `index`."""
+    prepared, members = await start_all(request, prepare_native, "prompt")
+    if members is None:
         return Response(status_code=CLIENT_CLOSED)
+    if len(members) > 1:
+        return await _completions(request, prepared, GenerationGroup(members))
+    gen, reply = members[0], prepared.replies[0]
     if prepared.stream:
-        return FramedStream(NativeFramer(prepared.reply), gen, prepared.job.request_id)
+        return FramedStream(NativeFramer(reply), gen, gen.handle.request_id)
     whole = await collect(request.receive, gen)
     if whole is None:
         return Response(status_code=CLIENT_CLOSED)
-    probs = _probabilities(request, prepared.reply, whole)
-    return JSONResponse(final_json(prepared.reply, whole.text, whole.token_ids, whole.finished, probs))
+    return JSONResponse(final_json(reply, whole.text, whole.token_ids, whole.finished,
+                                   _probabilities(request, reply, whole)))
 
 
-def _probabilities(request: Request, reply: NativeReply, whole: WholeReply) -> Optional[list[dict]]:
+async def _completions(request: Request, prepared: PreparedGroup[NativeReply], group: GenerationGroup) -> Response:
+    if prepared.stream:
+        return FramedStream(NativeGroupFramer(prepared.replies), group, prepared.jobs[0].request_id)
+    wholes = await collect_all(request.receive, group)
+    if wholes is None:
+        return Response(status_code=CLIENT_CLOSED)
+    return JSONResponse([final_json(reply, w.text, w.token_ids, w.finished, _probabilities(request, reply, w))
+                         for reply, w in zip(prepared.replies, wholes)])
+
+
+def _probabilities(request: Request, reply: NativeReply, whole: Any) -> Optional[list[dict]]:
     """The whole reply's completion_probabilities: as llama-server, less as many tokens as the
     stop string that ended it has."""
     if reply.probs is None:

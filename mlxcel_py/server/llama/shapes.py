@@ -74,6 +74,7 @@ class NativeReply:
     return_progress: bool = False
     response_fields: Optional[tuple[str, ...]] = None
     probs: Optional[ProbsMaker] = None  # n_probs > 0: completion_probabilities
+    index: int = 0  # its place among a request's prompts x n_cmpl
 
 
 def stop_type(f: Finished) -> str:
@@ -88,7 +89,7 @@ def final_json(reply: NativeReply, text: str, token_ids: tuple[int, ...], f: Fin
     u = f.usage
     eos = f.finish_reason == "stop" and f.stop_word is None  # the EOS token is not generated text
     body = {
-        "index": 0, "content": text, "tokens": list(token_ids) if reply.return_tokens else [],
+        "index": reply.index, "content": text, "tokens": list(token_ids) if reply.return_tokens else [],
         "id_slot": -1 if f.slot is None else f.slot, "stop": True, "model": reply.model,
         "tokens_predicted": u.completion_tokens, "tokens_evaluated": u.prompt_tokens,
         "generation_settings": reply.settings, "prompt": reply.prompt, "has_new_line": "\n" in text,
@@ -130,7 +131,7 @@ class NativeFramer:
         return []
 
     def _partial(self, content: str, tokens: list[int], **extra: Any) -> str:
-        return sse({"index": 0, "content": content, "tokens": tokens, "stop": False, "id_slot": -1,
+        return sse({"index": self.reply.index, "content": content, "tokens": tokens, "stop": False, "id_slot": -1,
                      "tokens_predicted": self.predicted, "tokens_evaluated": self.reply.prompt_tokens, **extra})
 
     def frames(self, event: Any) -> list[str]:
@@ -166,6 +167,29 @@ class NativeFramer:
 
     def bug(self) -> list[str]:
         return [sse(APIError(500, "internal server error (see the server log)").body())]
+
+    def closing(self) -> list[str]:
+        return []
+
+
+class NativeGroupFramer:
+    """The frames of several prompts' (or n_cmpl's) streams in one: each member's frames, with its
+    `index`, as its tokens come; one error frame if the server cuts them (a `Framer` of Indexed events)."""
+
+    def __init__(self, replies: tuple[NativeReply, ...]):
+        self.framers = [NativeFramer(reply) for reply in replies]
+
+    def opening(self) -> list[str]:
+        return []
+
+    def frames(self, item: Any) -> list[str]:
+        return self.framers[item.index].frames(item.event)
+
+    def cut(self, error: APIError) -> list[str]:
+        return [sse(error.body())]
+
+    def bug(self) -> list[str]:
+        return self.framers[0].bug()
 
     def closing(self) -> list[str]:
         return []
