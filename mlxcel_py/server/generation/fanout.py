@@ -84,6 +84,14 @@ class GenerationGroup:
             gen.close()
 
 
+def copy_of(job: EngineRequest, i: int) -> EngineRequest:
+    """The i-th copy of `job` (an n > 1 choice): its own id and, when seeded, the seed + i, so a
+    seeded request's choices differ and the first is the n = 1 reply."""
+    seed = job.sampling.seed
+    sampling = job.sampling if seed is None or i == 0 else dataclasses.replace(job.sampling, seed=(seed + i) % 2**63)
+    return dataclasses.replace(job, request_id=f"{job.request_id}-{i}" if i else job.request_id, sampling=sampling)
+
+
 def shared_prefix(job: EngineRequest) -> EngineRequest:
     """`job` snapshotting its prompt less the last token, so the next member adopts the prefill
     (a chat prompt already snapshots at its history boundary)."""

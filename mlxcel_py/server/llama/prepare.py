@@ -16,7 +16,7 @@ from ...engine import check_logit_bias
 from ...errors import FieldError
 from ...models import encode_text
 from ..generation.logprobs import TokenPieces
-from ..generation.fanout import PreparedGroup, shared_prefix
+from ..generation.fanout import PreparedGroup, copy_of, shared_prefix
 from ..generation.prepared import blame, refuse_unsupported
 from ..generation.prompt import check_token_ids, completion_prompt_ids
 from ..generation.sampling import sampling_params
@@ -115,5 +115,5 @@ def prepare_native(rt: "Runtime", raw: bytes) -> PreparedGroup[NativeReply]:
         replies.append(NativeReply(rt.model_id, text, len(ids), rt.prompt_limit.slot_context, settings,
                                    bool(body.return_tokens), bool(body.return_progress), fields, probs, index=i))
         job = EngineRequest(f"cmpl-{uuid.uuid4().hex[:24]}", ids, sampling, None, cache_prompt)
-        jobs.append(shared_prefix(job) if copies > 1 else job)
+        jobs.append(copy_of(shared_prefix(job), i % copies) if copies > 1 else job)
     return PreparedGroup(tuple(jobs), tuple(replies), stream)

@@ -17,8 +17,10 @@ from ..generation.assembler import Assembler
 from ..generation.collect import collect
 from ..generation.prepared import Prepared
 from ..generation.stream import FramedStream
-from ..generation.submit import CLIENT_CLOSED, start
+from ..generation.fanout import GenerationGroup, PreparedGroup, collect_all, start_all
+from ..generation.submit import CLIENT_CLOSED
 from ..runtime import runtime
+from .choices import ChoicesFramer, fan_out, whole_json
 from .prepare import prepare_chat, prepare_completion
 from .shapes import OpenAIFramer, Reply, assembled_json
 
@@ -36,11 +38,13 @@ async def completions(request: Request) -> Response:
 
 async def _generate(request: Request, prepare: Callable[["Runtime", bytes], Prepared[Reply]], param: str
                     ) -> Response:
-    prepared, gen = await start(request, prepare, param)
-    if gen is None:  # the client left while its prompt was being tokenized
+    group, members = await start_all(request, lambda rt, raw: fan_out(prepare(rt, raw)), param)
+    if members is None:  # the client left while its prompt was being tokenized
         return Response(status_code=CLIENT_CLOSED)
-    reply = prepared.reply
-    if prepared.stream:
+    if len(members) > 1:
+        return await _choices(request, group, GenerationGroup(members))
+    gen, reply = members[0], group.replies[0]
+    if group.stream:
         return FramedStream(OpenAIFramer(reply), gen, reply.id)
     assembler = Assembler(reply.shape)
     whole = await collect(request.receive, gen, assembler)
@@ -48,6 +52,16 @@ async def _generate(request: Request, prepare: Callable[["Runtime", bytes], Prep
         return Response(status_code=CLIENT_CLOSED)
     finish = assembler.finish_reason(whole.finished.finish_reason)
     return JSONResponse(assembled_json(reply, list(whole.parts), whole.finished, finish))
+
+
+async def _choices(request: Request, group: PreparedGroup[Reply], members: GenerationGroup) -> Response:
+    """n > 1: the choices' streams in one, or one body with every choice."""
+    if group.stream:
+        return FramedStream(ChoicesFramer(group.replies), members, group.replies[0].id)
+    wholes = await collect_all(request.receive, members)
+    if wholes is None:
+        return Response(status_code=CLIENT_CLOSED)
+    return JSONResponse(whole_json(group.replies, wholes))
 
 
 async def models(request: Request) -> dict:
