@@ -2,20 +2,29 @@
 their index; usage counts the prompt once and every choice's tokens; streamed, each choice's
 chunks carry its index and usage and [DONE] come once at the end."""
 
-import pytest
+import json
+import threading
 
-from server_helpers import GREEDY, error_of, long_prompt, start_server, stop_server, stream_post
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from server_helpers import GREEDY, error_of, long_prompt, start_server, stop_server, stream_post, wait_for
 
 CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
 MSG = [{"role": "user", "content": "Tell me about foxes."}]
 
 
 @pytest.fixture(scope="module")
-def http():
+def srv():
     running = start_server(parallel=2)
-    with running.client() as client:
-        yield client
+    yield running
     stop_server(running)
+
+
+@pytest.fixture(scope="module")
+def http(srv):
+    with srv.client() as client:
+        yield client
 
 
 def post(http, path, **body):
@@ -82,3 +91,57 @@ def test_n_out_of_range_is_a_400(http):
         resp = http.post(CHAT, json={"messages": MSG, "n": n})
         assert resp.status_code == 400 and error_of(resp)["param"] == "n"
         assert error_of(resp)["message"] == f"n must be between 1 and 16 (got {n})"
+
+
+def _aborts(http) -> float:
+    for family in text_string_to_metric_families(http.get("/metrics").text):
+        for sample in family.samples:
+            if sample.name == "mlxcel_requests_total" and sample.labels.get("finish_reason") == "abort":
+                return sample.value
+    return 0.0
+
+
+def test_a_client_that_leaves_aborts_every_choice(srv, http):
+    before = _aborts(http)
+    body = {"messages": MSG, "n": 2, "max_tokens": 4000, "ignore_eos": True, "stream": True}
+    with http.stream("POST", CHAT, json=body) as resp:
+        seen = set()
+        for line in resp.iter_lines():
+            if line.startswith("data: {") and '"content": "' in line:
+                seen.add(line.split('"index": ', 1)[1][0])
+            if seen == {"0", "1"}:
+                break  # leaving the block drops the connection
+    wait_for(lambda: _aborts(http) >= before + 2, 10, "both choices to be aborted")
+    wait_for(lambda: srv.worker.stats().num_busy_slots == 0, 30, "the slots to be freed")
+
+
+def test_a_shutdown_cuts_every_choice_and_every_prompt():
+    running = start_server(parallel=4, grace_s=0.3)
+    waiting: dict = {}
+    body = {"max_tokens": 3000, "n_predict": 3000, "ignore_eos": True}
+
+    def two_prompts():
+        with running.client() as own:
+            waiting["response"] = own.post("/completion", json={**body, "prompt": ["hello", "world"]})
+
+    try:
+        with running.client() as client, client.stream(
+                "POST", COMPLETIONS, json={**body, "prompt": "hello", "n": 2, "stream": True}) as resp:
+            lines = resp.iter_lines()
+            frames = [next(line for line in lines if line.startswith("data: "))]
+            other = threading.Thread(target=two_prompts)
+            other.start()
+            wait_for(lambda: running.worker.stats().num_busy_slots == 4, 10, "all four sequences to run")
+            running.server.should_exit = True  # what SIGTERM does
+            frames += [line for line in lines if line.startswith("data: ")]
+            other.join(10)
+            running.thread.join(10)
+            wait_for(lambda: running.worker.stats().num_busy_slots == 0, 10, "all to be aborted")
+    finally:
+        stop_server(running)
+    assert frames[-1] == "data: [DONE]"
+    ends = [json.loads(f[6:])["choices"][0] for f in frames[-4:-2]]
+    assert sorted(c["index"] for c in ends) == [0, 1] and {c["finish_reason"] for c in ends} == {"abort"}
+    assert json.loads(frames[-2][6:])["error"]["code"] == "server_shutting_down"
+    cut = waiting["response"]
+    assert cut.status_code == 503 and cut.json()["error"]["code"] == "server_shutting_down"
