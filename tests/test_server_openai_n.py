@@ -145,3 +145,18 @@ def test_a_shutdown_cuts_every_choice_and_every_prompt():
     assert json.loads(frames[-2][6:])["error"]["code"] == "server_shutting_down"
     cut = waiting["response"]
     assert cut.status_code == 503 and cut.json()["error"]["code"] == "server_shutting_down"
+
+
+def test_the_openai_sdk_reads_n_choices(srv):
+    import openai
+
+    with openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=30) as client:
+        reply = client.chat.completions.create(model="m", messages=MSG, n=2, max_tokens=4, temperature=0)
+        assert [c.index for c in reply.choices] == [0, 1]
+        assert reply.choices[0].message.content == reply.choices[1].message.content
+        streamed: dict = {}
+        for part in client.chat.completions.create(model="m", messages=MSG, n=2, max_tokens=4, temperature=0,
+                                                   stream=True):
+            for choice in part.choices:
+                streamed[choice.index] = streamed.get(choice.index, "") + (choice.delta.content or "")
+        assert streamed == {0: reply.choices[0].message.content, 1: reply.choices[1].message.content}
