@@ -109,11 +109,14 @@ def prepare_native(rt: "Runtime", raw: bytes) -> PreparedGroup[NativeReply]:
     stream = bool(body.stream)
     fields = tuple(body.response_fields) if body.response_fields is not None else None
     settings = generation_settings(sampling, stream)
+    stop_tokens = tuple((s, len(encode_text(rt.loaded.tokenizer, s, add_special_tokens=False)))
+                        for s in sampling.stop) if probs else ()
     cache_prompt = True if body.cache_prompt is None else body.cache_prompt
     jobs, replies = [], []
     for i, (ids, text) in enumerate(p for p in prompts for _ in range(copies)):
         replies.append(NativeReply(rt.model_id, text, len(ids), rt.prompt_limit.slot_context, settings,
-                                   bool(body.return_tokens), bool(body.return_progress), fields, probs, index=i))
+                                   bool(body.return_tokens), bool(body.return_progress), fields, probs,
+                                   stop_tokens, index=i))
         job = EngineRequest(f"cmpl-{uuid.uuid4().hex[:24]}", ids, sampling, None, cache_prompt)
         jobs.append(copy_of(shared_prefix(job), i % copies) if copies > 1 else job)
     return PreparedGroup(tuple(jobs), tuple(replies), stream)

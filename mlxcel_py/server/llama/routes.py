@@ -49,7 +49,7 @@ async def completion(request: Request) -> Response:
     if whole is None:
         return Response(status_code=CLIENT_CLOSED)
     return JSONResponse(final_json(reply, whole.text, whole.token_ids, whole.finished,
-                                   _probabilities(request, reply, whole)))
+                                   _probabilities(reply, whole)))
 
 
 async def _completions(request: Request, prepared: PreparedGroup[NativeReply], group: GenerationGroup) -> Response:
@@ -58,21 +58,18 @@ async def _completions(request: Request, prepared: PreparedGroup[NativeReply], g
     wholes = await collect_all(request.receive, group)
     if wholes is None:
         return Response(status_code=CLIENT_CLOSED)
-    return JSONResponse([final_json(reply, w.text, w.token_ids, w.finished, _probabilities(request, reply, w))
+    return JSONResponse([final_json(reply, w.text, w.token_ids, w.finished, _probabilities(reply, w))
                          for reply, w in zip(prepared.replies, wholes)])
 
 
-def _probabilities(request: Request, reply: NativeReply, whole: Any) -> Optional[list[dict]]:
+def _probabilities(reply: NativeReply, whole: Any) -> Optional[list[dict]]:
     """The whole reply's completion_probabilities: as llama-server, less as many tokens as the
     stop string that ended it has."""
     if reply.probs is None:
         return None
     records = whole.logprobs
-    stop = whole.finished.stop_word
-    if stop:
-        drop = len(encode_text(runtime(request).loaded.tokenizer, stop, add_special_tokens=False))
-        records = records[: max(len(records) - drop, 0)]
-    return reply.probs.entries(records)
+    drop = dict(reply.stop_tokens).get(whole.finished.stop_word or "", 0)
+    return reply.probs.entries(records[: max(len(records) - drop, 0)])
 
 
 def _default_path(rt: "Runtime") -> str:

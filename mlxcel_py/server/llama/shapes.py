@@ -74,6 +74,7 @@ class NativeReply:
     return_progress: bool = False
     response_fields: Optional[tuple[str, ...]] = None
     probs: Optional[ProbsMaker] = None  # n_probs > 0: completion_probabilities
+    stop_tokens: tuple[tuple[str, int], ...] = ()  # each stop string's token count (with n_probs)
     index: int = 0  # its place among a request's prompts x n_cmpl
 
 
