@@ -224,6 +224,7 @@ def resolve(
     no_webui: bool = False,
     metrics: Optional[bool] = None,
     slots: Optional[bool] = None,
+    tags: Optional[str] = None,
     threads: Optional[int] = None,
     chat_template: Optional[str] = None,
     chat_template_file: Optional[str] = None,
@@ -252,7 +253,7 @@ def resolve(
     if command in _SERVER_COMMANDS:
         server = server_config(env, host=host, port=port, api_key=api_key, log_level=level, model_alias=model_alias,
                                max_body_bytes=max_body_bytes, shutdown_grace=shutdown_grace, cors_origins=cors_origins,
-                               no_webui=no_webui, metrics=metrics, slots=slots,
+                               no_webui=no_webui, metrics=metrics, slots=slots, tags=tags,
                                chat_template=chat_template, chat_template_file=chat_template_file,
                                chat_template_kwargs=chat_template_kwargs, reasoning_format=reasoning_format,
                                reasoning_budget=reasoning_budget)

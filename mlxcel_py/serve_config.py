@@ -2,7 +2,7 @@
 and serving over the ranks of `mlx.launch` (serve).
 
 Part of the one resolver (`config.resolve` calls `server_config`); split out so config.py
-stays about the engine. Comma-separated lists follow llama-server (`--host`, `--alias`).
+stays about the engine. Comma-separated lists follow llama-server (`--host`, `--alias`, `--tags`).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ class ServerConfig:
     api_key: Optional[str] = None
     log_level: str = "info"
     model_aliases: tuple[str, ...] = ()  # the first is the id replies report
+    model_tags: tuple[str, ...] = ()  # llama-server's --tags: informational, listed in /v1/models
     shutdown_grace_s: float = 10.0
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     # Browser origins allowed beyond the loopback ones: "*", "scheme://host[:port]" or "scheme://host:*".
@@ -132,12 +133,14 @@ def server_config(env: Mapping[str, str], *, host: Optional[str] = None, port: O
                   cors_origins: Optional[str] = None, no_webui: bool = False,
                   metrics: Optional[bool] = None, slots: Optional[bool] = None, chat_template: Optional[str] = None,
                   chat_template_file: Optional[str] = None, chat_template_kwargs: Optional[str] = None,
-                  reasoning_format: Optional[str] = None, reasoning_budget: Optional[int] = None) -> ServerConfig:
+                  reasoning_format: Optional[str] = None, reasoning_budget: Optional[int] = None,
+                  tags: Optional[str] = None) -> ServerConfig:
     """Flags (None = not given) over the environment -> ServerConfig; raises ConfigError."""
     host_text, host_label = flag_or_env(host, "--host", env, "LLAMA_ARG_HOST")
     hosts = _list(host_text, host_label, "address") or ("127.0.0.1",)
     alias_text, alias_label = flag_or_env(model_alias, "--alias", env, "LLAMA_ARG_ALIAS")
     aliases = _list(alias_text, alias_label, "model name")
+    tags_text, tags_label = flag_or_env(tags, "--tags", env, "LLAMA_ARG_TAGS")
     cors_text, cors_label = flag_or_env(cors_origins, "--cors-origins", env, "MLXCEL_CORS_ORIGINS",
                                          "LLAMA_ARG_CORS_ORIGINS")
     origins = tuple(check_origin(o, cors_label) for o in _list(cors_text, cors_label, "origin"))
@@ -158,6 +161,7 @@ def server_config(env: Mapping[str, str], *, host: Optional[str] = None, port: O
         endpoint_metrics=True if metrics is None else metrics,
         endpoint_slots=True if slots is None else slots,
         chat_template=template, reasoning_format=fmt, reasoning_budget=budget,
+        model_tags=_list(tags_text, tags_label, "tag"),
     )
 
 

@@ -65,3 +65,25 @@ def llama_server_record() -> Optional[dict]:
 def fixture_files() -> list[str]:
     """Every committed GGUF fixture."""
     return sorted(p.name for p in FIXTURES.glob("*.gguf"))
+
+
+def write_split(source: Path, out: Path, max_tensors: int) -> list[Path]:
+    """`source` rewritten by the `gguf` package's writer as llama.cpp's split files
+    (`out`'s stem + -0000i-of-0000N.gguf, at most `max_tensors` tensors each); returns the parts."""
+    from gguf import GGUFReader, GGUFWriter, GGUFValueType
+
+    reader = GGUFReader(source)
+    arch = reader.fields["general.architecture"].contents()
+    writer = GGUFWriter(out, arch, split_max_tensors=max_tensors)
+    for field in reader.fields.values():
+        if field.name.startswith("GGUF.") or field.name == "general.architecture":
+            continue
+        sub = field.types[1] if field.types[0] == GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, field.contents(), field.types[0], sub_type=sub)
+    for tensor in reader.tensors:
+        writer.add_tensor(tensor.name, tensor.data, raw_dtype=tensor.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return sorted(out.parent.glob(f"{out.stem}-*-of-*.gguf"))

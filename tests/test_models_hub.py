@@ -5,9 +5,11 @@ import socket
 import subprocess
 import sys
 
+import mlx.core as mx
+import numpy as np
 import pytest
 
-from gguf_fixtures import FIXTURES
+from gguf_fixtures import FIXTURES, write_split
 from hf_cache import add_cached_dir, add_cached_repo
 from mlxcel_py.models import ModelLoadError, load_model
 from mlxcel_py.models.hub import HubId, parse_hub_id
@@ -105,6 +107,20 @@ def test_tag_not_in_repo_lists_the_files(cache, no_network):
         load_model("tiny/qwen3-GGUF")
     with pytest.raises(ModelLoadError, match=r"^model 'tiny/qwen3-GGUF:nope\.gguf' not found"):
         load_model("tiny/qwen3-GGUF:nope.gguf")
+
+
+def test_a_split_gguf_is_fetched_whole_by_tag_or_by_its_first_part(cache, no_network, tmp_path):
+    parts = write_split(FIXTURES / "qwen3-q8_0.gguf", tmp_path / "qwen3-Q8_0.gguf", 8)
+    assert len(parts) >= 2
+    add_cached_repo(cache, "tiny/split-GGUF", {p.name: p for p in parts})
+    whole = load_model("tiny/qwen3-GGUF:Q8_0")
+    ids = mx.array([whole.tokenizer.encode("Hello there")])
+    for spec in ("tiny/split-GGUF:Q8_0", f"tiny/split-GGUF:{parts[0].name}"):
+        np.testing.assert_array_equal(np.array(load_model(spec).model(ids)), np.array(whole.model(ids)))
+    add_cached_repo(cache, "tiny/two-GGUF", {"a-Q8_0.gguf": parts[0], "b-Q8_0.gguf": parts[1]})
+    with pytest.raises(ModelLoadError, match=r"^more than one GGUF file for tag 'Q8_0' in tiny/two-GGUF: "
+                                             r"a-Q8_0\.gguf, b-Q8_0\.gguf; pick one with tiny/two-GGUF:FILE\.gguf$"):
+        load_model("tiny/two-GGUF:Q8_0")
 
 
 def test_missing_relative_gguf_path_is_a_path_error():

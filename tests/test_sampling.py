@@ -45,6 +45,17 @@ def test_logit_bias_minus_100_on_the_argmax_changes_the_argmax():
     assert sample_step(logits, [boosted])[0].token_id == order[-1]
 
 
+def test_a_minus_inf_bias_is_never_sampled_even_when_boosted_by_temperature():
+    logits = random_logits(1, 1)
+    best = int(np.argmax(np.array(logits)[0]))
+    params = SamplingParams(temperature=100.0, seed=3, logit_bias=((best, -math.inf),), logprobs=True, top_logprobs=5)
+    sampler = SequenceSampler(params)
+    drawn = {sample_step(logits, [sampler])[0].token_id for _ in range(200)}
+    assert best not in drawn and len(drawn) > 10
+    record = sample_step(logits, [SequenceSampler(params)])[0].logprobs
+    assert best not in dict(record.top)  # a banned token is no alternative either
+
+
 def test_penalties_and_bias_equal_a_hand_computed_reference():
     params = SamplingParams(presence_penalty=0.5, frequency_penalty=0.3, logit_bias=((9, 2.0), (5, -1.0)),
                             repetition_penalty=1.5, repetition_context=4)
@@ -146,7 +157,7 @@ def tiny_compiler():
 @pytest.mark.parametrize("kwargs, message", [
     ({"presence_penalty": 2.5}, "presence_penalty must be between -2 and 2 (got 2.5)"),
     ({"frequency_penalty": float("nan")}, "frequency_penalty must be a finite number"),
-    ({"logit_bias": ((5, 101.0),)}, "logit_bias values must be numbers between -100 and 100 (got 101.0 for token 5)"),
+    ({"logit_bias": ((5, 101.0),)}, "logit_bias values must be numbers between -100 and 100, or -inf (got 101.0 for token 5)"),
     ({"logit_bias": ((-1, 1.0),)}, "logit_bias token ids must be non-negative integers (got -1)"),
     ({"logit_bias": ((5, 1.0), (5, 2.0))}, "logit_bias has token 5 twice"),
     ({"logit_bias": {5: 1.0}}, "logit_bias must be a tuple of (token id, bias) pairs"),

@@ -1,4 +1,4 @@
-"""The server settings: comma-separated --host and --alias, --cors-origins, their env fallbacks."""
+"""The server settings: comma-separated --host, --alias and --tags, --cors-origins, their env fallbacks."""
 
 import socket
 
@@ -43,6 +43,16 @@ def test_env_fallbacks_and_flags_win():
     assert (defaults.hosts, defaults.model_aliases, defaults.cors_origins) == (("127.0.0.1",), (), ())
 
 
+def test_tags_are_comma_separated_from_the_flag_or_llama_arg_tags():
+    assert resolve("serve", tags=" b, a,,b ", env={}).server.model_tags == ("b", "a")
+    env = {"LLAMA_ARG_TAGS": "x,y"}
+    assert resolve("serve", env=env).server.model_tags == ("x", "y")
+    assert resolve("serve", tags="z", env=env).server.model_tags == ("z",)
+    assert resolve("serve", env={}).server.model_tags == ()
+    with pytest.raises(ConfigError, match=r"^LLAMA_ARG_TAGS must name at least one tag \(got ' , '\)"):
+        resolve("serve", env={"LLAMA_ARG_TAGS": " , "})
+
+
 @pytest.mark.parametrize("origins", ["*", "localhost", "http://a.example", "https://a.example:8443",
                                      "http://192.168.1.5:*", "http://[fe80::1]:3000", "http://[::1]:*"])
 def test_valid_origins(origins):
@@ -76,11 +86,12 @@ def test_summary_lists_every_url_and_the_origins():
 def test_cli_flags_reach_the_config(monkeypatch):
     seen = []
     monkeypatch.setattr(serving, "serve_forever", seen.append)
-    args = ["serve", "--host", "127.0.0.1,::1", "-a", "x,y", "--cors-origins", "*", "--port", "0"]
+    args = ["serve", "--host", "127.0.0.1,::1", "-a", "x,y", "--cors-origins", "*", "--port", "0", "--tags", "t1,t2"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert (seen[0].server.hosts, seen[0].server.model_aliases, seen[0].server.cors_origins) == (
         ("127.0.0.1", "::1"), ("x", "y"), ("*",))
+    assert seen[0].server.model_tags == ("t1", "t2")
     bad = CliRunner().invoke(app, ["serve", "--cors-origins", "http://x/y", "--port", "0"])
     assert bad.exit_code != 0 and "is not an origin" in bad.stderr
 

@@ -42,7 +42,7 @@ CASES = {
     "max_tokens float": ("POST", CHAT, {"messages": MSG, "max_tokens": 2.5}, 400, "max_tokens"),
     "penalty zero": ("POST", CHAT, {"messages": MSG, "repeat_penalty": 0}, 400, "repetition_penalty"),
     "seed negative": ("POST", CHAT, {"messages": MSG, "seed": -5}, 400, "seed"),
-    "n two": ("POST", CHAT, {"messages": MSG, "n": 2}, 400, "n"),
+    "n too many": ("POST", CHAT, {"messages": MSG, "n": 17}, 400, "n"),
     "logprobs not bool": ("POST", CHAT, {"messages": MSG, "logprobs": 5}, 400, "logprobs"),
     "stop wrong type": ("POST", CHAT, {"messages": MSG, "stop": 5}, 400, "stop"),
     "stop empty string": ("POST", CHAT, {"messages": MSG, "stop": [""]}, 400, "stop"),

@@ -35,7 +35,7 @@ FINAL_KEYS = {
 
 @pytest.fixture(scope="module")
 def srv():
-    running = start_server(parallel=2, model_alias="local-model,second-name")
+    running = start_server(parallel=2, model_alias="local-model,second-name", tags="chat, test,,chat")
     yield running
     stop_server(running)
 
@@ -123,14 +123,15 @@ def test_response_fields(http):
 
 
 @pytest.mark.parametrize(("body", "param"), [
-    ({"prompt": ["one", "two"]}, "prompt"),
-    ({"prompt": [[1, 2], [3]]}, "prompt"),
+    ({"prompt": [["one", "two"], "three"]}, "prompt"),
     ({"prompt": [1, 99999]}, "prompt"),
     ({"prompt": ""}, "prompt"),
     ({"prompt": {"prompt_string": "x <__media__>", "multimodal_data": ["AAAA"]}}, "prompt"),
-    ({"prompt": ["one", {"prompt_string": "two"}]}, "prompt"),
+    ({"prompt": "x", "n": 2, "n_cmpl": 3}, "n_cmpl"),
+    ({"prompt": "x", "n_cmpl": 17}, "n_cmpl"),
+    ({"prompt": ["x"] * 9, "n": 2}, "prompt"),
     ({"prompt": "x", "n_predict": 0}, "n_predict"),
-    ({"prompt": "x", "n_probs": 2}, "n_probs"),
+    ({"prompt": "x", "n_probs": 21}, "n_probs"),
     ({"prompt": "x", "samplers": ["top_k", "temperature"]}, "samplers"),
     ({"prompt": "x", "logit_bias": [[999_999, -1.0]]}, "logit_bias"),
     ({"prompt": "x", "grammar": "root ::= foo"}, "grammar"),
@@ -200,6 +201,16 @@ def test_any_model_name_is_served_and_reported_as_the_first_alias(http):
     assert chat.json()["model"] == legacy.json()["model"] == native.json()["model"] == "local-model"
     models = http.get("/v1/models").json()["data"]
     assert [m["id"] for m in models] == ["local-model"] and models[0]["aliases"] == ["local-model", "second-name"]
+    assert models[0]["tags"] == ["chat", "test"]  # --tags, as llama-server's get_res_model_info
+
+
+def test_models_have_no_tags_without_the_flag():
+    running = start_server(parallel=1)
+    try:
+        with running.client() as client:
+            assert client.get("/v1/models").json()["data"][0]["tags"] == []
+    finally:
+        stop_server(running)
 
 
 def test_completion_honours_grammar_logit_bias_and_penalties(http):

@@ -101,6 +101,10 @@ AliasOpt = Annotated[
     typer.Option("--alias", "-a", help="Model names, comma-separated; the first is the id replies report "
                  "(any name is accepted in requests). Env LLAMA_ARG_ALIAS."),
 ]
+TagsOpt = Annotated[
+    Optional[str],
+    typer.Option("--tags", help="Model tags, comma-separated (informational: listed in /v1/models). Env LLAMA_ARG_TAGS."),
+]
 CorsOriginsOpt = Annotated[
     Optional[str],
     typer.Option("--cors-origins", help="Browser origins allowed besides the loopback ones, comma-separated: "

@@ -8,7 +8,7 @@ from .options import (
     AliasOpt, ApiKeyOpt, ChatTemplateFileOpt, ChatTemplateKwargsOpt, ChatTemplateOpt, BatchSizeOpt, CacheMaxBytesOpt, CacheMaxEntriesOpt, CacheMinPrefixOpt, CorsOriginsOpt, CtxSizeOpt,
     DistributedOpt, DistributedTimeoutOpt, HostOpt, ItlBudgetOpt, LogLevelOpt, MaxBodyBytesOpt, MaxQueueOpt,
     MaxTokensOpt, MinPOpt, ModelOpt, NoWebuiOpt, ReasoningBudgetOpt, ReasoningFormatOpt, ThreadsOpt, ParallelOpt, PortOpt, PrefillChunkOpt, PromptCacheOpt, RepeatPenaltyOpt, SeedOpt,
-    ShutdownGraceOpt, TempOpt, TopKOpt, TopPOpt, MetricsOpt, SlotsOpt,
+    ShutdownGraceOpt, TempOpt, TopKOpt, TopPOpt, MetricsOpt, SlotsOpt, TagsOpt,
 )
 
 
@@ -50,6 +50,7 @@ def serve(
     chat_template_kwargs: ChatTemplateKwargsOpt = None,
     reasoning_format: ReasoningFormatOpt = None,
     reasoning_budget: ReasoningBudgetOpt = None,
+    tags: TagsOpt = None,
 ) -> None:
     """Serve the model over HTTP: the OpenAI, llama-server and Anthropic APIs (see docs/SERVER.md)."""
     cfg = resolve_or_exit(
@@ -61,7 +62,7 @@ def serve(
         repeat_penalty=repeat_penalty, seed=seed, max_tokens=max_tokens, api_key=api_key,
         log_level=log_level, model_alias=alias, itl_budget_ms=itl_budget_ms, max_body_bytes=max_body_bytes,
         shutdown_grace=shutdown_grace, distributed=distributed, distributed_timeout=distributed_timeout,
-        cors_origins=cors_origins, no_webui=no_webui, metrics=metrics, slots=slots,
+        cors_origins=cors_origins, no_webui=no_webui, metrics=metrics, slots=slots, tags=tags,
         chat_template=chat_template, chat_template_file=chat_template_file,
         chat_template_kwargs=chat_template_kwargs, reasoning_format=reasoning_format,
         reasoning_budget=reasoning_budget,

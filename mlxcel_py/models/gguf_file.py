@@ -3,7 +3,8 @@
 The `gguf` package's own `GGUFReader` takes ~5 s to open the 135M default model (it builds
 a numpy view per vocabulary string); this parser reads the same header in ~0.1 s and
 leaves the tensor bytes memory-mapped for `gguf_tensors` to convert. Type tables and
-sizes come from the `gguf` package."""
+sizes come from the `gguf` package. A split model (llama.cpp's PREFIX-00001-of-0000N.gguf) is
+read from its first part (gguf_split.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGUF_MAGIC, GGMLQuantizationType, GGUFValueType
 
 from ..errors import ModelLoadError
+from .gguf_split import join_parts, split_count
 
 _SCALARS = {
     GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b", GGUFValueType.UINT16: "<H",
@@ -106,7 +108,13 @@ def _tensor(buf: np.ndarray, start: int, entry: tuple, source: str) -> TensorInf
 
 
 def read_gguf(path: Path) -> GGUFFile:
-    """Parse `path`; raises ModelLoadError when it is not a GGUF file we can read."""
+    """Parse `path` (the first part of a split model brings its other parts' tensors: gguf_split.py);
+    raises ModelLoadError when it is not a GGUF file we can read."""
+    first = _read_one(path)
+    return first if split_count(first.metadata) == 1 else join_parts(first, _read_one)
+
+
+def _read_one(path: Path) -> GGUFFile:
     source = path.name
     try:
         buf = np.memmap(path, dtype=np.uint8, mode="r")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import ModelLoadError
+from .gguf_split import with_parts
 
 HUB_ID = re.compile(r"^(?P<repo>[\w.-]+/[\w.-]+)(?:@(?P<revision>[\w./-]+?))?(?::(?P<selector>[^:/]+))?$")
 DEFAULT_TAG = "Q4_K_M"  # llama-server -hf's default when a GGUF repo is named without a tag
@@ -95,17 +96,21 @@ def _gguf_names(hub: HubId) -> list[str]:
         raise _missing(hub, f"cannot list it on the Hugging Face Hub ({type(exc).__name__})") from None
 
 
-def _pick_gguf(hub: HubId, names: list[str], tag: str) -> str:
+def _pick_gguf(hub: HubId, names: list[str], tag: str) -> list[str]:
+    """The file for `tag`, or every part of a split one (llama.cpp's -0000i-of-0000N), the first first."""
     pattern = re.compile(rf"(^|[-._/]){re.escape(tag)}(-\d{{5}}-of-\d{{5}})?\.gguf$", re.IGNORECASE)
-    found = [n for n in names if pattern.search(n)]
+    found = sorted(n for n in names if pattern.search(n))
     if len(found) == 1:
-        return found[0]
+        return found
     if not found:
         have = ", ".join(names) or "none"
         raise ModelLoadError(
             f"no GGUF file for tag {tag!r} in {hub.repo} (GGUF files: {have}; pick one with {hub.repo}:FILE.gguf)"
         )
-    raise ModelLoadError(f"split GGUF files are not supported: {', '.join(found)} in {hub.repo}")
+    if with_parts(found[0]) == found:
+        return found
+    raise ModelLoadError(f"more than one GGUF file for tag {tag!r} in {hub.repo}: {', '.join(found)}; "
+                         f"pick one with {hub.repo}:FILE.gguf")
 
 
 def _gguf_file(hub: HubId) -> Path:
@@ -113,11 +118,12 @@ def _gguf_file(hub: HubId) -> Path:
 
     selector = hub.selector or DEFAULT_TAG
     if selector.lower().endswith(".gguf"):
-        name = selector
+        names = with_parts(selector)
     else:
         names = _gguf_names(hub)
-        name = names[0] if hub.selector is None and len(names) == 1 else _pick_gguf(hub, names, selector)
-    return _call(hub, hf_hub_download, hub.repo, name)
+        names = names if hub.selector is None and len(names) == 1 else _pick_gguf(hub, names, selector)
+    paths = [_call(hub, hf_hub_download, hub.repo, name) for name in names]  # a split's parts land side by side
+    return paths[0]
 
 
 def _has_config(hub: HubId) -> bool:

@@ -27,7 +27,8 @@ class TokenLogprobs:
     """One sampled token's log-probability and the top alternatives (token id, logprob), best first.
 
     Computed from the processed logits (after repetition/presence/frequency penalties,
-    logit_bias and the grammar mask, before temperature and top-k/top-p/min-p)."""
+    logit_bias and the grammar mask, before temperature and top-k/top-p/min-p); with
+    `post_sampling_probs`, from the distribution the token was drawn from, after those."""
 
     token_id: int
     logprob: float

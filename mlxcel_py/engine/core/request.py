@@ -70,7 +70,7 @@ class SamplingParams:
     max_tokens: int = 256
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
-    # OpenAI semantics: added to the logits before sampling; -100 bans a token.
+    # OpenAI semantics: added to the logits before sampling; -100 bans a token in practice, -inf always.
     logit_bias: tuple[tuple[int, float], ...] = ()
     # OpenAI semantics over generated tokens only: logit -= presence * (count > 0) + frequency * count.
     presence_penalty: float = 0.0
@@ -78,6 +78,8 @@ class SamplingParams:
     logprobs: bool = False
     top_logprobs: int = 0
     prompt_logprobs: bool = False  # also score the prompt's tokens (completions' echo); no cache reuse
+    # Logprobs of the distribution the token is drawn from (after top-p/min-p/top-k and temperature).
+    post_sampling_probs: bool = False
     constraint: Optional[ConstraintSpec] = None
 
     def __post_init__(self) -> None:
@@ -126,6 +128,8 @@ class SamplingParams:
         _check(self.top_logprobs == 0 or self.logprobs, "top_logprobs needs logprobs to be true", "top_logprobs")
         _check(isinstance(self.prompt_logprobs, bool) and (self.logprobs or not self.prompt_logprobs),
                "prompt_logprobs needs logprobs to be true", "prompt_logprobs")
+        _check(isinstance(self.post_sampling_probs, bool) and (self.logprobs or not self.post_sampling_probs),
+               "post_sampling_probs needs logprobs to be true", "post_sampling_probs")
         _check(self.constraint is None or isinstance(self.constraint, ConstraintSpec),
                f"constraint must be a ConstraintSpec (got {type(self.constraint).__name__})", "constraint")
         # A grammar ends the output with EOS; ignoring it would run past a finished grammar.
@@ -144,8 +148,9 @@ class SamplingParams:
             token, bias = pair
             _check(isinstance(token, int) and not isinstance(token, bool) and token >= 0,
                    f"logit_bias token ids must be non-negative integers (got {token!r})", name)
-            _check(_number(bias) and -100.0 <= bias <= 100.0,
-                   f"logit_bias values must be numbers between -100 and 100 (got {bias!r} for token {token})", name)
+            _check(bias == -math.inf or (_number(bias) and -100.0 <= bias <= 100.0),
+                   f"logit_bias values must be numbers between -100 and 100, or -inf (got {bias!r} for token {token})",
+                   name)
             _check(token not in seen, f"logit_bias has token {token} twice", name)
             seen.add(token)
 

@@ -2,7 +2,8 @@
 
 The order, per row: repetition penalty (prompt + generated) -> logit_bias -> presence and
 frequency penalties (generated only) -> grammar mask -> log-softmax. Logprobs are read there,
-before temperature and top-k/top-p/min-p, so they do not depend on the sampler settings."""
+before temperature and top-k/top-p/min-p, so they do not depend on the sampler settings
+(unless `post_sampling_probs` asks for the distribution after them: sampling.py)."""
 
 from __future__ import annotations
 

@@ -60,16 +60,31 @@ class SequenceSampler:
 
     def sample(self, logprobs: mx.array) -> mx.array:
         """Sample a (1, V) row of log-probabilities; returns a (1,) token array."""
-        p = self.params
         if self.greedy:
             return mx.argmax(logprobs, axis=-1)
+        return self._draw(self._final_logits(logprobs))
+
+    def sample_with_distribution(self, logprobs: mx.array) -> tuple[mx.array, mx.array]:
+        """The token and the log-probabilities it was drawn from, after the filters and temperature
+        (llama-server's post-sampling probs): at temperature 0, all the mass on the argmax."""
+        if self.greedy:
+            token = mx.argmax(logprobs, axis=-1)
+            hit = mx.arange(logprobs.shape[-1])[None, :] == token[:, None]
+            return token, mx.where(hit, mx.array(0.0, logprobs.dtype), mx.array(-mx.inf, logprobs.dtype))
+        scaled = self._final_logits(logprobs)
+        return self._draw(scaled), scaled - mx.logsumexp(scaled, axis=-1, keepdims=True)
+
+    def _final_logits(self, logprobs: mx.array) -> mx.array:
+        p = self.params
         if 0.0 < p.top_p < 1.0:
             logprobs = apply_top_p(logprobs, p.top_p)
         if p.min_p > 0.0:
             logprobs = apply_min_p(logprobs, p.min_p)
         if 0 < p.top_k < logprobs.shape[-1]:
             logprobs = apply_top_k(logprobs, p.top_k)
-        scaled = logprobs * (1.0 / p.temperature)
+        return logprobs * (1.0 / p.temperature)
+
+    def _draw(self, scaled: mx.array) -> mx.array:
         if self._key is None:
             return mx.random.categorical(scaled)
         self._key, sub = mx.random.split(self._key)
@@ -121,7 +136,11 @@ def _rows(logits: mx.array, samplers: Sequence[SequenceSampler], compiler) -> tu
         if not sampler.greedy or sampler.params.logprobs:
             # An argmax needs no log-softmax, which costs ~0.7 ms a row on the CPU (49k vocab).
             row = row - mx.logsumexp(row, axis=-1, keepdims=True)
-        tokens.append(sampler.sample(row))
+        if sampler.params.post_sampling_probs:  # logprobs read from the distribution drawn from
+            token, row = sampler.sample_with_distribution(row)
+        else:
+            token = sampler.sample(row)
+        tokens.append(token)
         normalized.append(row)
     return tokens, normalized
 

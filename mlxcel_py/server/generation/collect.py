@@ -10,7 +10,7 @@ from typing import Optional
 
 from starlette.types import Receive
 
-from ...engine import Finished, TokenDelta
+from ...engine import Finished, TokenDelta, TokenLogprobs
 from .assembler import Assembler, Part
 from .submit import Generation, failure, watched
 
@@ -23,12 +23,14 @@ class WholeReply:
     token_ids: tuple[int, ...]
     finished: Finished
     parts: tuple[Part, ...] = ()  # empty unless an Assembler was given
+    logprobs: tuple[Optional[TokenLogprobs], ...] = ()  # each generated token's, when asked
 
 
 async def collect(receive: Receive, gen: Generation, assembler: Optional[Assembler] = None) -> Optional[WholeReply]:
     """The whole reply, fed through `assembler` when given; None if the client left."""
     texts: list[str] = []
     ids: list[int] = []
+    logprobs: list[Optional[TokenLogprobs]] = []
     parts: list[Part] = []
     done: list[Finished] = []
 
@@ -40,6 +42,7 @@ async def collect(receive: Receive, gen: Generation, assembler: Optional[Assembl
                 if isinstance(event, TokenDelta):
                     texts.append(event.text)
                     ids.append(event.token_id)
+                    logprobs.append(event.logprobs)
                 elif isinstance(event, Finished):
                     texts.append(event.text)
                     done.append(event)
@@ -53,4 +56,4 @@ async def collect(receive: Receive, gen: Generation, assembler: Optional[Assembl
         return None
     if done[0].finish_reason not in ("stop", "length"):
         raise failure(done[0])
-    return WholeReply("".join(texts), tuple(ids), done[0], tuple(parts))
+    return WholeReply("".join(texts), tuple(ids), done[0], tuple(parts), tuple(logprobs))

@@ -8,14 +8,18 @@ llama-server's `n_probs`) and completions' `echo`. A bad value is a 400 naming t
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from ...engine import MAX_TOP_LOGPROBS, ConstraintSpec, SamplingParams
 from ...errors import FieldError, RequestError
+from ...models import encode_text
 from .schemas import GenerationRequest
 
-BAN = -100.0  # llama-server's `false` bias: never this token (OpenAI's -100 does the same in practice)
+BAN = float("-inf")  # llama-server's `false` bias: never this token
+# strtol's reading of an object key, as llama-server: an integer is a token id, anything else is text.
+ID_KEY = re.compile(r"\s*[+-]?\d+")
 # SamplingParams fields that other request fields carry, for error messages.
 PARAM_OF = {"prompt_logprobs": "echo"}
 
@@ -28,20 +32,48 @@ class LogprobsAsk:
     prompt: bool = False
 
 
-def _token_id(key: Any) -> int:
+def _bias(value: Any, where: str) -> float:
+    if value is False:
+        return BAN
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise FieldError(f"{where}: a bias must be a number or false (got {value!r})", param="logit_bias")
+    return float(value)
+
+
+def _tokens_of(key: Any, tokenizer: Any, where: str) -> Sequence[int]:
+    """A key's token ids: an id (int, or a string strtol reads whole), else its text's tokens."""
     if isinstance(key, int) and not isinstance(key, bool):
-        return key  # negative ids are refused by SamplingParams
-    if isinstance(key, str) and key.strip().isdigit():
-        return int(key)
-    raise FieldError(f"logit_bias keys must be token ids such as \"15\" (got {key!r})", param="logit_bias")
+        return (key,)  # negative ids are refused by SamplingParams
+    if not isinstance(key, str):
+        raise FieldError(f"{where}: logit_bias keys must be token ids or text (got {key!r})", param="logit_bias")
+    if ID_KEY.fullmatch(key):
+        return (int(key),)
+    if tokenizer is None:
+        raise FieldError(f"{where}: logit_bias keys must be token ids such as \"15\" here (got {key!r})",
+                         param="logit_bias")
+    ids = encode_text(tokenizer, key, add_special_tokens=False)
+    if not ids:
+        raise FieldError(f"{where}: the logit_bias text {key!r} has no tokens", param="logit_bias")
+    return ids
 
 
-def logit_bias_pairs(value: Any) -> tuple[tuple[int, float], ...]:
-    """OpenAI's {"id": bias} or llama-server's [[id, bias]]; a `false` bias bans the token."""
+def logit_bias_pairs(value: Any, tokenizer: Any = None) -> tuple[tuple[int, float], ...]:
+    """OpenAI's {"id": bias}, llama-server's [[id, bias]], and llama-server's text keys ({" the": -5},
+    [[" the", false]]: each of the text's tokens biased; `false` bans). As llama-server, every
+    entry's bias is added, so a token given twice gets both."""
     if not value:
         return ()
-    items = value.items() if isinstance(value, dict) else value
-    return tuple((_token_id(key), BAN if bias is False else float(bias)) for key, bias in items)
+    items = list(value.items()) if isinstance(value, dict) else value
+    total: dict[int, float] = {}
+    for i, pair in enumerate(items):
+        where = f"logit_bias[{pair[0]!r}]" if isinstance(value, dict) else f"logit_bias[{i}]"  # dict: (key, value)
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise FieldError(f"{where}: must be a [token id or text, bias] pair (got {pair!r})", param="logit_bias")
+        key, bias = pair
+        amount = _bias(bias, where)
+        for token in _tokens_of(key, tokenizer, where):
+            total[token] = total.get(token, 0.0) + amount
+    return tuple(total.items())
 
 
 def _check_count(value: int, param: str) -> int:
@@ -66,11 +98,12 @@ def logprobs_ask(req: GenerationRequest) -> LogprobsAsk:
     return LogprobsAsk(_check_count(logprobs, "logprobs"), echo)  # completions' integer
 
 
-def processor_fields(req: GenerationRequest) -> dict:
-    """SamplingParams overrides for bias, penalties and logprobs (None where the request is silent)."""
+def processor_fields(req: GenerationRequest, tokenizer: Any = None) -> dict:
+    """SamplingParams overrides for bias, penalties and logprobs (None where the request is silent);
+    `tokenizer` reads logit_bias's text keys."""
     ask = logprobs_ask(req)
     return {
-        "logit_bias": logit_bias_pairs(req.logit_bias),
+        "logit_bias": logit_bias_pairs(req.logit_bias, tokenizer),
         "presence_penalty": req.presence_penalty,
         "frequency_penalty": req.frequency_penalty,
         "logprobs": ask.num is not None,
@@ -108,14 +141,15 @@ def _repetition(req: GenerationRequest, slot_context: int) -> dict:
 
 
 def sampling_params(req: GenerationRequest, defaults: SamplingParams, slot_context: int,
-                    constraint: Optional[ConstraintSpec] = None) -> SamplingParams:
-    """The request's sampling fields over the server's defaults; a bad value is a 400."""
+                    constraint: Optional[ConstraintSpec] = None, tokenizer: Any = None) -> SamplingParams:
+    """The request's sampling fields over the server's defaults; a bad value is a 400. Without
+    `tokenizer`, logit_bias takes token ids only."""
     stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
     max_tokens = max_tokens_of(req, defaults.max_tokens)
     given = {
         "temperature": req.temperature, "top_p": req.top_p, "top_k": req.top_k, "min_p": req.min_p,
         "seed": req.seed, "max_tokens": 1 if echo_only(req, max_tokens) else max_tokens, "stop": stop,
-        "ignore_eos": req.ignore_eos, **_repetition(req, slot_context), **processor_fields(req),
+        "ignore_eos": req.ignore_eos, **_repetition(req, slot_context), **processor_fields(req, tokenizer),
         "constraint": constraint,
     }
     overrides = {k: v for k, v in given.items() if v is not None}

@@ -102,8 +102,9 @@ ResponseFormat = by_type(TextFormat, JSONObjectFormat, JSONSchemaFormat)
 Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
 # A bias, or llama-server's `false`: never this token.
 Bias = Union[float, Literal[False]]
-# OpenAI's {"token id": bias}, or llama-server's [[token id, bias], ...] (pairs checked in sampling.py).
-LogitBias = Union[dict[str, Bias], list[Annotated[list[Union[int, Bias]], Field(min_length=2, max_length=2)]]]
+# OpenAI's {"token id": bias}, or llama-server's [[token id, bias], ...]; either keyed by text too,
+# as llama-server ({" the": -5}, [[" the", false]]; pairs checked in sampling.py).
+LogitBias = Union[dict[str, Bias], list[Annotated[list[Union[int, str, Bias]], Field(min_length=2, max_length=2)]]]
 
 
 # -- the two generation bodies -------------------------------------------------------------------

@@ -34,9 +34,6 @@ def _only(field: str, inert: Callable[[Any], bool], accepted: str) -> Refused:
 
 
 NOT_SUPPORTED: tuple[Refused, ...] = (
-    _only("n", _equal(1), "1"),
-    _only("n_cmpl", _equal(1), "1"),
-    _only("n_probs", _equal(0), "0"),  # needs llama-server's completion_probabilities shape
     _only("typical_p", _equal(1.0), "1"),
     _only("mirostat", _equal(0), "0"),
     _only("dynatemp_range", _equal(0.0), "0"),
@@ -53,14 +50,14 @@ NOT_SUPPORTED: tuple[Refused, ...] = (
 HONOURED = frozenset({
     "model", "prompt", "n_predict", "max_tokens", "temperature", "top_k", "top_p", "min_p", "seed", "stop",
     "stream", "ignore_eos", "repeat_penalty", "repetition_penalty", "repeat_last_n", "cache_prompt",
-    "return_progress", "return_tokens", "response_fields",
+    "return_progress", "return_tokens", "response_fields", "n_probs", "post_sampling_probs", "n", "n_cmpl",
     # Through the machinery every dialect shares (docs/SERVER.md: structured output, logit_bias and penalties).
     "presence_penalty", "frequency_penalty", "logit_bias", "grammar", "json_schema", "response_format",
 })
 # Fields that change nothing here (documented in docs/SERVER.md): the rest of a sampler whose
 # switch is refused above, transport hints, and what our design makes moot.
 IGNORED = frozenset({
-    "id_slot", "n_keep", "n_cache_reuse", "post_sampling_probs", "dynatemp_exponent", "xtc_threshold",
+    "id_slot", "n_keep", "n_cache_reuse", "dynatemp_exponent", "xtc_threshold",
     "dry_base", "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers", "mirostat_tau",
     "mirostat_eta", "sse_ping_interval", "user", "stream_options",
 })

@@ -1,11 +1,13 @@
-"""A /completion body -> the engine request: llama-server's prompt forms (text, token ids, both
-mixed, {"prompt_string"}), the shared sampling and structured-output fields, the reply's labels.
+"""A /completion body -> the engine requests: llama-server's prompt forms (text, token ids, both
+mixed, {"prompt_string"}; several at once, each n_cmpl times), the shared sampling and
+structured-output fields, each reply's labels.
 
 Everything here blocks (tokenizing, compiling a grammar) and runs off the event loop.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -13,17 +15,22 @@ from ...engine import Request as EngineRequest
 from ...engine import check_logit_bias
 from ...errors import FieldError
 from ...models import encode_text
-from ..generation.prepared import Prepared, blame, refuse_unsupported
+from ..generation.logprobs import TokenPieces
+from ..generation.fanout import PreparedGroup, copy_of, shared_prefix
+from ..generation.prepared import blame, refuse_unsupported
 from ..generation.prompt import check_token_ids, completion_prompt_ids
 from ..generation.sampling import sampling_params
 from ..generation.structured import output_plan
 from ..http.body import parse_body
 from .fields import NOT_SUPPORTED
+from .probs import ProbsMaker
 from .schemas import NativeCompletionRequest, PromptObject
 from .shapes import NativeReply, generation_settings
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
+
+MAX_SEQUENCES = 16  # prompts x n_cmpl in one request: each is an engine request (and a queue place)
 
 
 def native_prompt(prompt: Any, rt: "Runtime") -> tuple[tuple[int, ...], str]:
@@ -42,7 +49,8 @@ def native_prompt(prompt: Any, rt: "Runtime") -> tuple[tuple[int, ...], str]:
     if not prompt:
         raise FieldError("prompt must not be empty", param="prompt")
     if any(isinstance(piece, (list, PromptObject)) for piece in prompt) or all(isinstance(p, str) for p in prompt):
-        raise FieldError(f"only one prompt per request is supported (got {len(prompt)})", param="prompt")
+        raise FieldError("a prompt in a list of prompts is text, token ids (mixed with text or not) or "
+                         "{\"prompt_string\"}, not another list of prompts", param="prompt")
     rt.prompt_limit.check_chars(sum(len(p) for p in prompt if isinstance(p, str)), "prompt")
     ids: list[int] = []
     for i, piece in enumerate(prompt):
@@ -52,6 +60,25 @@ def native_prompt(prompt: Any, rt: "Runtime") -> tuple[tuple[int, ...], str]:
     return tuple(ids), rt.loaded.tokenizer.decode(ids)
 
 
+def native_prompts(prompt: Any, rt: "Runtime") -> list[tuple[tuple[int, ...], str]]:
+    """llama-server's array of prompts (a list of texts, token-id lists or {"prompt_string"}s), or one."""
+    many = isinstance(prompt, list) and len(prompt) > 1 and (
+        all(isinstance(p, str) for p in prompt) or any(isinstance(p, (list, PromptObject)) for p in prompt))
+    return [native_prompt(p, rt) for p in prompt] if many else [native_prompt(prompt, rt)]
+
+
+def copies_of(body: NativeCompletionRequest) -> int:
+    """llama-server's n_cmpl (or n): completions per prompt."""
+    n_cmpl, n = body.n_cmpl, body.n
+    if n_cmpl is not None and n is not None and n_cmpl != n:
+        raise FieldError(f"n_cmpl ({n_cmpl}) and n ({n}) ask for different counts; send one", param="n_cmpl")
+    count = n_cmpl if n_cmpl is not None else n if n is not None else 1
+    if not 1 <= count <= MAX_SEQUENCES:
+        raise FieldError(f"{'n_cmpl' if n_cmpl is not None else 'n'} must be between 1 and {MAX_SEQUENCES} "
+                         f"(got {count})", param="n_cmpl" if n_cmpl is not None else "n")
+    return count
+
+
 def _refuse(body: NativeCompletionRequest) -> None:
     refuse_unsupported(body, NOT_SUPPORTED)
     if body.n_predict == 0:
@@ -59,21 +86,37 @@ def _refuse(body: NativeCompletionRequest) -> None:
                          param="n_predict", code="unsupported_parameter")
 
 
-def prepare_native(rt: "Runtime", raw: bytes) -> Prepared[NativeReply]:
-    """POST /completion: the prompt's token ids, sampling and constraint, and the reply's labels."""
+def prepare_native(rt: "Runtime", raw: bytes) -> PreparedGroup[NativeReply]:
+    """POST /completion: each prompt's token ids (times n_cmpl), the sampling and constraint they
+    share, and each reply's labels (its `index`: prompt-major)."""
     body = parse_body(raw, NativeCompletionRequest)
     rt.check_model(body.model)
     _refuse(body)
+    copies = copies_of(body)
     with blame("prompt"):
-        ids, text = native_prompt(body.prompt, rt)
+        prompts = native_prompts(body.prompt, rt)
+    if len(prompts) * copies > MAX_SEQUENCES:
+        raise FieldError(f"{len(prompts)} prompts x {copies} completions is more than {MAX_SEQUENCES} sequences "
+                         "in one request", param="prompt")
     plan = output_plan(body, None, rt.worker.compiler)  # grammar, json_schema, response_format: compiled here
-    sampling = sampling_params(body, rt.config.sampling, rt.prompt_limit.slot_context, plan.constraint)
+    sampling = sampling_params(body, rt.config.sampling, rt.prompt_limit.slot_context, plan.constraint,
+                               rt.loaded.tokenizer)
     check_logit_bias(sampling, rt.vocab_size)
+    probs = None
+    if sampling.logprobs:  # n_probs > 0; token bytes from llguidance's tables, built here off the loop
+        sampling = dataclasses.replace(sampling, post_sampling_probs=bool(body.post_sampling_probs))
+        probs = ProbsMaker(TokenPieces(rt.loaded.tokenizer, rt.worker.compiler), sampling.post_sampling_probs)
     stream = bool(body.stream)
     fields = tuple(body.response_fields) if body.response_fields is not None else None
-    reply = NativeReply(rt.model_id, text, len(ids), rt.prompt_limit.slot_context,
-                        generation_settings(sampling, stream), bool(body.return_tokens), bool(body.return_progress),
-                        fields)
+    settings = generation_settings(sampling, stream)
+    stop_tokens = tuple((s, len(encode_text(rt.loaded.tokenizer, s, add_special_tokens=False)))
+                        for s in sampling.stop) if probs else ()
     cache_prompt = True if body.cache_prompt is None else body.cache_prompt
-    job = EngineRequest(f"cmpl-{uuid.uuid4().hex[:24]}", ids, sampling, None, cache_prompt)
-    return Prepared(job, reply, stream)
+    jobs, replies = [], []
+    for i, (ids, text) in enumerate(p for p in prompts for _ in range(copies)):
+        replies.append(NativeReply(rt.model_id, text, len(ids), rt.prompt_limit.slot_context, settings,
+                                   bool(body.return_tokens), bool(body.return_progress), fields, probs,
+                                   stop_tokens, index=i))
+        job = EngineRequest(f"cmpl-{uuid.uuid4().hex[:24]}", ids, sampling, None, cache_prompt)
+        jobs.append(copy_of(shared_prefix(job), i % copies) if copies > 1 else job)
+    return PreparedGroup(tuple(jobs), tuple(replies), stream)

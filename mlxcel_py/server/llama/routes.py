@@ -6,7 +6,7 @@ Bodies are parsed, templated and tokenized off the event loop, as on the other d
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
@@ -19,32 +19,58 @@ from ...models.chat import validate_messages
 from ...models.vocab import decode_continuation, hf_tokenizer
 from ...tool_calls import tool_messages
 from ..generation.collect import collect
+from ..generation.fanout import GenerationGroup, PreparedGroup, collect_all, start_all
 from ..generation.prepared import blame
 from ..generation.prompt import check_token_ids
 from ..generation.stream import FramedStream
-from ..generation.submit import CLIENT_CLOSED, start
+from ..generation.submit import CLIENT_CLOSED
 from ..generation.template import chat_options
 from ..http.body import parse_body, read_body
 from ..runtime import runtime
 from .prepare import prepare_native
 from .schemas import ApplyTemplateRequest, DetokenizeRequest, TokenizeRequest
-from .shapes import NativeFramer, default_settings, final_json
+from .shapes import NativeFramer, NativeGroupFramer, NativeReply, default_settings, final_json
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
 
 
 async def completion(request: Request) -> Response:
-    """llama-server's native completion: `content`, `tokens`, `timings`, ...; streamed as {"content", "stop"} frames."""
-    prepared, gen = await start(request, prepare_native, "prompt")
-    if gen is None:
+    """llama-server's native completion: `content`, `tokens`, `timings`, ...; streamed as {"content", "stop"}
+    frames. Several prompts (or n_cmpl) answer a JSON array, streamed with each frame's `index`."""
+    prepared, members = await start_all(request, prepare_native, "prompt")
+    if members is None:
         return Response(status_code=CLIENT_CLOSED)
+    if len(members) > 1:
+        return await _completions(request, prepared, GenerationGroup(members))
+    gen, reply = members[0], prepared.replies[0]
     if prepared.stream:
-        return FramedStream(NativeFramer(prepared.reply), gen, prepared.job.request_id)
+        return FramedStream(NativeFramer(reply), gen, gen.handle.request_id)
     whole = await collect(request.receive, gen)
     if whole is None:
         return Response(status_code=CLIENT_CLOSED)
-    return JSONResponse(final_json(prepared.reply, whole.text, whole.token_ids, whole.finished))
+    return JSONResponse(final_json(reply, whole.text, whole.token_ids, whole.finished,
+                                   _probabilities(reply, whole)))
+
+
+async def _completions(request: Request, prepared: PreparedGroup[NativeReply], group: GenerationGroup) -> Response:
+    if prepared.stream:
+        return FramedStream(NativeGroupFramer(prepared.replies), group, prepared.jobs[0].request_id)
+    wholes = await collect_all(request.receive, group)
+    if wholes is None:
+        return Response(status_code=CLIENT_CLOSED)
+    return JSONResponse([final_json(reply, w.text, w.token_ids, w.finished, _probabilities(reply, w))
+                         for reply, w in zip(prepared.replies, wholes)])
+
+
+def _probabilities(reply: NativeReply, whole: Any) -> Optional[list[dict]]:
+    """The whole reply's completion_probabilities: as llama-server, less as many tokens as the
+    stop string that ended it has."""
+    if reply.probs is None:
+        return None
+    records = whole.logprobs
+    drop = dict(reply.stop_tokens).get(whole.finished.stop_word or "", 0)
+    return reply.probs.entries(records[: max(len(records) - drop, 0)])
 
 
 def _default_path(rt: "Runtime") -> str:

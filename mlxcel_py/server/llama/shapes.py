@@ -7,6 +7,7 @@ with the values that turn them off in llama-server, which is what they are here.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -16,6 +17,7 @@ from ..generation.submit import failure
 from ..generation.usage import timings_json
 from ..http.errors import APIError
 from .fields import SAMPLERS
+from .probs import ProbsMaker
 
 RANDOM_SEED = 4294967295  # llama-server's LLAMA_DEFAULT_SEED: "a random seed"
 DRY_BREAKERS = ["\n", ":", '"', "*"]
@@ -34,13 +36,18 @@ def generation_settings(p: SamplingParams, stream: bool = False) -> dict:
         "dry_allowed_length": 2, "dry_penalty_last_n": -1, "dry_sequence_breakers": DRY_BREAKERS,
         "mirostat": 0, "mirostat_tau": 5.0, "mirostat_eta": 0.1, "stop": list(p.stop),
         "max_tokens": n_predict, "n_predict": n_predict, "n_keep": 0, "n_discard": 0, "ignore_eos": p.ignore_eos,
-        "stream": stream, "logit_bias": [[t, b] for t, b in p.logit_bias], "n_probs": 0, "min_keep": 0,
+        "stream": stream, "logit_bias": logit_bias_json(p), "n_probs": p.top_logprobs if p.logprobs else 0, "min_keep": 0,
         "grammar": "", "grammar_lazy": False, "grammar_triggers": [], "preserved_tokens": [],
         "chat_format": "Content-only", "reasoning_format": "none", "reasoning_in_content": False,
         "generation_prompt": "", "samplers": list(SAMPLERS), "speculative.types": "none",
-        "timings_per_token": False, "post_sampling_probs": False, "backend_sampling": False, "lora": [],
+        "timings_per_token": False, "post_sampling_probs": p.post_sampling_probs, "backend_sampling": False, "lora": [],
         "adaptive_target": -1.0, "adaptive_decay": 0.9,
     }
+
+
+def logit_bias_json(p: SamplingParams) -> list[dict]:
+    """llama-server's [{"bias", "token"}]; a ban (-inf) is null, as nlohmann::json writes it."""
+    return [{"bias": b if math.isfinite(b) else None, "token": t} for t, b in p.logit_bias]
 
 
 # What /props leaves out of its default settings (llama-server's "only_metrics" form).
@@ -66,6 +73,9 @@ class NativeReply:
     return_tokens: bool = False
     return_progress: bool = False
     response_fields: Optional[tuple[str, ...]] = None
+    probs: Optional[ProbsMaker] = None  # n_probs > 0: completion_probabilities
+    stop_tokens: tuple[tuple[str, int], ...] = ()  # each stop string's token count (with n_probs)
+    index: int = 0  # its place among a request's prompts x n_cmpl
 
 
 def stop_type(f: Finished) -> str:
@@ -74,12 +84,13 @@ def stop_type(f: Finished) -> str:
     return "word" if f.stop_word is not None else "eos"
 
 
-def final_json(reply: NativeReply, text: str, token_ids: tuple[int, ...], f: Finished) -> dict:
-    """The whole reply (with `stream` the last frame, its content already sent)."""
+def final_json(reply: NativeReply, text: str, token_ids: tuple[int, ...], f: Finished,
+               probabilities: Optional[list[dict]] = None) -> dict:
+    """The whole reply (with `stream` the last frame, its content already sent, and no probabilities)."""
     u = f.usage
     eos = f.finish_reason == "stop" and f.stop_word is None  # the EOS token is not generated text
     body = {
-        "index": 0, "content": text, "tokens": list(token_ids) if reply.return_tokens else [],
+        "index": reply.index, "content": text, "tokens": list(token_ids) if reply.return_tokens else [],
         "id_slot": -1 if f.slot is None else f.slot, "stop": True, "model": reply.model,
         "tokens_predicted": u.completion_tokens, "tokens_evaluated": u.prompt_tokens,
         "generation_settings": reply.settings, "prompt": reply.prompt, "has_new_line": "\n" in text,
@@ -87,6 +98,8 @@ def final_json(reply: NativeReply, text: str, token_ids: tuple[int, ...], f: Fin
         "stop_type": stop_type(f), "stopping_word": f.stop_word or "",
         "tokens_cached": u.total_tokens - (0 if eos else 1), "timings": timings_json(f),
     }
+    if probabilities:
+        body["completion_probabilities"] = probabilities
     return pick_fields(body, reply.response_fields) if reply.response_fields else body
 
 
@@ -112,13 +125,14 @@ class NativeFramer:
     reply: NativeReply
     predicted: int = 0
     held: list[int] = field(default_factory=list)  # token ids whose text is held back (a stop may follow)
+    held_probs: list[Any] = field(default_factory=list)  # their TokenLogprobs, with n_probs
     ids: list[int] = field(default_factory=list)
 
     def opening(self) -> list[str]:
         return []
 
     def _partial(self, content: str, tokens: list[int], **extra: Any) -> str:
-        return sse({"index": 0, "content": content, "tokens": tokens, "stop": False, "id_slot": -1,
+        return sse({"index": self.reply.index, "content": content, "tokens": tokens, "stop": False, "id_slot": -1,
                      "tokens_predicted": self.predicted, "tokens_evaluated": self.reply.prompt_tokens, **extra})
 
     def frames(self, event: Any) -> list[str]:
@@ -131,24 +145,52 @@ class NativeFramer:
         if isinstance(event, TokenDelta):
             self.predicted += 1
             self.held.append(event.token_id)
+            self.held_probs.append(event.logprobs)
             self.ids.append(event.token_id)
             return self._release(event.text)
-        frames = self._release(event.text) if event.text else []
+        frames = self._release(event.text, end=self.reply.probs is not None)
         if event.finish_reason not in ("stop", "length"):
             return frames + self.cut(failure(event))
         return frames + [sse(final_json(self.reply, "", tuple(self.ids), event))]
 
-    def _release(self, text: str) -> list[str]:
-        if not text:
+    def _release(self, text: str, end: bool = False) -> list[str]:
+        """A frame with the text and the held tokens; at the `end` also with none (a stop string's
+        tokens: llama-server streams every token's probabilities)."""
+        if not text and not (end and self.held):
             return []
         tokens, self.held = self.held, []
-        return [self._partial(text, tokens)]
+        records, self.held_probs = self.held_probs, []
+        extra = {"completion_probabilities": self.reply.probs.entries(records)} if self.reply.probs else {}
+        return [self._partial(text, tokens, **extra)]
 
     def cut(self, error: APIError) -> list[str]:
         return [sse(error.body())]
 
     def bug(self) -> list[str]:
         return [sse(APIError(500, "internal server error (see the server log)").body())]
+
+    def closing(self) -> list[str]:
+        return []
+
+
+class NativeGroupFramer:
+    """The frames of several prompts' (or n_cmpl's) streams in one: each member's frames, with its
+    `index`, as its tokens come; one error frame if the server cuts them (a `Framer` of Indexed events)."""
+
+    def __init__(self, replies: tuple[NativeReply, ...]):
+        self.framers = [NativeFramer(reply) for reply in replies]
+
+    def opening(self) -> list[str]:
+        return []
+
+    def frames(self, item: Any) -> list[str]:
+        return self.framers[item.index].frames(item.event)
+
+    def cut(self, error: APIError) -> list[str]:
+        return [sse(error.body())]
+
+    def bug(self) -> list[str]:
+        return self.framers[0].bug()
 
     def closing(self) -> list[str]:
         return []

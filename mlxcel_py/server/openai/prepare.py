@@ -34,6 +34,8 @@ from .shapes import Kind, Reply
 if TYPE_CHECKING:
     from ..runtime import Runtime
 
+MAX_CHOICES = 16  # n: each choice is an engine request (and a place in the queue)
+
 
 def prepare_chat(rt: "Runtime", raw: bytes) -> Prepared[Reply]:
     """POST /v1/chat/completions: the messages templated with the request's tools, and its sampling."""
@@ -79,8 +81,8 @@ def _chars(content: Any) -> int:
 def _check_request(rt: "Runtime", body: GenerationRequest) -> None:
     rt.check_model(body.model)
     refuse_unsupported(body, NOT_SUPPORTED_YET)
-    if body.n not in (None, 1):
-        raise FieldError(f"only n=1 is supported (got {body.n})", param="n")
+    if body.n is not None and not 1 <= body.n <= MAX_CHOICES:
+        raise FieldError(f"n must be between 1 and {MAX_CHOICES} (got {body.n})", param="n")
 
 
 def _shape(rt: "Runtime", sampling: SamplingParams, ids: tuple[int, ...], plan: OutputPlan,
@@ -99,7 +101,8 @@ def _shape(rt: "Runtime", sampling: SamplingParams, ids: tuple[int, ...], plan: 
 def _prepared(rt: "Runtime", body: GenerationRequest, kind: Kind, ids: tuple[int, ...], boundary: Optional[int],
               plan: OutputPlan, echo: Optional[str] = None, reasoning: Optional[ReasoningStart] = None
               ) -> Prepared[Reply]:
-    sampling = sampling_params(body, rt.config.sampling, rt.prompt_limit.slot_context, plan.constraint)
+    sampling = sampling_params(body, rt.config.sampling, rt.prompt_limit.slot_context, plan.constraint,
+                               rt.loaded.tokenizer)
     try:
         check_logit_bias(sampling, rt.vocab_size)
     except RequestError as exc:  # OpenAI's field errors carry no code
@@ -109,6 +112,7 @@ def _prepared(rt: "Runtime", body: GenerationRequest, kind: Kind, ids: tuple[int
     hidden = echo is not None and echo_only(body, max_tokens_of(body, rt.config.sampling.max_tokens))
     reply = Reply(kind, request_id, int(time.time()), rt.model_id,
                   include_usage=stream and body.include_usage, return_progress=bool(body.return_progress),
-                  shape=_shape(rt, sampling, ids, plan, echo, hidden, reasoning), fingerprint=rt.fingerprint)
+                  shape=_shape(rt, sampling, ids, plan, echo, hidden, reasoning), fingerprint=rt.fingerprint,
+                  choices=body.n or 1)
     cache_prompt = True if body.cache_prompt is None else body.cache_prompt
     return Prepared(EngineRequest(request_id, ids, sampling, boundary, cache_prompt), reply, stream)

@@ -17,8 +17,10 @@ from ..generation.assembler import Assembler
 from ..generation.collect import collect
 from ..generation.prepared import Prepared
 from ..generation.stream import FramedStream
-from ..generation.submit import CLIENT_CLOSED, start
+from ..generation.fanout import GenerationGroup, PreparedGroup, collect_all, start_all
+from ..generation.submit import CLIENT_CLOSED
 from ..runtime import runtime
+from .choices import ChoicesFramer, fan_out, whole_json
 from .prepare import prepare_chat, prepare_completion
 from .shapes import OpenAIFramer, Reply, assembled_json
 
@@ -36,11 +38,13 @@ async def completions(request: Request) -> Response:
 
 async def _generate(request: Request, prepare: Callable[["Runtime", bytes], Prepared[Reply]], param: str
                     ) -> Response:
-    prepared, gen = await start(request, prepare, param)
-    if gen is None:  # the client left while its prompt was being tokenized
+    group, members = await start_all(request, lambda rt, raw: fan_out(prepare(rt, raw)), param)
+    if members is None:  # the client left while its prompt was being tokenized
         return Response(status_code=CLIENT_CLOSED)
-    reply = prepared.reply
-    if prepared.stream:
+    if len(members) > 1:
+        return await _choices(request, group, GenerationGroup(members))
+    gen, reply = members[0], group.replies[0]
+    if group.stream:
         return FramedStream(OpenAIFramer(reply), gen, reply.id)
     assembler = Assembler(reply.shape)
     whole = await collect(request.receive, gen, assembler)
@@ -50,6 +54,16 @@ async def _generate(request: Request, prepare: Callable[["Runtime", bytes], Prep
     return JSONResponse(assembled_json(reply, list(whole.parts), whole.finished, finish))
 
 
+async def _choices(request: Request, group: PreparedGroup[Reply], members: GenerationGroup) -> Response:
+    """n > 1: the choices' streams in one, or one body with every choice."""
+    if group.stream:
+        return FramedStream(ChoicesFramer(group.replies), members, group.replies[0].id)
+    wholes = await collect_all(request.receive, members)
+    if wholes is None:
+        return Response(status_code=CLIENT_CLOSED)
+    return JSONResponse(whole_json(group.replies, wholes))
+
+
 async def models(request: Request) -> dict:
     """The served model, with llama-server's context and vocabulary figures in `meta`."""
     rt = runtime(request)
@@ -57,6 +71,7 @@ async def models(request: Request) -> dict:
     meta = {"context_length": rt.loaded.context_length, "slots": len(stats.slots), "slot_context": stats.slot_context,
             # llama-server's names for the same
             "n_ctx": stats.slot_context, "n_ctx_train": rt.loaded.context_length, "n_vocab": rt.vocab_size}
-    entry = {"id": rt.model_id, "aliases": list(rt.aliases) or [rt.model_id], "object": "model",
+    tags = list(rt.config.server.model_tags) if rt.config.server else []
+    entry = {"id": rt.model_id, "aliases": list(rt.aliases) or [rt.model_id], "tags": tags, "object": "model",
              "created": rt.started, "owned_by": "mlxcel-py", "meta": meta}
     return {"object": "list", "data": [entry]}

@@ -35,6 +35,8 @@ class Reply:
     return_progress: bool = False
     shape: Shape = Shape()
     fingerprint: Optional[str] = None  # system_fingerprint: the build and the model
+    index: int = 0  # the choice this reply's events make (n > 1: choices.py)
+    choices: int = 1  # the request's n
 
 
 def usage_json(f: Finished, hidden: bool = False) -> dict:
@@ -64,7 +66,7 @@ def _choice(reply: Reply, part: Optional[Part], finish: Optional[str], role: boo
     part = part or Part()
     logprobs = _logprobs(reply, part.rows)
     if reply.kind == "completion":
-        return {"index": 0, "text": part.text or "", "logprobs": logprobs, "finish_reason": finish}
+        return {"index": reply.index, "text": part.text or "", "logprobs": logprobs, "finish_reason": finish}
     delta: dict = {"role": "assistant", "content": ""} if role else {}
     if part.text is not None:
         delta["content"] = part.text
@@ -74,7 +76,7 @@ def _choice(reply: Reply, part: Optional[Part], finish: Optional[str], role: boo
         legacy = reply.shape.tools is not None and reply.shape.tools.legacy
         calls = [_tool_call(c, legacy, index=True) for c in part.tool_calls]
         delta.update({"function_call": calls[0]} if legacy else {"tool_calls": calls})
-    return {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+    return {"index": reply.index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
 
 
 def chunk(reply: Reply, choices: list, **extra: Any) -> dict:
@@ -101,10 +103,10 @@ def assembled_json(reply: Reply, parts: list[Part], f: Finished, finish_reason: 
     logprobs = _logprobs(reply, whole.rows, whole=True)
     if reply.kind == "chat":
         message = _message(reply, whole, bool(whole.tool_calls))
-        choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish}
+        choice = {"index": reply.index, "message": message, "logprobs": logprobs, "finish_reason": finish}
         kind = "chat.completion"
     else:
-        choice = {"index": 0, "text": whole.text, "logprobs": logprobs, "finish_reason": finish}
+        choice = {"index": reply.index, "text": whole.text, "logprobs": logprobs, "finish_reason": finish}
         kind = "text_completion"
     return {"id": reply.id, "object": kind, "created": reply.created, "model": reply.model,
             "system_fingerprint": reply.fingerprint, "choices": [choice], "usage": usage_json(f, reply.shape.hide_output),
