@@ -26,6 +26,11 @@ SSE_HEADERS = [
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),
 ]
+NDJSON_HEADERS = [  # Ollama's streams: one JSON object a line
+    (b"content-type", b"application/x-ndjson"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
 
 
 def sse(obj: Any) -> str:
@@ -44,14 +49,14 @@ class Framer(Protocol):
 
 
 class FramedStream(Response):
-    """The SSE response of one request, framed by `framer`."""
+    """The streamed response of one request, framed by `framer` (SSE unless `headers` say otherwise)."""
 
-    def __init__(self, framer: Framer, gen: Generation, label: str):
+    def __init__(self, framer: Framer, gen: Generation, label: str, headers: list = SSE_HEADERS):
         super().__init__()  # a Response, so FastAPI passes it through; __call__ writes the stream
-        self.framer, self.gen, self.label = framer, gen, label
+        self.framer, self.gen, self.label, self.stream_headers = framer, gen, label, headers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        await send({"type": "http.response.start", "status": 200, "headers": self.stream_headers})
         await watched(receive, self.gen, lambda: self._body(send))
 
     async def _body(self, send: Send) -> None:

@@ -167,6 +167,9 @@ def _invalid(errors: list, obj: dict) -> APIError:
     where = _dotted(path)
     if error["type"] == "missing":
         return APIError(400, f"missing required field '{where}'", param=param)
+    if error["type"] == "extra_forbidden":  # bodies that refuse what they do not declare (Ollama's)
+        return APIError(400, f"unknown field '{where}': this server refuses fields it does not implement "
+                             "rather than ignore them", param=param)
     if param in _SHAPES and error["type"] != "string_too_short":
         return APIError(400, _SHAPES[param], param=param)
     message = str(error["msg"]).removeprefix("Value error, ")
