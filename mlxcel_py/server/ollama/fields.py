@@ -31,6 +31,8 @@ OPTIONS_IGNORED = frozenset({
     "num_thread", "numa", "low_vram", "f16_kv", "logits_all", "vocab_only", "use_mmap", "use_mlock",
     "embedding_only",
 })
+MESSAGE_HONOURED = frozenset({"role", "content", "tool_calls", "tool_name", "tool_call_id"})
+MESSAGE_REFUSED = frozenset({"images"})  # refused unless empty (prepare.py: no vision model here)
 # A message's `thinking` (an earlier turn's) is not rendered: no thinking models here.
 MESSAGE_IGNORED = frozenset({"thinking"})
 
