@@ -196,7 +196,8 @@ def test_the_ollama_table_is_exact():
         "message": (f.MESSAGE_HONOURED, f.MESSAGE_REFUSED, f.MESSAGE_IGNORED),
     }
     for where, (honoured, refused, ignored) in expected.items():
-        got = {s: {fl for (w, fl), st in table.items() if w == where and st == s} for s in ("honoured", "refused", "ignored")}
+        got = {s: {fl for (w, fl), st in table.items() if w == where and st == s}
+               for s in ("honoured", "refused", "ignored")}
         assert got == {"honoured": honoured, "refused": refused, "ignored": ignored}, where
     assert {r.field for r in f.CHAT_NOT_SUPPORTED} == f.CHAT_REFUSED
     assert {r.field for r in f.GENERATE_NOT_SUPPORTED} == f.GENERATE_REFUSED

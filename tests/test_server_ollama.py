@@ -138,7 +138,8 @@ def test_format_schema(client):
                         options={"temperature": 0, "num_predict": 60})
     assert reply.done_reason == "stop"
     jsonschema.validate(json.loads(reply.message.content), SCHEMA)
-    anything = client.generate(model="m", prompt="JSON please", format="json", options={"temperature": 0, "num_predict": 3})
+    anything = client.generate(model="m", prompt="JSON please", format="json",
+                               options={"temperature": 0, "num_predict": 3})
     assert anything.response.lstrip().startswith("{")
 
 
@@ -193,19 +194,33 @@ def test_a_model_written_tool_call_is_ollamas_shape():
     assert whole.message.content == "" and whole.message.tool_calls[0].function.arguments == {"city": "Paris"}
 
 
+def test_logprobs(client):
+    kwargs = {"model": "m", "messages": HELLO, "logprobs": True, "top_logprobs": 3, "options": GREEDY}
+    reply = client.chat(**kwargs)
+    assert len(reply.logprobs) == reply.eval_count == 8
+    for lp in reply.logprobs:  # greedy: the chosen token is the best alternative
+        assert len(lp.top_logprobs) == 3 and lp.top_logprobs[0].token == lp.token
+        assert lp.top_logprobs[0].logprob == lp.logprob <= 0
+    streamed = [lp for piece in client.chat(stream=True, **kwargs) for lp in piece.logprobs or ()]
+    assert [(lp.token, lp.logprob) for lp in streamed] == [(lp.token, lp.logprob) for lp in reply.logprobs]
+    assert client.generate(model="m", prompt="Hi", options=GREEDY).logprobs is None  # only when asked
+
+
 def _error(resp: httpx.Response) -> str:
     assert set(resp.json()) == {"error"}, resp.text
     return resp.json()["error"]
 
 
 @pytest.mark.parametrize(("path", "body", "status", "words"), [
-    ("/api/chat", {"messages": [{"role": "user", "content": "Hi", "images": ["AAAA"]}]}, 400, "images are not supported"),
+    ("/api/chat", {"messages": [{"role": "user", "content": "Hi", "images": ["AAAA"]}]}, 400,
+     "images are not supported"),
     ("/api/generate", {"prompt": "Hi", "images": ["AAAA"]}, 400, "'images' is not supported"),
     ("/api/generate", {"prompt": "Hi", "template": "{{ .Prompt }}"}, 400, "'template' is not supported"),
     ("/api/generate", {"prompt": "Hi", "suffix": "end"}, 400, "'suffix' is not supported"),
     ("/api/generate", {"prompt": "Hi", "raw": True, "system": "Be terse"}, 400, "system has no effect with raw"),
     ("/api/chat", {"messages": HELLO, "think": True}, 400, "'think' is not supported"),
-    ("/api/chat", {"messages": HELLO, "logprobs": True}, 400, "'logprobs' is not supported"),
+    ("/api/chat", {"messages": HELLO, "top_logprobs": 2}, 400, "top_logprobs needs logprobs: true"),
+    ("/api/chat", {"messages": HELLO, "logprobs": True, "top_logprobs": 21}, 400, "top_logprobs"),
     ("/api/chat", {"messages": HELLO, "options": {"mirostat": 2}}, 400, "'options.mirostat' is not supported"),
     ("/api/chat", {"messages": HELLO, "options": {"bogus": 1}}, 400, "unknown field 'options.bogus'"),
     ("/api/chat", {"messages": HELLO, "nonsense": 1}, 400, "unknown field 'nonsense'"),
@@ -254,7 +269,8 @@ def test_inert_values_change_nothing(client):
 
 
 def test_num_ctx_caps_prompt_and_reply(client, http):
-    prompt = http.post("/v1/chat/completions", json={"messages": HELLO, "max_tokens": 1}).json()["usage"]["prompt_tokens"]
+    usage = http.post("/v1/chat/completions", json={"messages": HELLO, "max_tokens": 1}).json()["usage"]
+    prompt = usage["prompt_tokens"]
     reply = client.chat(model="m", messages=HELLO, options={**GREEDY, "num_predict": 20, "num_ctx": prompt + 3})
     assert (reply.eval_count, reply.done_reason) == (3, "length")
 

@@ -12,10 +12,11 @@ from ..generation.prepared import Refused, accepts_only
 
 HERE = "by this server"
 
-CHAT_HONOURED = frozenset({"model", "messages", "tools", "format", "options", "stream"})
-GENERATE_HONOURED = frozenset({"model", "prompt", "system", "context", "raw", "format", "options", "stream"})
+SHARED_HONOURED = frozenset({"model", "format", "options", "stream", "logprobs", "top_logprobs"})
+CHAT_HONOURED = SHARED_HONOURED | {"messages", "tools"}
+GENERATE_HONOURED = SHARED_HONOURED | {"prompt", "system", "context", "raw"}
 # Refused unless inert (the tables below).
-CHAT_REFUSED = frozenset({"think", "truncate", "shift", "logprobs", "top_logprobs"})
+CHAT_REFUSED = frozenset({"think", "truncate", "shift"})
 GENERATE_REFUSED = CHAT_REFUSED | {"suffix", "template", "images", "width", "height", "steps"}
 # Accepted, changing nothing: the one model stays resident for the server's lifetime.
 IGNORED = frozenset({"keep_alive"})
@@ -53,8 +54,6 @@ SHARED: tuple[Refused, ...] = (
     _only("think", _is(False), "false", "(no thinking model is served here)"),
     _only("truncate", _is(False), "false", "(a prompt that does not fit is a 400 here, never truncated)"),
     _only("shift", _is(False), "false", "(generation stops at the context's end here: done_reason \"length\")"),
-    _only("logprobs", _is(False), "false"),
-    _only("top_logprobs", _is(0), "0"),
 )
 CHAT_NOT_SUPPORTED = SHARED
 GENERATE_NOT_SUPPORTED: tuple[Refused, ...] = SHARED + (

@@ -20,6 +20,7 @@ from ...models import encode_chat, encode_text
 from ...models.chat import validate_messages
 from ...tool_calls import ToolRequest, tool_messages, tool_request
 from ..generation.assembler import Shape, ToolParsing
+from ..generation.logprobs import TokenPieces
 from ..generation.prepared import Prepared, blame, refuse_unsupported
 from ..generation.prompt import check_token_ids
 from ..generation.sampling import sampling_params
@@ -108,6 +109,17 @@ def _sampling(rt: "Runtime", body: OllamaRequest, num_prompt: int,
     return dataclasses.replace(sampling, max_tokens=min(sampling.max_tokens, window - num_prompt))
 
 
+def _logprobs(body: OllamaRequest, sampling: "SamplingParams") -> "SamplingParams":
+    if not body.logprobs:
+        if body.top_logprobs:
+            raise FieldError("top_logprobs needs logprobs: true", param="top_logprobs")
+        return sampling
+    try:
+        return dataclasses.replace(sampling, logprobs=True, top_logprobs=body.top_logprobs or 0)
+    except RequestError as exc:
+        raise FieldError(str(exc), param="top_logprobs") from None
+
+
 def _check(rt: "Runtime", body: OllamaRequest, table: tuple, empty: bool) -> None:
     rt.check_model(body.model)
     refuse_unsupported(body, table)
@@ -116,14 +128,18 @@ def _check(rt: "Runtime", body: OllamaRequest, table: tuple, empty: bool) -> Non
                          "for its lifetime (stop the server to free it)", param="keep_alive")
 
 
-def _reply(rt: "Runtime", kind: str, ids: tuple[int, ...], arrived: float,
+def _reply(rt: "Runtime", body: OllamaRequest, kind: str, ids: tuple[int, ...], arrived: float,
            tools: Optional[ToolRequest] = None) -> OllamaReply:
     parsing = ToolParsing(rt.tool_format, tools.as_openai(), tools.parallel) if tools is not None else None
-    return OllamaReply(kind, rt.model_id, arrived, ids, Shape(tools=parsing))
+    if not body.logprobs:
+        return OllamaReply(kind, rt.model_id, arrived, ids, Shape(tools=parsing))
+    # Token bytes from llguidance's tables: built here, off the event loop, on first use.
+    pieces = TokenPieces(rt.loaded.tokenizer, rt.worker.compiler)
+    return OllamaReply(kind, rt.model_id, arrived, ids, Shape(body.top_logprobs or 0, tools=parsing, pieces=pieces))
 
 
 def _prepared(rt: "Runtime", body: OllamaRequest, reply: OllamaReply, boundary: Optional[int]) -> Prepared[OllamaReply]:
-    sampling = _sampling(rt, body, len(reply.prompt_ids), _constraint(rt, body))
+    sampling = _logprobs(body, _sampling(rt, body, len(reply.prompt_ids), _constraint(rt, body)))
     job = EngineRequest(f"ollama-{uuid.uuid4().hex[:24]}", reply.prompt_ids, sampling, boundary)
     return Prepared(job, reply, body.stream is not False)
 
@@ -141,7 +157,7 @@ def prepare_chat(rt: "Runtime", raw: bytes, arrived: float) -> Optional[Prepared
         messages, tools = tool_messages(validate_messages(messages), request, rt.tool_format)
         prompt = encode_chat(rt.loaded.tokenizer, messages, tools=tools,
                              before_tokenize=lambda text: rt.prompt_limit.check_chars(len(text), "messages"))
-    return _prepared(rt, body, _reply(rt, "chat", prompt.ids, arrived, request), prompt.history_boundary)
+    return _prepared(rt, body, _reply(rt, body, "chat", prompt.ids, arrived, request), prompt.history_boundary)
 
 
 def _generate_ids(rt: "Runtime", body: OllamaGenerateRequest) -> tuple[int, ...]:
@@ -170,4 +186,4 @@ def prepare_generate(rt: "Runtime", raw: bytes, arrived: float) -> Optional[Prep
         return None
     with blame("prompt"):
         ids = _generate_ids(rt, body)
-    return _prepared(rt, body, _reply(rt, "generate", ids, arrived), None)
+    return _prepared(rt, body, _reply(rt, body, "generate", ids, arrived), None)

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from ...engine import Finished, PromptProgress, TokenDelta
 from ..generation.assembler import Assembler, Part, Shape, merge
+from ..generation.logprobs import TokenRow
 from ..generation.submit import failure
 from ..http.errors import APIError
 
@@ -68,9 +69,19 @@ def _tool_call(call: dict) -> dict:
                                            "arguments": arguments if isinstance(arguments, dict) else {}}}
 
 
+def _logprobs(rows: list[TokenRow]) -> list[dict]:
+    def entry(token: str, logprob: float, raw: list[int]) -> dict:
+        return {"token": token, "logprob": logprob, "bytes": raw}
+
+    return [{**entry(r.token, r.logprob, r.bytes),
+             "top_logprobs": [entry(a.token, a.logprob, a.bytes) for a in r.top or ()]} for r in rows]
+
+
 def piece_json(reply: OllamaReply, part: Part, done: bool = False) -> dict:
     """A streamed piece (or, merged, the whole reply) without its final fields."""
     out: dict = {"model": reply.model, "created_at": created_at()}
+    if reply.shape.logprobs is not None:
+        out["logprobs"] = _logprobs(part.rows)
     if reply.kind == "chat":
         message: dict = {"role": "assistant", "content": part.text or ""}
         if part.tool_calls:
@@ -102,6 +113,10 @@ def loaded_json(kind: Kind, model: str) -> dict:
     return {**piece_json(empty, Part(), done=True), "done_reason": "load"}
 
 
+def _carries(part: Part) -> bool:
+    return bool(part.text or part.tool_calls or part.rows)
+
+
 @dataclass
 class OllamaFramer:
     """The NDJSON lines of one streamed reply (a `Framer`, generation/stream.py)."""
@@ -123,10 +138,10 @@ class OllamaFramer:
             self.generated.append(event.token_id)
         parts = self.assembler.feed(event)
         if not isinstance(event, Finished):
-            return [line(piece_json(self.reply, p)) for p in parts if p.text or p.tool_calls]
+            return [line(piece_json(self.reply, p)) for p in parts if _carries(p)]
         if event.finish_reason not in ("stop", "length"):
             return [line(piece_json(self.reply, p)) for p in parts] + self.cut(failure(event))
-        out = [line(piece_json(self.reply, p)) for p in parts if p.text or p.tool_calls]
+        out = [line(piece_json(self.reply, p)) for p in parts if _carries(p)]
         return out + [line(final_json(self.reply, Part(), event, tuple(self.generated)))]
 
     def cut(self, error: APIError) -> list[str]:
