@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING, Callable, Optional
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from ... import __version__
 from ..generation.assembler import Assembler
@@ -83,6 +83,11 @@ async def show(request: Request) -> dict:
 async def ps(request: Request) -> dict:
     """The loaded models: the served one, for the server's lifetime."""
     return ps_json(runtime(request))
+
+
+async def heartbeat(request: Request) -> Response:
+    """GET and HEAD /: Ollama's liveness answer, which its CLI checks before anything else."""
+    return PlainTextResponse("mlxcel-py is running")
 
 
 async def version(request: Request) -> dict:
