@@ -1,5 +1,6 @@
-"""The SSE response of one submitted request, whose frames come from a `Framer`: one per
-dialect (openai.shapes.OpenAIFramer, llama.shapes.NativeFramer, anthropic.shapes.AnthropicFramer).
+"""The streamed response of one submitted request, whose frames come from a `Framer`: one per
+dialect (openai.shapes.OpenAIFramer, llama.shapes.NativeFramer, anthropic.shapes.AnthropicFramer,
+ollama.shapes.OllamaFramer, whose lines are NDJSON rather than SSE).
 
 The transport is the same for all: the client is watched from submission (a client that
 leaves aborts its request), a server-side cut ends the stream with the framer's frames,
