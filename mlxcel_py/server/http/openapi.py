@@ -67,7 +67,8 @@ def build_openapi(app: FastAPI, api_key: bool, bodies: dict[str, type[BaseModel]
     """FastAPI's schema plus `bodies` (path -> the body it parses), the errors, the streamed replies,
     and the 501 of the `refusing` routes (declared so that clients know, always answered)."""
     schema = get_openapi(title=app.title, version=app.version, routes=app.routes,
-                         description="OpenAI, llama-server, Anthropic and Ollama APIs of mlxcel-py serve (see docs/SERVER.md)")
+                         description="OpenAI, llama-server, Anthropic and Ollama APIs of mlxcel-py serve "
+                                     "(see docs/SERVER.md)")
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     components["Error"] = ERROR_SCHEMA
     components["AnthropicError"] = ANTHROPIC_ERROR_SCHEMA
@@ -90,7 +91,9 @@ def build_openapi(app: FastAPI, api_key: bool, bodies: dict[str, type[BaseModel]
     health = schema["paths"]["/health"]["get"]["responses"]["503"]
     health["description"] = "Loading or shutting down: {\"status\": \"loading\" | \"shutting_down\"}"
     health["content"] = {"application/json": {"schema": {"type": "object"}}}
-    schema["paths"]["/metrics"]["get"]["responses"]["200"]["content"] = {"text/plain": {"schema": {"type": "string"}}}
+    for path in ("/metrics", "/"):  # the Prometheus text; Ollama's liveness line
+        if path in schema["paths"]:
+            schema["paths"][path]["get"]["responses"]["200"]["content"] = {"text/plain": {"schema": {"type": "string"}}}
     for path in streaming:
         ok = schema["paths"][path]["post"]["responses"]["200"]
         if ollama_route(path):  # Ollama streams by default, one JSON object a line
