@@ -254,6 +254,18 @@ def test_the_client_raises_the_error(client):
     assert info.value.status_code == 501
 
 
+def test_curl_without_a_content_type_but_not_a_browser(http):
+    """Ollama's docs post with `curl -d` (a form Content-Type); a browser page, which sends an Origin, cannot."""
+    body = json.dumps({"model": "m", "prompt": "Hi", "stream": False, "options": GREEDY})
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    assert http.post("/api/generate", content=body, headers=form).json()["eval_count"] == 8
+    page = http.post("/api/generate", content=body, headers={**form, "Origin": "http://localhost:5173"})
+    assert page.status_code == 415 and "Content-Type: application/json" in _error(page)
+    assert http.post("/api/generate", content=body).json()["eval_count"] == 8  # no Content-Type at all
+    assert http.post("/api/generate", content=body, headers={"Content-Type": "text/plain"}).status_code == 415
+    assert http.post("/v1/completions", content=body, headers=form).status_code == 415  # only Ollama's routes
+
+
 def test_load_only_bodies_answer_at_once(client, http):
     body = http.post("/api/chat", json={"model": "m"}).json()
     assert body.pop("created_at").endswith("Z")

@@ -50,7 +50,7 @@ async def generate(request: Request) -> Response:
 async def _generate(request: Request, prepare: Prepare, kind: Kind, param: str) -> Response:
     arrived = time.perf_counter()
     rt = runtime(request)
-    raw = await read_body(request, rt.max_body_bytes)
+    raw = await read_body(request, rt.max_body_bytes, curl_without_origin=True)
     prepared = await rt.off_loop(prepare, rt, raw, arrived)
     del raw
     if prepared is None:  # no prompt: Ollama's way to load a model, which is always loaded here
@@ -75,7 +75,8 @@ async def tags(request: Request) -> dict:
 async def show(request: Request) -> dict:
     """The served model's details, whatever name the body gives."""
     rt = runtime(request)
-    body = await rt.off_loop(parse_body, await read_body(request, rt.max_body_bytes), OllamaShowRequest)
+    raw = await read_body(request, rt.max_body_bytes, curl_without_origin=True)
+    body = await rt.off_loop(parse_body, raw, OllamaShowRequest)
     rt.check_model(body.model or body.name)
     return await rt.off_loop(show_json, rt)
 
