@@ -14,7 +14,7 @@ from mlxcel_py.engine import Finished, Timings, TokenDelta, Usage
 from mlxcel_py.server.generation.assembler import Assembler, Shape, ToolParsing
 from mlxcel_py.server.ollama.shapes import OllamaFramer, OllamaReply, whole_json
 from mlxcel_py.tool_calls import tool_format
-from server_helpers import start_server, stop_server
+from server_helpers import start_server, stop_server, wait_for
 from tiny import tiny_model
 
 HELLO = [{"role": "user", "content": "Hello, how are you today?"}]
@@ -298,3 +298,22 @@ def test_openapi_has_the_ollama_routes(http):
     assert {"/api/generate", "/api/tags", "/api/show", "/api/ps", "/api/version"} <= set(schema["paths"])
     refused = schema["paths"]["/api/pull"]["post"]["responses"]["501"]["content"]["application/json"]["schema"]
     assert refused["$ref"].endswith("/OllamaError")
+
+
+def test_a_stream_the_server_cuts_ends_with_an_error_line():
+    """Past the shutdown grace period a stream ends with Ollama's error line, which the client raises."""
+    running = start_server(parallel=1, grace_s=0.3)
+    client = ollama.Client(host=running.url, timeout=60)
+    pieces: list = []
+    try:
+        stream = client.generate(model="m", prompt="Hello", stream=True, options={"num_predict": -1})
+        pieces.append(next(stream))
+        running.server.should_exit = True  # what SIGTERM does
+        with pytest.raises(ollama.ResponseError) as info:
+            pieces += list(stream)
+        running.thread.join(10)
+        wait_for(lambda: running.worker.stats().num_busy_slots == 0, 10, "the request to be aborted")
+    finally:
+        stop_server(running)
+    assert info.value.error == "the server shut down before this request finished (grace period 0.3 s)"
+    assert pieces and not any(p.done for p in pieces)
