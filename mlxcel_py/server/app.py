@@ -22,7 +22,7 @@ from .http.openapi import install_openapi
 from .http.status import health, metrics, slots
 from .llama.routes import apply_template, completion, detokenize, props, tokenize
 from .llama.schemas import ApplyTemplateRequest, DetokenizeRequest, NativeCompletionRequest, TokenizeRequest
-from .ollama.routes import chat, embed, generate, heartbeat, manage_models, ps, show, tags, version
+from .ollama.routes import chat, embed, generate, manage_models, ps, show, tags, version
 from .ollama.schemas import OllamaChatRequest, OllamaGenerateRequest, OllamaShowRequest
 from .openai.routes import chat_completions, completions, models
 from .openai.schemas import ChatRequest, CompletionRequest
@@ -72,8 +72,6 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/api/show", show, OllamaShowRequest),
     Route("GET", "/api/ps", ps),
     Route("GET", "/api/version", version),
-    Route("GET", "/", heartbeat),
-    Route("HEAD", "/", heartbeat, alias=True),
     Route("POST", "/api/pull", manage_models, refuses=True),
     Route("POST", "/api/push", manage_models, refuses=True),
     Route("POST", "/api/create", manage_models, refuses=True),

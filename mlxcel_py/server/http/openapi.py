@@ -91,9 +91,7 @@ def build_openapi(app: FastAPI, api_key: bool, bodies: dict[str, type[BaseModel]
     health = schema["paths"]["/health"]["get"]["responses"]["503"]
     health["description"] = "Loading or shutting down: {\"status\": \"loading\" | \"shutting_down\"}"
     health["content"] = {"application/json": {"schema": {"type": "object"}}}
-    for path in ("/metrics", "/"):  # the Prometheus text; Ollama's liveness line
-        if path in schema["paths"]:
-            schema["paths"][path]["get"]["responses"]["200"]["content"] = {"text/plain": {"schema": {"type": "string"}}}
+    schema["paths"]["/metrics"]["get"]["responses"]["200"]["content"] = {"text/plain": {"schema": {"type": "string"}}}
     for path in streaming:
         ok = schema["paths"][path]["post"]["responses"]["200"]
         if ollama_route(path):  # Ollama streams by default, one JSON object a line

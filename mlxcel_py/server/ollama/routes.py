@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING, Callable, Optional
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import JSONResponse, Response
 
 from ... import __version__
 from ..generation.assembler import Assembler
@@ -68,8 +68,9 @@ async def _generate(request: Request, prepare: Prepare, kind: Kind, param: str) 
 
 
 async def tags(request: Request) -> dict:
-    """The served model, under each of its names."""
-    return tags_json(runtime(request))
+    """The served model, under each of its names (its files' sizes read off the loop)."""
+    rt = runtime(request)
+    return await rt.off_loop(tags_json, rt)
 
 
 async def show(request: Request) -> dict:
@@ -83,12 +84,8 @@ async def show(request: Request) -> dict:
 
 async def ps(request: Request) -> dict:
     """The loaded models: the served one, for the server's lifetime."""
-    return ps_json(runtime(request))
-
-
-async def heartbeat(request: Request) -> Response:
-    """GET and HEAD /: Ollama's liveness answer, which its CLI checks before anything else."""
-    return PlainTextResponse("mlxcel-py is running")
+    rt = runtime(request)
+    return await rt.off_loop(ps_json, rt)
 
 
 async def version(request: Request) -> dict:
