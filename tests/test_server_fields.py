@@ -77,23 +77,15 @@ def test_every_field_is_honoured_refused_or_documented_as_ignored():
     assert not HONOURED & refused and set(CHANGING) == refused
 
 
-def _table_rows(section: str) -> list[tuple[str, str, str]]:
-    """(field, route, status) of the field table in docs/SERVER.md's `section` (a heading line)."""
+def _docs_table(routes: tuple[str, ...] = ("both", "chat", "compl.")) -> dict[str, tuple[str, str]]:
+    """docs/SERVER.md's field tables: field -> (route, status), for the rows of `routes`."""
     docs = (Path(__file__).parents[1] / "docs" / "SERVER.md").read_text()
-    text = docs[docs.index(section + "\n"):]
-    level = section.split(" ")[0]
-    text = text[len(section):].split("\n" + level + " ")[0]
-    rows = []
-    for line in text.splitlines():
+    rows = {}
+    for line in docs.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
-        if len(cells) == 4 and cells[2] in ("honoured", "refused", "ignored"):
-            rows += [(name, cells[1], cells[2]) for name in re.findall(r"`([a-z0-9_]+)`", cells[0])]
+        if len(cells) == 4 and cells[2] in ("honoured", "refused", "ignored") and cells[1] in routes:
+            rows.update({name: (cells[1], cells[2]) for name in re.findall(r"`([a-z_]+)`", cells[0])})
     return rows
-
-
-def _docs_table() -> dict[str, tuple[str, str]]:
-    """The OpenAI routes' field table: field -> (route, status)."""
-    return {name: (route, status) for name, route, status in _table_rows("### Request fields")}
 
 
 def test_the_docs_table_is_exact():
@@ -173,17 +165,27 @@ def test_repeat_last_n_is_honoured(http):
 
 OLLAMA_MODELS = {"chat": OllamaChatRequest, "generate": OllamaGenerateRequest, "options": OllamaOptions,
                  "message": OllamaMessage}
+# The Route column of Ollama's table -> the parts of OLLAMA_MODELS it covers.
+OLLAMA_ROUTES = {"/api/chat": ["chat"], "/api/generate": ["generate"], "/api/chat+generate": ["chat", "generate"],
+                 "options": ["options"], "message": ["message"]}
 
 
-def _ollama_route(route: str) -> list[str]:
-    return ["chat", "generate"] if route == "both" else [route]
+def _ollama_rows() -> list[tuple[str, str, str]]:
+    """(field, route, status) of every row of Ollama's field table (a field may be in two parts)."""
+    docs = (Path(__file__).parents[1] / "docs" / "SERVER.md").read_text()
+    rows = []
+    for line in docs.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 4 and cells[2] in ("honoured", "refused", "ignored") and cells[1] in OLLAMA_ROUTES:
+            rows += [(name, cells[1], cells[2]) for name in re.findall(r"`([a-z0-9_]+)`", cells[0])]
+    return rows
 
 
 def test_the_ollama_table_is_exact():
     """Ollama's table: every field of each body, option and message once, with fields.py's status."""
     table: dict[tuple[str, str], str] = {}
-    for field, route, status in _table_rows("## Ollama's API"):
-        for where in _ollama_route(route):
+    for field, route, status in _ollama_rows():
+        for where in OLLAMA_ROUTES[route]:
             assert (where, field) not in table, (where, field)
             table[where, field] = status
     for where, model in OLLAMA_MODELS.items():
