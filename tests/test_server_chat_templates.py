@@ -52,19 +52,27 @@ def test_apply_template_renders_the_builtin_name_as_llama_cpp(llama3):
     assert without == LLAMA_CPP["llama3"].removesuffix("<|start_header_id|>assistant<|end_header_id|>\n\n")
 
 
-def test_the_chat_and_messages_routes_render_with_the_builtin_name(llama3):
+def test_every_chat_route_renders_with_the_builtin_name(llama3):
     prompt = _apply(llama3, CONVERSATION[:2]).json()["prompt"]
     ids = llama3.post("/tokenize", json={"content": prompt}).json()["tokens"]
+    # Ollama's count leaves out prompt-cache hits, so it goes first, before the prompt is cached.
+    ollama = llama3.post("/api/chat", json={"model": "m", "messages": CONVERSATION[:2], "stream": False,
+                                            "options": {"num_predict": 1}})
+    assert ollama.json()["prompt_eval_count"] == len(ids)
     chat = llama3.post("/v1/chat/completions", json={"messages": CONVERSATION[:2], "max_tokens": 1, **GREEDY})
     assert chat.status_code == 200, chat.text
     assert chat.json()["usage"]["prompt_tokens"] == len(ids)
     count = llama3.post("/v1/messages/count_tokens", json={
         "model": "m", "system": CONVERSATION[0]["content"], "messages": [CONVERSATION[1]]})
     assert count.json() == {"input_tokens": len(ids)}
+    responses = llama3.post("/v1/responses", json={"instructions": CONVERSATION[0]["content"],
+                                                   "input": CONVERSATION[1]["content"], "max_output_tokens": 1})
+    assert responses.json()["usage"]["input_tokens"] == len(ids)
 
 
-def test_props_reports_the_chosen_template(llama3):
+def test_props_and_api_show_report_the_chosen_template(llama3):
     assert llama3.get("/props").json()["chat_template"] == "llama3"
+    assert llama3.post("/api/show", json={"model": "m"}).json()["template"] == "llama3"
 
 
 def test_continue_final_message_leaves_the_assistant_turn_open(llama3):

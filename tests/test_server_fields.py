@@ -9,6 +9,8 @@ from openai.types.chat.completion_create_params import CompletionCreateParamsBas
 from openai.types.completion_create_params import CompletionCreateParamsBase as OpenAICompletion
 from openai.types.responses.response_create_params import ResponseCreateParamsBase as OpenAIResponses
 
+from mlxcel_py.server.ollama import fields as ollama_fields
+from mlxcel_py.server.ollama.schemas import OllamaChatRequest, OllamaGenerateRequest, OllamaMessage, OllamaOptions
 from mlxcel_py.server.openai.schemas import ChatRequest, CompletionRequest
 from mlxcel_py.server.openai.fields import NOT_SUPPORTED_YET
 from mlxcel_py.server.responses import fields as responses_fields
@@ -175,3 +177,55 @@ def test_repeat_last_n_is_honoured(http):
     assert text(repeat_penalty=1.8, repeat_last_n=0) == plain  # llama-server's 0: the penalty is off
     assert text(repeat_penalty=1.8, repeat_last_n=64) == penalised  # 64 is the default window
     assert error_of(http.post(COMPLETIONS, json={**body, "repeat_last_n": -2}))["param"] == "repeat_last_n"
+
+
+OLLAMA_MODELS = {"chat": OllamaChatRequest, "generate": OllamaGenerateRequest, "options": OllamaOptions,
+                 "message": OllamaMessage}
+# The Route column of Ollama's table -> the parts of OLLAMA_MODELS it covers.
+OLLAMA_ROUTES = {"/api/chat": ["chat"], "/api/generate": ["generate"], "/api/chat+generate": ["chat", "generate"],
+                 "options": ["options"], "message": ["message"]}
+
+
+def _ollama_rows() -> list[tuple[str, str, str]]:
+    """(field, route, status) of every row of Ollama's field table (a field may be in two parts)."""
+    docs = (Path(__file__).parents[1] / "docs" / "SERVER.md").read_text()
+    rows = []
+    for line in docs.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 4 and cells[2] in ("honoured", "refused", "ignored") and cells[1] in OLLAMA_ROUTES:
+            rows += [(name, cells[1], cells[2]) for name in re.findall(r"`([a-z0-9_]+)`", cells[0])]
+    return rows
+
+
+def test_the_ollama_table_is_exact():
+    """Ollama's table: every field of each body, option and message once, with fields.py's status."""
+    table: dict[tuple[str, str], str] = {}
+    for field, route, status in _ollama_rows():
+        for where in OLLAMA_ROUTES[route]:
+            assert (where, field) not in table, (where, field)
+            table[where, field] = status
+    for where, model in OLLAMA_MODELS.items():
+        assert {f for w, f in table if w == where} == set(model.model_fields), where
+    f = ollama_fields
+    expected = {
+        "chat": (f.CHAT_HONOURED, f.CHAT_REFUSED, f.IGNORED),
+        "generate": (f.GENERATE_HONOURED, f.GENERATE_REFUSED, f.IGNORED),
+        "options": (f.OPTIONS_HONOURED, f.OPTIONS_REFUSED, f.OPTIONS_IGNORED),
+        "message": (f.MESSAGE_HONOURED, f.MESSAGE_REFUSED, f.MESSAGE_IGNORED),
+    }
+    for where, (honoured, refused, ignored) in expected.items():
+        got = {s: {fl for (w, fl), st in table.items() if w == where and st == s}
+               for s in ("honoured", "refused", "ignored")}
+        assert got == {"honoured": honoured, "refused": refused, "ignored": ignored}, where
+    assert {r.field for r in f.CHAT_NOT_SUPPORTED} == f.CHAT_REFUSED
+    assert {r.field for r in f.GENERATE_NOT_SUPPORTED} == f.GENERATE_REFUSED
+    assert {r.field for r in f.OPTIONS_NOT_SUPPORTED} == f.OPTIONS_REFUSED
+
+
+def test_every_ollama_client_field_is_declared():
+    from ollama import _types
+
+    pairs = ((_types.ChatRequest, OllamaChatRequest), (_types.GenerateRequest, OllamaGenerateRequest),
+             (_types.Options, OllamaOptions), (_types.Message, OllamaMessage))
+    for client, ours in pairs:
+        assert set(client.model_fields) <= set(ours.model_fields), client.__name__

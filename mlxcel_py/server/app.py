@@ -22,6 +22,8 @@ from .http.openapi import install_openapi
 from .http.status import health, metrics, slots
 from .llama.routes import apply_template, completion, detokenize, props, tokenize
 from .llama.schemas import ApplyTemplateRequest, DetokenizeRequest, NativeCompletionRequest, TokenizeRequest
+from .ollama.routes import chat, embed, generate, manage_models, ps, show, tags, version
+from .ollama.schemas import OllamaChatRequest, OllamaGenerateRequest, OllamaShowRequest
 from .openai.routes import chat_completions, completions, models
 from .openai.schemas import ChatRequest, CompletionRequest
 from .responses.routes import create_response, delete_response, retrieve_response
@@ -44,8 +46,9 @@ class Route:
     path: str
     endpoint: Callable[..., Any]
     body: Optional[type[BaseModel]] = None
-    streams: bool = False  # with `stream: true` the reply is server-sent events
+    streams: bool = False  # with `stream: true` the reply is server-sent events (Ollama's: NDJSON)
     alias: bool = False
+    refuses: bool = False  # always a 501 saying what to do instead (published in /openapi.json)
 
 
 ROUTES: tuple[Route, ...] = (
@@ -70,6 +73,20 @@ ROUTES: tuple[Route, ...] = (
     # Anthropic's Messages API (its errors in Anthropic's shape: http/errors.py)
     Route("POST", "/v1/messages", messages, MessagesRequest, streams=True),
     Route("POST", "/v1/messages/count_tokens", messages_count_tokens, CountTokensRequest),
+    # Ollama's native API (its errors in Ollama's shape; streams are NDJSON, by default)
+    Route("POST", "/api/chat", chat, OllamaChatRequest, streams=True),
+    Route("POST", "/api/generate", generate, OllamaGenerateRequest, streams=True),
+    Route("GET", "/api/tags", tags),
+    Route("POST", "/api/show", show, OllamaShowRequest),
+    Route("GET", "/api/ps", ps),
+    Route("GET", "/api/version", version),
+    Route("POST", "/api/pull", manage_models, refuses=True),
+    Route("POST", "/api/push", manage_models, refuses=True),
+    Route("POST", "/api/create", manage_models, refuses=True),
+    Route("POST", "/api/copy", manage_models, refuses=True),
+    Route("DELETE", "/api/delete", manage_models, refuses=True),
+    Route("POST", "/api/embed", embed, refuses=True),
+    Route("POST", "/api/embeddings", embed, refuses=True),
     # the server's own state, whatever the dialect
     Route("GET", "/health", health),
     Route("GET", "/v1/health", health, alias=True),
@@ -93,7 +110,8 @@ def create_app(
         app.add_api_route(route.path, route.endpoint, methods=[route.method], include_in_schema=not route.alias)
     api_key = config.server.api_key if config.server else None
     bodies = {r.path: r.body for r in ROUTES if r.body is not None}
-    install_openapi(app, api_key is not None, bodies, tuple(r.path for r in ROUTES if r.streams))
+    install_openapi(app, api_key is not None, bodies, tuple(r.path for r in ROUTES if r.streams),
+                    tuple(r.path for r in ROUTES if r.refuses))
     # The last added runs first: CORS (preflights, headers on every answer), bugs -> 500, the page, the gate.
     app.add_middleware(Gate, api_key=api_key, state=lambda: app.state.runtime)
     if config.server is None or config.server.webui:

@@ -117,6 +117,14 @@ class Runtime:
                  else f"off (format {fmt}{'' if fmt == 'none' else '; the template opens no thinking block'})")
         return markers
 
+    @property
+    def template_text(self) -> str:
+        """The chat template in use as /props and /api/show report it: --chat-template's source or
+        name, else the model's Jinja template ("" when it has none)."""
+        chosen = self.chat_template
+        text = chosen.source or chosen.name or getattr(self.loaded.tokenizer, "chat_template", None)
+        return text if isinstance(text, str) else ""
+
     async def off_loop(self, fn: Callable[..., T], *args: Any) -> T:
         """Run blocking work (parsing, templating, tokenizing) on a bounded thread pool."""
         if self._limiter is None:

@@ -1,5 +1,6 @@
-"""The SSE response of one submitted request, whose frames come from a `Framer`: one per
-dialect (openai.shapes.OpenAIFramer, llama.shapes.NativeFramer, anthropic.shapes.AnthropicFramer).
+"""The streamed response of one submitted request, whose frames come from a `Framer`: one per
+dialect (openai.shapes.OpenAIFramer, llama.shapes.NativeFramer, anthropic.shapes.AnthropicFramer,
+ollama.shapes.OllamaFramer, whose lines are NDJSON rather than SSE).
 
 The transport is the same for all: the client is watched from submission (a client that
 leaves aborts its request), a server-side cut ends the stream with the framer's frames,
@@ -26,6 +27,11 @@ SSE_HEADERS = [
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),
 ]
+NDJSON_HEADERS = [  # Ollama's streams: one JSON object a line
+    (b"content-type", b"application/x-ndjson"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
 
 
 def sse(obj: Any) -> str:
@@ -44,14 +50,14 @@ class Framer(Protocol):
 
 
 class FramedStream(Response):
-    """The SSE response of one request, framed by `framer`."""
+    """The streamed response of one request, framed by `framer` (SSE unless `headers` say otherwise)."""
 
-    def __init__(self, framer: Framer, gen: Generation, label: str):
+    def __init__(self, framer: Framer, gen: Generation, label: str, headers: list = SSE_HEADERS):
         super().__init__()  # a Response, so FastAPI passes it through; __call__ writes the stream
-        self.framer, self.gen, self.label = framer, gen, label
+        self.framer, self.gen, self.label, self.stream_headers = framer, gen, label, headers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        await send({"type": "http.response.start", "status": 200, "headers": self.stream_headers})
         await watched(receive, self.gen, lambda: self._body(send))
 
     async def _body(self, send: Send) -> None:

@@ -95,7 +95,7 @@ def _tools(body: GenerationRequest) -> tuple[Optional[ToolRequest], bool]:
     return tool_request([_dump(t) for t in tools], _dump(body.tool_choice), body.parallel_tool_calls), False
 
 
-def _compile(compiler: Any, spec: ConstraintSpec, field: str) -> None:
+def compile_constraint(compiler: Any, spec: ConstraintSpec, field: str) -> None:
     """Compile now, so a grammar the library refuses is a 400 and the runner finds it cached."""
     if compiler is None:
         raise FieldError("constrained decoding is not available on this server", param=field)
@@ -133,5 +133,5 @@ def constrained_plan(tools: Optional[ToolRequest], specs: list[tuple[str, Constr
     if not specs:
         return OutputPlan(tools=tools, legacy_functions=legacy)
     field, spec = specs[0]
-    _compile(compiler, spec, field)
+    compile_constraint(compiler, spec, field)
     return OutputPlan(spec, field, tools, legacy)

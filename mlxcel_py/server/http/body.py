@@ -2,7 +2,9 @@
 validated off the event loop, every problem a 4xx that names the field.
 
 Only `application/json` is taken so a browser's CORS-exempt "simple" request (text/plain,
-form encodings) cannot drive the server from another site.
+form encodings) cannot drive the server from another site. Ollama's routes also take a form
+type or none from requests without an `Origin` (curl -d, as Ollama's docs write it): every
+browser sends one with a cross-site POST, so a page still needs JSON (and its preflight).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from .errors import APIError
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 JSON_MEDIA_TYPE = "application/json"
+CURL_MEDIA_TYPES = ("", "application/x-www-form-urlencoded")  # none, or what `curl -d` declares
 _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 # Validation holds the GIL for a whole call: long lists (120k chat turns) are validated in
 # batches so the event loop's thread gets its turns in between.
@@ -32,8 +35,12 @@ _SHAPES = {
 }
 
 
-def check_content_type(request: Request) -> None:
+def check_content_type(request: Request, curl_without_origin: bool = False) -> None:
+    """415 unless the body is declared JSON (or, with `curl_without_origin`, curl's form type or
+    none from a request no browser sent)."""
     media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if curl_without_origin and media_type in CURL_MEDIA_TYPES and "origin" not in request.headers:
+        return
     if media_type != JSON_MEDIA_TYPE:
         shown = media_type or "none"
         raise APIError(415, f"the request body must be JSON sent as Content-Type: application/json (got {shown})",
@@ -45,9 +52,10 @@ def _too_large(limit: int) -> APIError:
                     code="request_too_large")
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The raw body; 415 unless it is JSON, 413 past `limit` bytes (before reading, when declared)."""
-    check_content_type(request)
+async def read_body(request: Request, limit: int, curl_without_origin: bool = False) -> bytes:
+    """The raw body; 415 unless it is JSON (see `check_content_type`), 413 past `limit` bytes
+    (before reading, when declared)."""
+    check_content_type(request, curl_without_origin)
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise _too_large(limit)
@@ -167,6 +175,9 @@ def _invalid(errors: list, obj: dict) -> APIError:
     where = _dotted(path)
     if error["type"] == "missing":
         return APIError(400, f"missing required field '{where}'", param=param)
+    if error["type"] == "extra_forbidden":  # bodies that refuse what they do not declare (Ollama's)
+        return APIError(400, f"unknown field '{where}': this server refuses fields it does not implement "
+                             "rather than ignore them", param=param)
     if param in _SHAPES and error["type"] != "string_too_short":
         return APIError(400, _SHAPES[param], param=param)
     message = str(error["msg"]).removeprefix("Value error, ")

@@ -1,5 +1,6 @@
 """Error JSON: OpenAI's `{"error": {"message", "type", "param", "code"}}` everywhere, except
-Anthropic's `{"type": "error", "error": {"type", "message"}}` on the Anthropic routes.
+Anthropic's `{"type": "error", "error": {"type", "message"}}` on the Anthropic routes and
+Ollama's `{"error": "..."}` on its /api/ routes.
 
 A context overflow also carries llama-server's `n_prompt_tokens` and `n_ctx` in the error
 object. Bugs are answered (500, with an id the log also has) by `CatchBugs`, inside the
@@ -49,6 +50,7 @@ _ANTHROPIC_TYPES = {
     529: "overloaded_error",
 }
 ANTHROPIC_ROUTE = "/v1/messages"
+OLLAMA_PREFIX = "/api/"
 
 
 def anthropic_route(path: str) -> bool:
@@ -56,8 +58,13 @@ def anthropic_route(path: str) -> bool:
     return path == ANTHROPIC_ROUTE or path.startswith(ANTHROPIC_ROUTE + "/")
 
 
+def ollama_route(path: str) -> bool:
+    """Ollama's routes (/api/...) answer errors in Ollama's shape, {"error": "..."}."""
+    return path.startswith(OLLAMA_PREFIX)
+
+
 class APIError(Exception):
-    """An error a route answers with; rendered as OpenAI's (or on Anthropic routes Anthropic's) error JSON."""
+    """An error a route answers with; rendered as OpenAI's error JSON (Anthropic's, Ollama's on their routes)."""
 
     def __init__(
         self,
@@ -77,6 +84,8 @@ class APIError(Exception):
     def body(self, path: str = "") -> dict:
         if anthropic_route(path):
             return anthropic_error_body(self.status, self.message)
+        if ollama_route(path):
+            return {"error": self.message}
         return error_body(self.status, self.message, param=self.param, code=self.code, extra=self.extra)
 
     def response(self, path: str = "") -> JSONResponse:

@@ -89,8 +89,6 @@ async def props(request: Request) -> dict:
     """llama-server's server properties (read-only, as llama-server without --props)."""
     rt = runtime(request)
     stats = rt.worker.stats()
-    chosen = rt.chat_template  # --chat-template's source or name, else the model's
-    template = chosen.source or chosen.name or getattr(rt.loaded.tokenizer, "chat_template", None)
     server = rt.config.server or ServerConfig()
     return {
         "default_generation_settings": {"params": default_settings(rt.config.sampling),
@@ -99,7 +97,7 @@ async def props(request: Request) -> dict:
         "model_alias": rt.model_id,
         "model_path": rt.config.model.path or _default_path(rt),
         "modalities": {"vision": False, "video": False, "audio": False},
-        "chat_template": template if isinstance(template, str) else "",
+        "chat_template": rt.template_text,
         "bos_token": _token_text(rt.loaded.tokenizer, "bos_token"),
         "eos_token": _token_text(rt.loaded.tokenizer, "eos_token"),
         "build_info": f"mlxcel-py {__version__}",

@@ -1,0 +1,72 @@
+"""What /api/chat and /api/generate do with each field and option: honoured, refused unless
+inert (the tables generation/prepared.py's `refuse_unsupported` reads), or ignored. Fields no
+schema declares are refused by name (schemas.Closed). docs/SERVER.md has the same tables;
+tests/test_server_fields.py checks them against these sets.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ..generation.prepared import Refused, accepts_only
+
+HERE = "by this server"
+
+SHARED_HONOURED = frozenset({"model", "format", "options", "stream", "logprobs", "top_logprobs"})
+CHAT_HONOURED = SHARED_HONOURED | {"messages", "tools"}
+GENERATE_HONOURED = SHARED_HONOURED | {"prompt", "system", "context", "raw"}
+# Refused unless inert (the tables below).
+CHAT_REFUSED = frozenset({"think", "truncate", "shift"})
+GENERATE_REFUSED = CHAT_REFUSED | {"suffix", "template", "images", "width", "height", "steps"}
+# Accepted, changing nothing: the one model stays resident for the server's lifetime.
+IGNORED = frozenset({"keep_alive"})
+
+OPTIONS_HONOURED = frozenset({
+    "num_predict", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "repeat_penalty", "repeat_last_n",
+    "presence_penalty", "frequency_penalty", "num_ctx",
+})
+OPTIONS_REFUSED = frozenset({"typical_p", "tfs_z", "mirostat"})
+# Load-time and tuning knobs: the server's flags decide them; mirostat's own knobs while it is off.
+OPTIONS_IGNORED = frozenset({
+    "mirostat_tau", "mirostat_eta", "penalize_newline", "num_keep", "num_batch", "num_gpu", "main_gpu",
+    "num_thread", "numa", "low_vram", "f16_kv", "logits_all", "vocab_only", "use_mmap", "use_mlock",
+    "embedding_only",
+})
+MESSAGE_HONOURED = frozenset({"role", "content", "tool_calls", "tool_name", "tool_call_id"})
+MESSAGE_REFUSED = frozenset({"images"})  # refused unless empty (prepare.py: no vision model here)
+# A message's `thinking` (an earlier turn's) is not rendered: no thinking models here.
+MESSAGE_IGNORED = frozenset({"thinking"})
+
+
+def _is(*values: Any) -> Callable[[Any], bool]:
+    return lambda value: any(value is v or (type(value) is type(v) and value == v) for v in values)
+
+
+def _empty(value: Any) -> bool:
+    return value in ("", [])
+
+
+def _only(field: str, inert: Callable[[Any], bool], accepted: str, why: str = HERE) -> Refused:
+    return Refused(field, accepts_only(inert, accepted, why))
+
+
+SHARED: tuple[Refused, ...] = (
+    _only("think", _is(False), "false", "(no thinking model is served here)"),
+    _only("truncate", _is(False), "false", "(a prompt that does not fit is a 400 here, never truncated)"),
+    _only("shift", _is(False), "false", "(generation stops at the context's end here: done_reason \"length\")"),
+)
+CHAT_NOT_SUPPORTED = SHARED
+GENERATE_NOT_SUPPORTED: tuple[Refused, ...] = SHARED + (
+    _only("suffix", _empty, '""', "(no fill-in-the-middle here)"),
+    _only("template", _empty, '""', "(the model's own chat template renders the prompt; use raw: true for "
+                                    "a prompt you rendered yourself)"),
+    _only("images", _empty, "[]", "(no vision model is served here)"),
+    _only("width", lambda v: False, "null", "(no image generation here)"),
+    _only("height", lambda v: False, "null", "(no image generation here)"),
+    _only("steps", lambda v: False, "null", "(no image generation here)"),
+)
+OPTIONS_NOT_SUPPORTED: tuple[Refused, ...] = (
+    _only("typical_p", _is(1, 1.0), "1"),
+    _only("tfs_z", _is(1, 1.0), "1"),
+    _only("mirostat", _is(0), "0"),
+)
