@@ -9,9 +9,10 @@ import numba
 import numpy as np
 from gguf.constants import GGMLQuantizationType as T
 
-from . import kernels
+from . import kernels, vector
 from .blocks import BLOCK_TYPES, QuantWeight
 from .unpack import LANES
+from .vector_ir import UNITS
 
 FLOAT, INT8 = "float", "int8"
 # Per type, the faster candidate in bench/bench_quant_kernels.py (docs/QUANT_KERNELS.md).
@@ -40,6 +41,20 @@ def linear_float(x: np.ndarray, w: QuantWeight, out=None, threads: int | None = 
     out = _out(x, w, out)
     x = np.ascontiguousarray(x, dtype=np.float32)
     kernels.stream_float(int(w.qtype), x, w.blocks, out, _threads(threads), LANES)
+    return out
+
+
+def linear_vector(x: np.ndarray, w: QuantWeight, out=None, threads: int | None = None) -> np.ndarray:
+    """Candidate c: candidate a's float FMA with every block loop as explicit LLVM vectors
+    (vector.VECTOR_TYPES only)."""
+    if int(w.qtype) not in vector.VECTOR_TYPES:
+        raise ValueError(f"the vector kernel does not read {w.qtype.name}")
+    out = _out(x, w, out)
+    if out.dtype != np.float32 or not out.flags.c_contiguous:
+        raise ValueError("out must be a C-contiguous float32 array")
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    units = w.shape[1] // UNITS[int(w.qtype)][0]
+    vector.stream_vector(int(w.qtype), x, np.ascontiguousarray(w.blocks), out, _threads(threads), units)
     return out
 
 

@@ -1,0 +1,154 @@
+"""LLVM vector IR for the quantized decode products (numba `intrinsic`, llvmlite builder).
+
+numba's loop vectorizer leaves the 16/32-wide block loops of the GGUF types scalar (no SLP
+vectorizer; uint8 widened to int64; docs/QUANT_KERNELS.md). This module writes them as explicit
+LLVM vectors instead: each chunk of 32 weights is one `<32 x i8>` of codes (unpacked from the
+file's own block bytes with vector and/shift/or), converted to `<32 x float>`, scaled
+(`w = scale * code + offset`, scale and offset per 16 from the caller) and multiplied into
+one `<32 x float>` accumulator per input row. LLVM splits the vectors for the target
+(4 ymm on AVX2, 2 zmm on AVX-512, 8 q registers on NEON), so nothing here is x86-specific.
+
+Weights stay in the GGUF layout (memory-mapped, not repacked). Accumulators are reduced in a
+fixed order, so a product never depends on the thread count."""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+I8, I32, I64, F32 = ir.IntType(8), ir.IntType(32), ir.IntType(64), ir.FloatType()
+V16I8, V32I8 = ir.VectorType(I8, 16), ir.VectorType(I8, 32)
+V16F, V32F = ir.VectorType(F32, 16), ir.VectorType(F32, 32)
+CONTRACT = ("contract",)  # lets LLVM fuse mul+add into FMA where the target has it
+
+# GGUF type id -> (weights per loop unit, bytes per unit, offsets used)
+UNITS = {2: (32, 18, False), 3: (32, 20, True), 8: (32, 34, False), 12: (64, 72, True), 14: (128, 105, False)}
+MAX_ROWS = 4  # input rows per pass; the caller loops over more
+
+
+def _splat(vtype, value):
+    return ir.Constant(vtype, [value] * vtype.count)
+
+
+def _load(builder, ptr, offset, vtype):
+    """An unaligned vector load of `vtype` at byte `offset` (i64) from the i8* `ptr`."""
+    at = builder.gep(ptr, [offset])
+    return builder.load(builder.bitcast(at, vtype.as_pointer()), align=1)
+
+
+def _nibbles(builder, v16):
+    """16 bytes -> 32 codes: the low nibbles (weights 0-15), then the high ones (16-31)."""
+    lo = builder.and_(v16, _splat(V16I8, 15))
+    hi = builder.lshr(v16, _splat(V16I8, 4))
+    return builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(I32, 32), list(range(32))))
+
+
+def _f16(builder, row, offset):
+    """The float16 at byte `offset` of i8* row as a float splat over 32 lanes (exact for finite values)."""
+    at = builder.bitcast(builder.gep(row, [offset]), ir.IntType(16).as_pointer())
+    h = builder.zext(builder.load(at, align=1), I32)
+    sign = builder.shl(builder.and_(h, ir.Constant(I32, 0x8000)), ir.Constant(I32, 16))
+    rest = builder.shl(builder.and_(h, ir.Constant(I32, 0x7FFF)), ir.Constant(I32, 13))
+    value = builder.fmul(builder.bitcast(builder.or_(sign, rest), F32), ir.Constant(F32, 2.0**112))
+    one = builder.insert_element(ir.Constant(ir.VectorType(F32, 1), None), value, ir.Constant(I32, 0))
+    return builder.shuffle_vector(one, one, ir.Constant(ir.VectorType(I32, 32), [0] * 32))
+
+
+def _unit_codes(builder, qtype, row, u):
+    """The chunks of loop unit u of a row: [(chunk index within the unit, <32 x i8> signed codes,
+    scale and offset as <32 x float>, or None where the caller's per-16 arrays hold them)]."""
+    _, size, _ = UNITS[qtype]
+    base = builder.mul(u, ir.Constant(I64, size if qtype != 12 else 144))
+    at = lambda n: builder.add(base, ir.Constant(I64, n))  # noqa: E731 - byte n of this block
+    if qtype == 2:  # Q4_0: d f16, qs[16]; code - 8
+        codes = _nibbles(builder, _load(builder, row, at(2), V16I8))
+        return [(0, builder.sub(codes, _splat(V32I8, 8)), _f16(builder, row, base), None)]
+    if qtype == 3:  # Q4_1: d, m f16, qs[16]
+        codes = _nibbles(builder, _load(builder, row, at(4), V16I8))
+        return [(0, codes, _f16(builder, row, base), _f16(builder, row, at(2)))]
+    if qtype == 8:  # Q8_0: d f16, qs int8[32]
+        return [(0, _load(builder, row, at(2), V32I8), _f16(builder, row, base), None)]
+    if qtype == 12:  # Q4_K: units of 64 = one 32-byte run of qs; super-block u // 4 of 144 bytes
+        sb = builder.lshr(u, ir.Constant(I64, 2))
+        pair = builder.and_(u, ir.Constant(I64, 3))
+        at = builder.add(builder.mul(sb, ir.Constant(I64, 144)), builder.add(ir.Constant(I64, 16), builder.mul(pair, ir.Constant(I64, 32))))
+        v = _load(builder, row, at, V32I8)
+        return [(0, builder.and_(v, _splat(V32I8, 15)), None, None), (1, builder.lshr(v, _splat(V32I8, 4)), None, None)]
+    if qtype == 14:  # Q6_K: units of 128 = half a super-block of 210 bytes: ql[64], qh[32]
+        sb = builder.lshr(u, ir.Constant(I64, 1))
+        half = builder.and_(u, ir.Constant(I64, 1))
+        sb_at = builder.mul(sb, ir.Constant(I64, 210))
+        ql = builder.add(sb_at, builder.mul(half, ir.Constant(I64, 64)))
+        qh = builder.add(sb_at, builder.add(ir.Constant(I64, 128), builder.mul(half, ir.Constant(I64, 32))))
+        ql0, ql1 = _load(builder, row, ql, V32I8), _load(builder, row, builder.add(ql, ir.Constant(I64, 32)), V32I8)
+        high = _load(builder, row, qh, V32I8)
+        out = []
+        for s, low in enumerate((builder.and_(ql0, _splat(V32I8, 15)), builder.and_(ql1, _splat(V32I8, 15)),
+                                 builder.lshr(ql0, _splat(V32I8, 4)), builder.lshr(ql1, _splat(V32I8, 4)))):
+            bits = builder.and_(builder.lshr(high, _splat(V32I8, 2 * s)), _splat(V32I8, 3))
+            out.append((s, builder.sub(builder.or_(low, builder.shl(bits, _splat(V32I8, 4))), _splat(V32I8, 32)), None, None))
+        return out
+    raise ValueError(f"no vector IR for GGUF type {qtype}")
+
+
+def _pair(builder, ptr, chunk):
+    """<32 x float>: ptr[2 chunk] in lanes 0-15, ptr[2 chunk + 1] in lanes 16-31."""
+    two = builder.load(builder.bitcast(builder.gep(ptr, [builder.mul(chunk, ir.Constant(I64, 2))]),
+                                       ir.VectorType(F32, 2).as_pointer()), align=4)
+    return builder.shuffle_vector(two, two, ir.Constant(ir.VectorType(I32, 32), [0] * 16 + [1] * 16))
+
+
+def _half(builder, v, first):
+    """Lanes first..first+15 of a <32 x float>."""
+    return builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, 16), list(range(first, first + 16))))
+
+
+def _reduce(builder, v):
+    """Sum of a <32 x float> by halving, a fixed order."""
+    n = v.type.count
+    while n > 1:
+        n //= 2
+        lo = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, n), list(range(n))))
+        hi = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, n), list(range(n, 2 * n))))
+        v = builder.fadd(lo, hi)
+    return builder.extract_element(v, ir.Constant(I32, 0))
+
+
+def emit_row_dots(builder, qtype, rows, row, scale, offset, xs, units):
+    """Emit the loop over `units` of one weight row: returns `rows` float sums, one per x row.
+
+    row: i8* (the row's blocks); scale/offset: float* (per 16 weights); xs: float* per input row."""
+    weights, _, has_offset = UNITS[qtype]
+    chunks = weights // 32
+    entry = builder.block
+    loop = builder.append_basic_block("qloop")
+    done = builder.append_basic_block("qdone")
+    builder.branch(loop)
+    builder.position_at_end(loop)
+    u = builder.phi(I64)
+    # 32 lanes per row for 1-2 rows; 16 for 3-4, so that the accumulators fit AVX2's 16 registers
+    acc_type = V32F if rows <= 2 else V16F
+    accs = [builder.phi(acc_type) for _ in range(rows)]
+    new = list(accs)
+    for j, codes, sv, ov in _unit_codes(builder, qtype, row, u):
+        chunk = builder.add(builder.mul(u, ir.Constant(I64, chunks)), ir.Constant(I64, j))
+        sv = _pair(builder, scale, chunk) if sv is None else sv
+        w = builder.fmul(builder.sitofp(codes, V32F), sv, flags=CONTRACT)
+        if has_offset:
+            ov = _pair(builder, offset, chunk) if ov is None else ov
+            w = builder.fadd(w, ov, flags=CONTRACT)
+        first = builder.mul(chunk, ir.Constant(I64, 32))
+        parts = [w] if acc_type is V32F else [_half(builder, w, 0), _half(builder, w, 16)]
+        for r in range(rows):
+            for p, wp in enumerate(parts):
+                at = builder.gep(xs[r], [builder.add(first, ir.Constant(I64, 16 * p))])
+                xv = builder.load(builder.bitcast(at, acc_type.as_pointer()), align=4)
+                new[r] = builder.fadd(builder.fmul(wp, xv, flags=CONTRACT), new[r], flags=CONTRACT)
+    nxt = builder.add(u, ir.Constant(I64, 1))
+    u.add_incoming(ir.Constant(I64, 0), entry)
+    u.add_incoming(nxt, loop)
+    for acc, value in zip(accs, new):
+        acc.add_incoming(ir.Constant(acc_type, None), entry)
+        acc.add_incoming(value, loop)
+    builder.cbranch(builder.icmp_signed("<", nxt, units), loop, done)
+    builder.position_at_end(done)
+    return [_reduce(builder, v) for v in new]
