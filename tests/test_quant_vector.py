@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from gguf.constants import GGMLQuantizationType as T
 
-from mlxcel_py.models.quant import products
+from mlxcel_py.models.quant import blocks, int8_ir, products
 from test_quant_blocks import _reference, _weight
 
 VECTOR = (T.Q4_0, T.Q4_1, T.Q8_0, T.Q4_K, T.Q6_K)
@@ -45,3 +45,34 @@ def test_vector_refuses_what_it_does_not_read():
         products.linear_vector(np.zeros((1, 32), np.float32), _weight(T.Q5_0, 2, 32))
     with pytest.raises(ValueError, match="C-contiguous float32"):
         products.linear_vector(np.zeros((1, 32), np.float32), _weight(T.Q4_0, 2, 32), out=np.zeros((1, 4), np.float32)[:, ::2])
+
+
+needs_avx2 = pytest.mark.skipif(not int8_ir.HAS_AVX2, reason="the int8 vector kernel is AVX2 code")
+
+
+@needs_avx2
+@pytest.mark.parametrize("qtype", VECTOR, ids=lambda t: t.name)
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 8])
+def test_int8_vector_products_match_the_same_formula_in_float64(qtype, rows):
+    w = _weight(qtype, 13, 512, seed=rows)
+    ref = _reference(w).astype(np.float64)
+    x = np.random.default_rng(rows).standard_normal((rows, 512)).astype(np.float32)
+    xq, xd, _ = products.quantize_activations(x)  # tested against numpy in test_quant_blocks
+    x_hat = np.repeat(xd.astype(np.float64), 32, axis=1) * xq
+    got = products.linear_int8_vector(x, w)
+    assert got.dtype == np.float32 and got.shape == (rows, 13)
+    assert np.all(np.abs(got - x_hat @ ref.T) <= 2e-5 * (np.abs(x_hat) @ np.abs(ref).T) + 1e-6)
+    assert np.array_equal(got, products.linear_int8_vector(x, w, threads=2))
+
+
+@needs_avx2
+def test_int8_vector_reads_codes_at_their_extremes():
+    """Q8_0 codes of -128 and 127 against activation codes of +-127: no int16 saturation."""
+    raw = np.zeros((2, 34), np.uint8)
+    raw[:, :2] = np.array([1.0], np.float16).view(np.uint8)
+    raw[0, 2:] = np.array([-128] * 16 + [127] * 16, np.int8).view(np.uint8)
+    raw[1, 2:] = np.array([-128, 127] * 16, np.int8).view(np.uint8)
+    w = blocks.make(T.Q8_0, (2, 32), raw)
+    x = np.array([[-1.0] * 16 + [1.0] * 16], np.float32)  # codes -127 / 127, d = 1/127
+    got = products.linear_int8_vector(x, w)
+    assert np.allclose(got, [[128 * 16 + 127 * 16, 0.0]], rtol=1e-6, atol=1e-3)  # row 1: pairs cancel

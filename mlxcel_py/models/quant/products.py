@@ -9,7 +9,7 @@ import numba
 import numpy as np
 from gguf.constants import GGMLQuantizationType as T
 
-from . import kernels, vector
+from . import int8_ir, kernels, vector
 from .blocks import BLOCK_TYPES, QuantWeight
 from .unpack import LANES
 from .vector_ir import UNITS
@@ -55,6 +55,19 @@ def linear_vector(x: np.ndarray, w: QuantWeight, out=None, threads: int | None =
     x = np.ascontiguousarray(x, dtype=np.float32)
     units = w.shape[1] // UNITS[int(w.qtype)][0]
     vector.stream_vector(int(w.qtype), x, np.ascontiguousarray(w.blocks), out, _threads(threads), units)
+    return out
+
+
+def linear_int8_vector(x: np.ndarray, w: QuantWeight, out=None, threads: int | None = None) -> np.ndarray:
+    """Candidate d: candidate b (x as int8 per 32) with AVX2's vpmaddubsw/vpmaddwd (int8_ir)."""
+    if int(w.qtype) not in vector.VECTOR_TYPES or not int8_ir.HAS_AVX2:
+        raise ValueError(f"the int8 vector kernel does not read {w.qtype.name} on this CPU")
+    out = _out(x, w, out)
+    if out.dtype != np.float32 or not out.flags.c_contiguous:
+        raise ValueError("out must be a C-contiguous float32 array")
+    xq, xd, xs = vector.quantize_x(np.ascontiguousarray(x, dtype=np.float32))
+    units = w.shape[1] // UNITS[int(w.qtype)][0]
+    vector.stream_int8(int(w.qtype), xq, xd, xs, np.ascontiguousarray(w.blocks), out, _threads(threads), units)
     return out
 
 

@@ -15,7 +15,8 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 from llvmlite import ir
 
-from . import vector_ir
+from . import int8_ir, vector_ir
+from .kernels import quantize_rows_q8
 from .unpack import Q4_0, Q4_1, Q4_K, Q6_K, Q8_0, _scale_min_k4, f16
 
 VECTOR_TYPES = tuple(vector_ir.UNITS)  # GGUF type ids: Q4_0, Q4_1, Q8_0, Q4_K, Q6_K
@@ -63,8 +64,46 @@ def _dot_intrinsic(qtype):
     return dot
 
 
+def _dot8_intrinsic(qtype):
+    """`dot8(row, scale, offset, xq, xd, xs, b, count, out, n, units)`: candidate d (int8_ir) on
+    the quantized rows b..b+count of x (quantize_x)."""
+
+    @intrinsic
+    def dot8(typingctx, row, scale, offset, xq, xd, xs, b, count, out, n, units):
+        if any(a.layout != "C" for a in (row, scale, offset, xq, xd, xs, out)):
+            return None
+        sig = types.void(row, scale, offset, xq, xd, xs, b, count, out, n, units)
+
+        def codegen(context, builder, signature, args):
+            aty = signature.args
+            w, sc, of = (_array(context, builder, aty[i], args[i]).data for i in range(3))
+            xq_a, xd_a, xs_a = (_array(context, builder, aty[i], args[i]) for i in (3, 4, 5))
+            b_v, count_v, oarr, n_v, units_v = args[6], args[7], _array(context, builder, aty[8], args[8]), args[9], args[10]
+            strides = [cgutils.unpack_tuple(builder, a.shape, 2)[1] for a in (xq_a, xd_a, xs_a, oarr)]
+            end = builder.append_basic_block("dot8_end")
+            switch = builder.switch(count_v, end)
+            for rows in range(1, vector_ir.MAX_ROWS + 1):
+                block = builder.append_basic_block(f"rows{rows}")
+                switch.add_case(ir.Constant(count_v.type, rows), block)
+                builder.position_at_end(block)
+                firsts = [builder.add(b_v, ir.Constant(b_v.type, r)) for r in range(rows)]
+                ptrs = [[builder.gep(a.data, [builder.mul(f, k)]) for f in firsts] for a, k in zip((xq_a, xd_a, xs_a), strides)]
+                sums = int8_ir.emit_row_dots(builder, qtype, rows, w, sc, of, *ptrs, units_v)
+                for f, value in zip(firsts, sums):
+                    builder.store(value, builder.gep(oarr.data, [builder.add(builder.mul(f, strides[3]), n_v)]))
+                builder.branch(end)
+            builder.position_at_end(end)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return dot8
+
+
 _dot_q4_0, _dot_q4_1, _dot_q8_0 = _dot_intrinsic(Q4_0), _dot_intrinsic(Q4_1), _dot_intrinsic(Q8_0)
 _dot_q4_k, _dot_q6_k = _dot_intrinsic(Q4_K), _dot_intrinsic(Q6_K)
+_dot8_q4_0, _dot8_q4_1, _dot8_q8_0 = _dot8_intrinsic(Q4_0), _dot8_intrinsic(Q4_1), _dot8_intrinsic(Q8_0)
+_dot8_q4_k, _dot8_q6_k = _dot8_intrinsic(Q4_K), _dot8_intrinsic(Q6_K)
 
 
 @njit(cache=True, nogil=True)
@@ -113,3 +152,43 @@ def stream_vector(qtype, x, raw, out, threads, units):  # pragma: no cover - jit
             row_scales(qtype, r, scale, offset)
             for b in range(0, rows, 4):
                 _row(qtype, r, scale, offset, x, b, min(4, rows - b), out, n, units)
+
+
+@njit(cache=True, nogil=True)
+def quantize_x(x):  # pragma: no cover - jitted
+    """x (B, K) -> int8 codes (B, K), scales per 32 (B, K/32), d_x * sum(codes) per 16 (B, K/16)."""
+    rows, k = x.shape
+    xq, xd = np.empty((rows, k), np.int8), np.empty((rows, k // 32), np.float32)
+    xsum, xs = np.empty((rows, k // 16), np.int32), np.empty((rows, k // 16), np.float32)
+    quantize_rows_q8(x, xq, xd, xsum)
+    for b in range(rows):
+        for g in range(k // 16):
+            xs[b, g] = xd[b, g >> 1] * np.float32(xsum[b, g])
+    return xq, xd, xs
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _row8(qtype, r, scale, offset, xq, xd, xs, b, count, out, n, units):  # pragma: no cover - jitted
+    if qtype == Q4_0:
+        _dot8_q4_0(r, scale, offset, xq, xd, xs, b, count, out, n, units)
+    elif qtype == Q4_1:
+        _dot8_q4_1(r, scale, offset, xq, xd, xs, b, count, out, n, units)
+    elif qtype == Q8_0:
+        _dot8_q8_0(r, scale, offset, xq, xd, xs, b, count, out, n, units)
+    elif qtype == Q4_K:
+        _dot8_q4_k(r, scale, offset, xq, xd, xs, b, count, out, n, units)
+    elif qtype == Q6_K:
+        _dot8_q6_k(r, scale, offset, xq, xd, xs, b, count, out, n, units)
+
+
+@njit(fastmath=True, cache=True, nogil=True, parallel=True)
+def stream_int8(qtype, xq, xd, xs, raw, out, threads, units):  # pragma: no cover - jitted
+    """Candidate d: out (B, N) from quantize_x's rows and W's blocks raw (N, row bytes); AVX2 only."""
+    n_rows, k, rows = raw.shape[0], xq.shape[1], xq.shape[0]
+    for t in prange(threads):
+        scale, offset = np.empty(k // 16, np.float32), np.empty(k // 16, np.float32)
+        for n in range(t * n_rows // threads, (t + 1) * n_rows // threads):
+            r = raw[n]
+            row_scales(qtype, r, scale, offset)
+            for b in range(0, rows, 4):
+                _row8(qtype, r, scale, offset, xq, xd, xs, b, min(4, rows - b), out, n, units)

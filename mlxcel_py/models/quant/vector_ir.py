@@ -17,12 +17,13 @@ from llvmlite import ir
 
 I8, I32, I64, F32 = ir.IntType(8), ir.IntType(32), ir.IntType(64), ir.FloatType()
 V16I8, V32I8 = ir.VectorType(I8, 16), ir.VectorType(I8, 32)
-V16F, V32F = ir.VectorType(F32, 16), ir.VectorType(F32, 32)
+V2F, V8F, V16F, V32F = (ir.VectorType(F32, n) for n in (2, 8, 16, 32))
 CONTRACT = ("contract",)  # lets LLVM fuse mul+add into FMA where the target has it
 
 # GGUF type id -> (weights per loop unit, bytes per unit, offsets used)
 UNITS = {2: (32, 18, False), 3: (32, 20, True), 8: (32, 34, False), 12: (64, 72, True), 14: (128, 105, False)}
 MAX_ROWS = 4  # input rows per pass; the caller loops over more
+UNSIGNED_BIAS = {2: -8.0, 14: -32.0}  # Q4_0, Q6_K: w = scale * (code + bias)
 
 
 def _splat(vtype, value):
@@ -43,25 +44,27 @@ def _nibbles(builder, v16):
 
 
 def _f16(builder, row, offset):
-    """The float16 at byte `offset` of i8* row as a float splat over 32 lanes (exact for finite values)."""
+    """The float16 at byte `offset` of i8* row, as a <2 x float> pair (both 16-groups; exact if finite)."""
     at = builder.bitcast(builder.gep(row, [offset]), ir.IntType(16).as_pointer())
     h = builder.zext(builder.load(at, align=1), I32)
     sign = builder.shl(builder.and_(h, ir.Constant(I32, 0x8000)), ir.Constant(I32, 16))
     rest = builder.shl(builder.and_(h, ir.Constant(I32, 0x7FFF)), ir.Constant(I32, 13))
     value = builder.fmul(builder.bitcast(builder.or_(sign, rest), F32), ir.Constant(F32, 2.0**112))
-    one = builder.insert_element(ir.Constant(ir.VectorType(F32, 1), None), value, ir.Constant(I32, 0))
-    return builder.shuffle_vector(one, one, ir.Constant(ir.VectorType(I32, 32), [0] * 32))
+    one = builder.insert_element(ir.Constant(V2F, None), value, ir.Constant(I32, 0))
+    return builder.shuffle_vector(one, one, ir.Constant(ir.VectorType(I32, 2), [0, 0]))
 
 
-def _unit_codes(builder, qtype, row, u):
-    """The chunks of loop unit u of a row: [(chunk index within the unit, <32 x i8> signed codes,
-    scale and offset as <32 x float>, or None where the caller's per-16 arrays hold them)]."""
+def unit_codes(builder, qtype, row, u, unsigned=False):
+    """The chunks of loop unit u of a row: [(chunk index within the unit, <32 x i8> codes,
+    scale and offset as <2 x float> pairs per 16, or None where the caller's arrays hold them)].
+
+    With `unsigned`, Q4_0 and Q6_K codes keep their bias (UNSIGNED_BIAS; 0-15 and 0-63)."""
     _, size, _ = UNITS[qtype]
     base = builder.mul(u, ir.Constant(I64, size if qtype != 12 else 144))
     at = lambda n: builder.add(base, ir.Constant(I64, n))  # noqa: E731 - byte n of this block
     if qtype == 2:  # Q4_0: d f16, qs[16]; code - 8
         codes = _nibbles(builder, _load(builder, row, at(2), V16I8))
-        return [(0, builder.sub(codes, _splat(V32I8, 8)), _f16(builder, row, base), None)]
+        return [(0, codes if unsigned else builder.sub(codes, _splat(V32I8, 8)), _f16(builder, row, base), None)]
     if qtype == 3:  # Q4_1: d, m f16, qs[16]
         codes = _nibbles(builder, _load(builder, row, at(4), V16I8))
         return [(0, codes, _f16(builder, row, base), _f16(builder, row, at(2)))]
@@ -85,16 +88,22 @@ def _unit_codes(builder, qtype, row, u):
         for s, low in enumerate((builder.and_(ql0, _splat(V32I8, 15)), builder.and_(ql1, _splat(V32I8, 15)),
                                  builder.lshr(ql0, _splat(V32I8, 4)), builder.lshr(ql1, _splat(V32I8, 4)))):
             bits = builder.and_(builder.lshr(high, _splat(V32I8, 2 * s)), _splat(V32I8, 3))
-            out.append((s, builder.sub(builder.or_(low, builder.shl(bits, _splat(V32I8, 4))), _splat(V32I8, 32)), None, None))
+            codes = builder.or_(low, builder.shl(bits, _splat(V32I8, 4)))
+            out.append((s, codes if unsigned else builder.sub(codes, _splat(V32I8, 32)), None, None))
         return out
     raise ValueError(f"no vector IR for GGUF type {qtype}")
 
 
-def _pair(builder, ptr, chunk):
-    """<32 x float>: ptr[2 chunk] in lanes 0-15, ptr[2 chunk + 1] in lanes 16-31."""
-    two = builder.load(builder.bitcast(builder.gep(ptr, [builder.mul(chunk, ir.Constant(I64, 2))]),
-                                       ir.VectorType(F32, 2).as_pointer()), align=4)
-    return builder.shuffle_vector(two, two, ir.Constant(ir.VectorType(I32, 32), [0] * 16 + [1] * 16))
+def load_pair(builder, ptr, chunk):
+    """<2 x float>: ptr[2 chunk], ptr[2 chunk + 1] (the two 16-groups of a chunk)."""
+    at = builder.gep(ptr, [builder.mul(chunk, ir.Constant(I64, 2))])
+    return builder.load(builder.bitcast(at, V2F.as_pointer()), align=4)
+
+
+def spread(builder, pair, lanes):
+    """A <2 x float> pair over `lanes` lanes: the first value in the first half, the second in the rest."""
+    mask = [0] * (lanes // 2) + [1] * (lanes // 2)
+    return builder.shuffle_vector(pair, pair, ir.Constant(ir.VectorType(I32, lanes), mask))
 
 
 def _half(builder, v, first):
@@ -102,8 +111,8 @@ def _half(builder, v, first):
     return builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, 16), list(range(first, first + 16))))
 
 
-def _reduce(builder, v):
-    """Sum of a <32 x float> by halving, a fixed order."""
+def reduce_sum(builder, v):
+    """Sum of a float vector by halving, a fixed order."""
     n = v.type.count
     while n > 1:
         n //= 2
@@ -129,13 +138,13 @@ def emit_row_dots(builder, qtype, rows, row, scale, offset, xs, units):
     acc_type = V32F if rows <= 2 else V16F
     accs = [builder.phi(acc_type) for _ in range(rows)]
     new = list(accs)
-    for j, codes, sv, ov in _unit_codes(builder, qtype, row, u):
+    for j, codes, sv, ov in unit_codes(builder, qtype, row, u):
         chunk = builder.add(builder.mul(u, ir.Constant(I64, chunks)), ir.Constant(I64, j))
-        sv = _pair(builder, scale, chunk) if sv is None else sv
-        w = builder.fmul(builder.sitofp(codes, V32F), sv, flags=CONTRACT)
+        sv = load_pair(builder, scale, chunk) if sv is None else sv
+        w = builder.fmul(builder.sitofp(codes, V32F), spread(builder, sv, 32), flags=CONTRACT)
         if has_offset:
-            ov = _pair(builder, offset, chunk) if ov is None else ov
-            w = builder.fadd(w, ov, flags=CONTRACT)
+            ov = load_pair(builder, offset, chunk) if ov is None else ov
+            w = builder.fadd(w, spread(builder, ov, 32), flags=CONTRACT)
         first = builder.mul(chunk, ir.Constant(I64, 32))
         parts = [w] if acc_type is V32F else [_half(builder, w, 0), _half(builder, w, 16)]
         for r in range(rows):
@@ -151,4 +160,4 @@ def emit_row_dots(builder, qtype, rows, row, scale, offset, xs, units):
         acc.add_incoming(value, loop)
     builder.cbranch(builder.icmp_signed("<", nxt, units), loop, done)
     builder.position_at_end(done)
-    return [_reduce(builder, v) for v in new]
+    return [reduce_sum(builder, v) for v in new]
