@@ -19,7 +19,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 from numba.core import cgutils
 
-from .vector_ir import I32, I64, UNITS, UNSIGNED_BIAS, V2F, V8F, V32I8, CONTRACT, load_pair, reduce_sum, spread, unit_codes
+from .vector_ir import CONTRACT, I32, I64, UNITS, UNSIGNED_BIAS, V2F, V8F, V32I8, load_pair, reduce_sum, spread, unit_codes
 
 V16I16, V8I32 = ir.VectorType(ir.IntType(16), 16), ir.VectorType(I32, 8)
 HAS_AVX2 = platform.machine().lower() in ("x86_64", "amd64") and bool(llvm.get_host_cpu_features().get("avx2"))
@@ -45,7 +45,7 @@ def _splat8(builder, value):
     return builder.shuffle_vector(one, one, ir.Constant(ir.VectorType(I32, 8), [0] * 8))
 
 
-def emit_row_dots(builder, qtype, rows, row, scale, offset, xq, xd, xs, units):
+def emit_row_dots(builder, qtype, rows, row, xq, xd, xs, units):
     """The loop over `units` of one weight row against `rows` quantized input rows: their sums.
 
     xq: i8* codes, xd: float* scale per 32, xs: float* d_x * sum(q) per 16, one of each per row."""
@@ -61,11 +61,8 @@ def emit_row_dots(builder, qtype, rows, row, scale, offset, xq, xd, xs, units):
     new_acc, new_off = list(accs), list(offs)
     for j, codes, sv, ov in unit_codes(builder, qtype, row, u, unsigned=True):
         chunk = builder.add(builder.mul(u, ir.Constant(I64, weights // 32)), ir.Constant(I64, j))
-        sv = load_pair(builder, scale, chunk) if sv is None else sv
         if bias:
             ov = builder.fmul(sv, ir.Constant(V2F, [bias, bias]))
-        elif has_offset and ov is None:
-            ov = load_pair(builder, offset, chunk)
         scale8 = spread(builder, sv, 8)
         first = builder.mul(chunk, ir.Constant(I64, 32))
         for r in range(rows):

@@ -20,8 +20,8 @@ V16I8, V32I8 = ir.VectorType(I8, 16), ir.VectorType(I8, 32)
 V2F, V8F, V16F, V32F = (ir.VectorType(F32, n) for n in (2, 8, 16, 32))
 CONTRACT = ("contract",)  # lets LLVM fuse mul+add into FMA where the target has it
 
-# GGUF type id -> (weights per loop unit, bytes per unit, offsets used)
-UNITS = {2: (32, 18, False), 3: (32, 20, True), 8: (32, 34, False), 12: (64, 72, True), 14: (128, 105, False)}
+# GGUF type id -> (weights per loop unit, bytes per unit, offsets used); K-quants: a super-block
+UNITS = {2: (32, 18, False), 3: (32, 20, True), 8: (32, 34, False), 12: (256, 144, True), 14: (256, 210, False)}
 MAX_ROWS = 4  # input rows per pass; the caller loops over more
 UNSIGNED_BIAS = {2: -8.0, 14: -32.0}  # Q4_0, Q6_K: w = scale * (code + bias)
 
@@ -43,24 +43,56 @@ def _nibbles(builder, v16):
     return builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(I32, 32), list(range(32))))
 
 
-def _f16(builder, row, offset):
-    """The float16 at byte `offset` of i8* row, as a <2 x float> pair (both 16-groups; exact if finite)."""
+def _f16_scalar(builder, row, offset):
+    """The float16 at byte `offset` of i8* row as a float (exact for finite values, no branch)."""
     at = builder.bitcast(builder.gep(row, [offset]), ir.IntType(16).as_pointer())
     h = builder.zext(builder.load(at, align=1), I32)
     sign = builder.shl(builder.and_(h, ir.Constant(I32, 0x8000)), ir.Constant(I32, 16))
     rest = builder.shl(builder.and_(h, ir.Constant(I32, 0x7FFF)), ir.Constant(I32, 13))
-    value = builder.fmul(builder.bitcast(builder.or_(sign, rest), F32), ir.Constant(F32, 2.0**112))
-    one = builder.insert_element(ir.Constant(V2F, None), value, ir.Constant(I32, 0))
-    return builder.shuffle_vector(one, one, ir.Constant(ir.VectorType(I32, 2), [0, 0]))
+    return builder.fmul(builder.bitcast(builder.or_(sign, rest), F32), ir.Constant(F32, 2.0**112))
+
+
+def _splat_f(builder, value, lanes):
+    one = builder.insert_element(ir.Constant(ir.VectorType(F32, 1), None), value, ir.Constant(I32, 0))
+    return builder.shuffle_vector(one, one, ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
+
+
+def _f16(builder, row, offset):
+    """The float16 at byte `offset` as a <2 x float> pair (the scale of both 16-groups)."""
+    return _splat_f(builder, _f16_scalar(builder, row, offset), 2)
+
+
+def _lanes(builder, v, idx):
+    return builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, len(idx)), idx))
+
+
+def _k4_scales(builder, row, base):
+    """Q4_K's 8 sub-block scales d * sc and offsets -(dmin * m) (<8 x float>) from its 12 packed
+    6-bit bytes at base + 4, as unpack._scale_min_k4 computes them one by one."""
+    q = _load(builder, row, builder.add(base, ir.Constant(I64, 4)), V16I8)  # 12 bytes used
+    v8 = ir.VectorType(I8, 8)
+    first = ir.Constant(v8, [1] * 4 + [0] * 4)  # sub-blocks 0-3 hold 6 plain bits
+    c = lambda values: ir.Constant(v8, values)  # noqa: E731
+    sc_src, m_src = _lanes(builder, q, [0, 1, 2, 3, 8, 9, 10, 11]), _lanes(builder, q, [4, 5, 6, 7, 8, 9, 10, 11])
+    top_sc, top_m = _lanes(builder, q, [0, 1, 2, 3, 0, 1, 2, 3]), _lanes(builder, q, [4, 5, 6, 7, 4, 5, 6, 7])
+    high = lambda v: builder.shl(builder.lshr(v, c([6] * 8)), c([4] * 8))  # noqa: E731 - bits 6-7 as 4-5
+    sc = builder.or_(builder.and_(sc_src, c([63] * 4 + [15] * 4)), builder.mul(high(top_sc), builder.sub(c([1] * 8), first)))
+    m_low = builder.select(builder.icmp_unsigned("!=", first, c([0] * 8)), builder.and_(m_src, c([63] * 8)),
+                           builder.lshr(m_src, c([4] * 8)))
+    m = builder.or_(m_low, builder.mul(high(top_m), builder.sub(c([1] * 8), first)))
+    d, dmin = _f16_scalar(builder, row, base), _f16_scalar(builder, row, builder.add(base, ir.Constant(I64, 2)))
+    scales = builder.fmul(_splat_f(builder, d, 8), builder.uitofp(sc, V8F))
+    offsets = builder.fneg(builder.fmul(_splat_f(builder, dmin, 8), builder.uitofp(m, V8F)))
+    return scales, offsets
 
 
 def unit_codes(builder, qtype, row, u, unsigned=False):
     """The chunks of loop unit u of a row: [(chunk index within the unit, <32 x i8> codes,
-    scale and offset as <2 x float> pairs per 16, or None where the caller's arrays hold them)].
+    scale and offset per 16-group as <2 x float> pairs, or None)].
 
     With `unsigned`, Q4_0 and Q6_K codes keep their bias (UNSIGNED_BIAS; 0-15 and 0-63)."""
     _, size, _ = UNITS[qtype]
-    base = builder.mul(u, ir.Constant(I64, size if qtype != 12 else 144))
+    base = builder.mul(u, ir.Constant(I64, size))
     at = lambda n: builder.add(base, ir.Constant(I64, n))  # noqa: E731 - byte n of this block
     if qtype == 2:  # Q4_0: d f16, qs[16]; code - 8
         codes = _nibbles(builder, _load(builder, row, at(2), V16I8))
@@ -70,26 +102,26 @@ def unit_codes(builder, qtype, row, u, unsigned=False):
         return [(0, codes, _f16(builder, row, base), _f16(builder, row, at(2)))]
     if qtype == 8:  # Q8_0: d f16, qs int8[32]
         return [(0, _load(builder, row, at(2), V32I8), _f16(builder, row, base), None)]
-    if qtype == 12:  # Q4_K: units of 64 = one 32-byte run of qs; super-block u // 4 of 144 bytes
-        sb = builder.lshr(u, ir.Constant(I64, 2))
-        pair = builder.and_(u, ir.Constant(I64, 3))
-        at = builder.add(builder.mul(sb, ir.Constant(I64, 144)), builder.add(ir.Constant(I64, 16), builder.mul(pair, ir.Constant(I64, 32))))
-        v = _load(builder, row, at, V32I8)
-        return [(0, builder.and_(v, _splat(V32I8, 15)), None, None), (1, builder.lshr(v, _splat(V32I8, 4)), None, None)]
-    if qtype == 14:  # Q6_K: units of 128 = half a super-block of 210 bytes: ql[64], qh[32]
-        sb = builder.lshr(u, ir.Constant(I64, 1))
-        half = builder.and_(u, ir.Constant(I64, 1))
-        sb_at = builder.mul(sb, ir.Constant(I64, 210))
-        ql = builder.add(sb_at, builder.mul(half, ir.Constant(I64, 64)))
-        qh = builder.add(sb_at, builder.add(ir.Constant(I64, 128), builder.mul(half, ir.Constant(I64, 32))))
-        ql0, ql1 = _load(builder, row, ql, V32I8), _load(builder, row, builder.add(ql, ir.Constant(I64, 32)), V32I8)
-        high = _load(builder, row, qh, V32I8)
+    if qtype == 12:  # Q4_K: d, dmin, 12 scale bytes, qs[128]; 32 bytes of qs hold sub-blocks 2p, 2p + 1
+        scales, offsets = _k4_scales(builder, row, base)
         out = []
-        for s, low in enumerate((builder.and_(ql0, _splat(V32I8, 15)), builder.and_(ql1, _splat(V32I8, 15)),
-                                 builder.lshr(ql0, _splat(V32I8, 4)), builder.lshr(ql1, _splat(V32I8, 4)))):
-            bits = builder.and_(builder.lshr(high, _splat(V32I8, 2 * s)), _splat(V32I8, 3))
-            codes = builder.or_(low, builder.shl(bits, _splat(V32I8, 4)))
-            out.append((s, codes if unsigned else builder.sub(codes, _splat(V32I8, 32)), None, None))
+        for p in range(4):
+            v = _load(builder, row, at(16 + 32 * p), V32I8)
+            for j, codes in ((2 * p, builder.and_(v, _splat(V32I8, 15))), (2 * p + 1, builder.lshr(v, _splat(V32I8, 4)))):
+                out.append((j, codes, _lanes(builder, scales, [j, j]), _lanes(builder, offsets, [j, j])))
+        return out
+    if qtype == 14:  # Q6_K: ql[128], qh[64], int8 scales[16], d; halves of 128 weights
+        d = _f16_scalar(builder, row, at(208))
+        scales = builder.fmul(_splat_f(builder, d, 16), builder.sitofp(_load(builder, row, at(192), V16I8), V16F))
+        out = []
+        for h in range(2):
+            ql0, ql1, high = (_load(builder, row, at(n), V32I8) for n in (64 * h, 64 * h + 32, 128 + 32 * h))
+            for s, low in enumerate((builder.and_(ql0, _splat(V32I8, 15)), builder.and_(ql1, _splat(V32I8, 15)),
+                                     builder.lshr(ql0, _splat(V32I8, 4)), builder.lshr(ql1, _splat(V32I8, 4)))):
+                bits = builder.and_(builder.lshr(high, _splat(V32I8, 2 * s)), _splat(V32I8, 3))
+                codes = builder.or_(low, builder.shl(bits, _splat(V32I8, 4)))
+                j = 4 * h + s
+                out.append((j, codes if unsigned else builder.sub(codes, _splat(V32I8, 32)), _lanes(builder, scales, [2 * j, 2 * j + 1]), None))
         return out
     raise ValueError(f"no vector IR for GGUF type {qtype}")
 
@@ -122,10 +154,10 @@ def reduce_sum(builder, v):
     return builder.extract_element(v, ir.Constant(I32, 0))
 
 
-def emit_row_dots(builder, qtype, rows, row, scale, offset, xs, units):
+def emit_row_dots(builder, qtype, rows, row, xs, units):
     """Emit the loop over `units` of one weight row: returns `rows` float sums, one per x row.
 
-    row: i8* (the row's blocks); scale/offset: float* (per 16 weights); xs: float* per input row."""
+    row: i8* (the row's blocks); xs: float* per input row."""
     weights, _, has_offset = UNITS[qtype]
     chunks = weights // 32
     entry = builder.block
@@ -140,10 +172,8 @@ def emit_row_dots(builder, qtype, rows, row, scale, offset, xs, units):
     new = list(accs)
     for j, codes, sv, ov in unit_codes(builder, qtype, row, u):
         chunk = builder.add(builder.mul(u, ir.Constant(I64, chunks)), ir.Constant(I64, j))
-        sv = load_pair(builder, scale, chunk) if sv is None else sv
         w = builder.fmul(builder.sitofp(codes, V32F), spread(builder, sv, 32), flags=CONTRACT)
         if has_offset:
-            ov = load_pair(builder, offset, chunk) if ov is None else ov
             w = builder.fadd(w, spread(builder, ov, 32), flags=CONTRACT)
         first = builder.mul(chunk, ir.Constant(I64, 32))
         parts = [w] if acc_type is V32F else [_half(builder, w, 0), _half(builder, w, 16)]
