@@ -76,3 +76,25 @@ def test_int8_vector_reads_codes_at_their_extremes():
     x = np.array([[-1.0] * 16 + [1.0] * 16], np.float32)  # codes -127 / 127, d = 1/127
     got = products.linear_int8_vector(x, w)
     assert np.allclose(got, [[128 * 16 + 127 * 16, 0.0]], rtol=1e-6, atol=1e-3)  # row 1: pairs cancel
+
+
+@pytest.mark.parametrize("qtype", VECTOR, ids=lambda t: t.name)
+def test_vector_unpacks_every_weight_where_the_file_has_it(qtype):
+    """One-hot input rows read back each weight: exactly gguf's dequantization where the type has
+    no offset (code * scale), to within float32's fused rounding of code * scale + offset otherwise."""
+    w = _weight(qtype, 5, 512, seed=7)
+    ref = _reference(w)
+    got = products.linear_vector(np.eye(512, dtype=np.float32), w).T
+    if qtype in (T.Q4_1, T.Q4_K):
+        assert np.all(np.abs(got - ref) <= 1e-6 * np.abs(ref).max())
+    else:
+        assert np.array_equal(got, ref)
+
+
+def test_linear_runs_the_fastest_candidate_for_this_cpu():
+    kind = "int8v" if int8_ir.HAS_AVX2 else "vector"
+    assert [products.chosen(t) for t in VECTOR] == [kind] * 5
+    assert products.chosen(T.Q5_0) == products.chosen(T.F16) == "float"
+    w, x = _weight(T.Q4_K, 3, 256), np.ones((2, 256), np.float32)
+    expected = products.linear_int8_vector(x, w) if int8_ir.HAS_AVX2 else products.linear_vector(x, w)
+    assert np.array_equal(products.linear(x, w), expected)

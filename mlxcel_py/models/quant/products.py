@@ -1,7 +1,8 @@
 """x @ W.T for float32 x and a QuantWeight W: the decode kernels' Python entry points.
 
-`linear` uses the candidate measured faster for W's type on this project's CPUs (CHOSEN,
-docs/QUANT_KERNELS.md); `linear_float` and `linear_int8` force one."""
+`linear` uses the candidate measured fastest for W's type on this CPU (`chosen`,
+docs/QUANT_KERNELS.md): d (`linear_int8_vector`) where AVX2 runs it, else c (`linear_vector`),
+for the types they read; a (`linear_float`) for the rest. Each `linear_*` forces one."""
 
 from __future__ import annotations
 
@@ -14,9 +15,14 @@ from .blocks import BLOCK_TYPES, QuantWeight
 from .unpack import LANES
 from .vector_ir import UNITS
 
-FLOAT, INT8 = "float", "int8"
-# Per type, the faster candidate in bench/bench_quant_kernels.py (docs/QUANT_KERNELS.md).
-CHOSEN: dict[T, str] = {t: FLOAT for t in BLOCK_TYPES}
+FLOAT, INT8, VECTOR, INT8_VECTOR = "float", "int8", "vector", "int8v"
+
+
+def chosen(qtype: T) -> str:
+    """The candidate `linear` runs for `qtype` here (bench/bench_quant_kernels.py's winner)."""
+    if int(qtype) in vector.VECTOR_TYPES:
+        return INT8_VECTOR if int8_ir.HAS_AVX2 else VECTOR
+    return FLOAT
 
 
 def _threads(threads: int | None) -> int:
@@ -91,6 +97,6 @@ def linear_int8(x: np.ndarray, w: QuantWeight, out=None, threads: int | None = N
 
 def linear(x: np.ndarray, w: QuantWeight, out=None, threads: int | None = None) -> np.ndarray:
     """x @ W.T (B, N) float32 with the candidate chosen for W's type."""
-    if CHOSEN.get(w.qtype, FLOAT) == INT8:
-        return linear_int8(x, w, out, threads)
-    return linear_float(x, w, out, threads)
+    kind = chosen(w.qtype)
+    fn = {INT8_VECTOR: linear_int8_vector, VECTOR: linear_vector, INT8: linear_int8}.get(kind, linear_float)
+    return fn(x, w, out, threads)
