@@ -49,30 +49,41 @@ def emit_row_dots(builder, qtype, rows, row, xq, xd, xs, units):
     """The loop over `units` of one weight row against `rows` quantized input rows: their sums.
 
     xq: i8* codes, xd: float* scale per 32, xs: float* d_x * sum(q) per 16, one of each per row."""
+    return emit_dots(builder, qtype, [row], xq, xd, xs, units)
+
+
+def emit_dots(builder, qtype, wrows, xq, xd, xs, units):
+    """Every weight row of `wrows` (i8*) against every input row: sums in (weight row, input row)
+    order. Each pair's accumulator sees the same operations in the same order whatever the
+    tile, so a sum never depends on which tile computed it."""
     weights, _, has_offset = UNITS[qtype]
     bias = UNSIGNED_BIAS.get(qtype)
+    pairs = [(i, r) for i in range(len(wrows)) for r in range(len(xq))]
     entry = builder.block
     loop, done = builder.append_basic_block("q8loop"), builder.append_basic_block("q8done")
     builder.branch(loop)
     builder.position_at_end(loop)
     u = builder.phi(I64)
-    accs = [builder.phi(V8F) for _ in range(rows)]
-    offs = [builder.phi(V2F) for _ in range(rows)] if has_offset or bias else []
+    accs = [builder.phi(V8F) for _ in pairs]
+    offs = [builder.phi(V2F) for _ in pairs] if has_offset or bias else []
     new_acc, new_off = list(accs), list(offs)
-    for j, codes, sv, ov in unit_codes(builder, qtype, row, u, unsigned=True):
+    units_of = [unit_codes(builder, qtype, w, u, unsigned=True) for w in wrows]
+    for c in range(len(units_of[0])):
+        j = units_of[0][c][0]
         chunk = builder.add(builder.mul(u, ir.Constant(I64, weights // 32)), ir.Constant(I64, j))
-        if bias:
-            ov = builder.fmul(sv, ir.Constant(V2F, [bias, bias]))
-        scale8 = spread(builder, sv, 8)
         first = builder.mul(chunk, ir.Constant(I64, 32))
-        for r in range(rows):
-            q = builder.load(builder.bitcast(builder.gep(xq[r], [first]), V32I8.as_pointer()), align=1)
-            sums = _int_dot(builder, codes, q, signed=qtype == 8)
-            dx = _splat8(builder, builder.load(builder.gep(xd[r], [chunk]), align=4))
-            new_acc[r] = builder.fadd(builder.fmul(builder.fmul(sums, dx), scale8, flags=CONTRACT), new_acc[r], flags=CONTRACT)
+        qs = [builder.load(builder.bitcast(builder.gep(q, [first]), V32I8.as_pointer()), align=1) for q in xq]
+        dxs = [_splat8(builder, builder.load(builder.gep(d, [chunk]), align=4)) for d in xd]
+        xsums = [load_pair(builder, s, chunk) for s in xs] if offs else []
+        for p, (i, r) in enumerate(pairs):
+            _, codes, sv, ov = units_of[i][c]
+            if bias:
+                ov = builder.fmul(sv, ir.Constant(V2F, [bias, bias]))
+            sums = _int_dot(builder, codes, qs[r], signed=qtype == 8)
+            scaled = builder.fmul(builder.fmul(sums, dxs[r]), spread(builder, sv, 8), flags=CONTRACT)
+            new_acc[p] = builder.fadd(scaled, new_acc[p], flags=CONTRACT)
             if offs:
-                part = builder.fmul(ov, load_pair(builder, xs[r], chunk), flags=CONTRACT)
-                new_off[r] = builder.fadd(part, new_off[r], flags=CONTRACT)
+                new_off[p] = builder.fadd(builder.fmul(ov, xsums[r], flags=CONTRACT), new_off[p], flags=CONTRACT)
     nxt = builder.add(u, ir.Constant(I64, 1))
     u.add_incoming(ir.Constant(I64, 0), entry)
     u.add_incoming(nxt, loop)
