@@ -149,3 +149,42 @@ def stream_int8(qtype, xq, xd, xs, raw, out, threads, units):  # pragma: no cove
         for n in range(t * n_rows // threads, (t + 1) * n_rows // threads):
             for b in range(0, rows, 4):
                 _row_d(qtype, raw[n], xq, xd, xs, b, min(4, rows - b), out, n, units)
+
+
+def _dequant_intrinsic(qtype):
+    """`dequant(row, out, units)`: the weight row's blocks -> out (K,) float32, bit-equal to gguf."""
+
+    @intrinsic
+    def dequant(typingctx, row, out, units):
+        if not _contiguous(row, out):
+            return None
+
+        def codegen(context, builder, signature, args):
+            row_a, out_a = (context.make_array(t)(context, builder, v) for t, v in zip(signature.args[:2], args[:2]))
+            vector_ir.emit_dequant_row(builder, qtype, row_a.data, out_a.data, args[2])
+            return context.get_dummy_value()
+
+        return types.void(row, out, units), codegen
+
+    return dequant
+
+
+_q_q4_0, _q_q4_1, _q_q8_0, _q_q4_k, _q_q6_k = (_dequant_intrinsic(t) for t in (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K))
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def dequant_rows(qtype, raw, out, threads, units):  # pragma: no cover - jitted
+    """raw (N, row bytes) -> out (N, K) float32 for VECTOR_TYPES, rows split over the threads."""
+    n_rows = raw.shape[0]
+    for t in prange(threads):
+        for n in range(t * n_rows // threads, (t + 1) * n_rows // threads):
+            if qtype == Q4_0:
+                _q_q4_0(raw[n], out[n], units)
+            elif qtype == Q4_1:
+                _q_q4_1(raw[n], out[n], units)
+            elif qtype == Q8_0:
+                _q_q8_0(raw[n], out[n], units)
+            elif qtype == Q4_K:
+                _q_q4_k(raw[n], out[n], units)
+            elif qtype == Q6_K:
+                _q_q6_k(raw[n], out[n], units)

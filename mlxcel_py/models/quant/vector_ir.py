@@ -191,3 +191,25 @@ def emit_row_dots(builder, qtype, rows, row, xs, units):
     builder.cbranch(builder.icmp_signed("<", nxt, units), loop, done)
     builder.position_at_end(done)
     return [reduce_sum(builder, v) for v in new]
+
+
+def emit_dequant_row(builder, qtype, row, out, units):
+    """Emit the loop writing one row's weights as float32 to float* `out`: scale * code (+ offset)
+    with no fusing, the same float32 operations as gguf.quants.dequantize, so bit-equal to it."""
+    weights, _, has_offset = UNITS[qtype]
+    entry = builder.block
+    loop, done = builder.append_basic_block("dqloop"), builder.append_basic_block("dqdone")
+    builder.branch(loop)
+    builder.position_at_end(loop)
+    u = builder.phi(I64)
+    for j, codes, sv, ov in unit_codes(builder, qtype, row, u):
+        w = builder.fmul(builder.sitofp(codes, V32F), spread(builder, sv, 32))
+        if has_offset:
+            w = builder.fadd(w, spread(builder, ov, 32))
+        first = builder.add(builder.mul(u, ir.Constant(I64, weights)), ir.Constant(I64, 32 * j))
+        builder.store(w, builder.bitcast(builder.gep(out, [first]), V32F.as_pointer()), align=4)
+    nxt = builder.add(u, ir.Constant(I64, 1))
+    u.add_incoming(ir.Constant(I64, 0), entry)
+    u.add_incoming(nxt, loop)
+    builder.cbranch(builder.icmp_signed("<", nxt, units), loop, done)
+    builder.position_at_end(done)
