@@ -3,9 +3,9 @@
 numba's loop vectorizer leaves the 16/32-wide block loops of the GGUF types scalar (no SLP
 vectorizer; uint8 widened to int64; docs/QUANT_KERNELS.md). This module writes them as explicit
 LLVM vectors instead: each chunk of 32 weights is one `<32 x i8>` of codes (unpacked from the
-file's own block bytes with vector and/shift/or), converted to `<32 x float>`, scaled
-(`w = scale * code + offset`, scale and offset per 16 from the caller) and multiplied into
-one `<32 x float>` accumulator per input row. LLVM splits the vectors for the target
+file's own block bytes with vector and/shift/or, scales too), converted to `<32 x float>`,
+scaled (`w = scale * code + offset` per 16 weights) and multiplied into one `<32 x float>`
+accumulator per input row (16 lanes for 3-4 rows, to fit AVX2's registers). LLVM splits the vectors for the target
 (4 ymm on AVX2, 2 zmm on AVX-512, 8 q registers on NEON), so nothing here is x86-specific.
 
 Weights stay in the GGUF layout (memory-mapped, not repacked). Accumulators are reduced in a
