@@ -1,6 +1,6 @@
 """Prefill over quantized weights: x @ W.T for many rows, one dequantized tile of W at a time.
 
-Each tile of `tile_rows` weight rows is dequantized (exactly, kernels.dequant_rows) into one
+Each tile of `tile_rows` weight rows is dequantized (exactly, products.dequantize_into) into one
 reused float32 scratch buffer and multiplied with numpy's BLAS, so no float32 copy of W stays
 resident: the extra memory is the scratch, tile_rows x in_features x 4 bytes (256 rows:
 576 KiB for 576 columns, 2 MiB for 2,048, 8 MiB for 8,192), plus BLAS's own packing."""
@@ -10,9 +10,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from . import kernels
+from . import products
 from .blocks import QuantWeight
-from .unpack import LANES
 
 TILE_ROWS = 256
 
@@ -37,6 +36,6 @@ def matmul_tiled(x: np.ndarray, w: QuantWeight, out: np.ndarray | None = None, t
     for start in range(0, rows, tile_rows):
         stop = min(start + tile_rows, rows)
         tile = scratch[: stop - start]
-        kernels.dequant_rows(int(w.qtype), w.blocks[start:stop], tile, n_threads, LANES)
+        products.dequantize_into(w.blocks[start:stop], w.qtype, tile, n_threads)
         np.matmul(x, tile.T, out=out[:, start:stop])
     return out

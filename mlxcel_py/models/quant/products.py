@@ -1,7 +1,8 @@
 """x @ W.T for float32 x and a QuantWeight W: the decode kernels' Python entry points.
 
-`linear` uses the candidate measured faster for W's type on this project's CPUs (CHOSEN,
-docs/QUANT_KERNELS.md); `linear_float` and `linear_int8` force one."""
+`linear` uses the candidate measured fastest for W's type on this CPU (`chosen`,
+docs/QUANT_KERNELS.md): d (`linear_int8_vector`) where AVX2 runs it, else c (`linear_vector`),
+for the types they read; a (`linear_float`) for the rest. Each `linear_*` forces one."""
 
 from __future__ import annotations
 
@@ -9,13 +10,19 @@ import numba
 import numpy as np
 from gguf.constants import GGMLQuantizationType as T
 
-from . import kernels
+from . import int8_ir, kernels, vector
 from .blocks import BLOCK_TYPES, QuantWeight
 from .unpack import LANES
+from .vector_ir import UNITS
 
-FLOAT, INT8 = "float", "int8"
-# Per type, the faster candidate in bench/bench_quant_kernels.py (docs/QUANT_KERNELS.md).
-CHOSEN: dict[T, str] = {t: FLOAT for t in BLOCK_TYPES}
+FLOAT, INT8, VECTOR, INT8_VECTOR = "float", "int8", "vector", "int8v"
+
+
+def chosen(qtype: T) -> str:
+    """The candidate `linear` runs for `qtype` here (bench/bench_quant_kernels.py's winner)."""
+    if int(qtype) in vector.VECTOR_TYPES:
+        return INT8_VECTOR if int8_ir.HAS_AVX2 else VECTOR
+    return FLOAT
 
 
 def _threads(threads: int | None) -> int:
@@ -31,8 +38,17 @@ def _out(x: np.ndarray, w: QuantWeight, out: np.ndarray | None) -> np.ndarray:
 def dequantize(w: QuantWeight, threads: int | None = None) -> np.ndarray:
     """The whole weight as float32 (rows, columns), equal to gguf.quants.dequantize."""
     out = np.empty(w.shape, np.float32)
-    kernels.dequant_rows(int(w.qtype), w.blocks, out, _threads(threads), LANES)
+    dequantize_into(w.blocks, w.qtype, out, _threads(threads))
     return out
+
+
+def dequantize_into(raw: np.ndarray, qtype: T, out: np.ndarray, threads: int) -> None:
+    """Rows of blocks `raw` -> out (float32, C-contiguous), exactly; the vector IR where it reads
+    the type (1.8-9x faster than the numba unpackers, docs/QUANT_KERNELS.md), else kernels.dequant_rows."""
+    if int(qtype) in vector.VECTOR_TYPES:
+        vector.dequant_rows(int(qtype), np.ascontiguousarray(raw), out, threads, out.shape[1] // UNITS[int(qtype)][0])
+    else:
+        kernels.dequant_rows(int(qtype), raw, out, threads, LANES)
 
 
 def linear_float(x: np.ndarray, w: QuantWeight, out=None, threads: int | None = None) -> np.ndarray:
@@ -40,6 +56,33 @@ def linear_float(x: np.ndarray, w: QuantWeight, out=None, threads: int | None = 
     out = _out(x, w, out)
     x = np.ascontiguousarray(x, dtype=np.float32)
     kernels.stream_float(int(w.qtype), x, w.blocks, out, _threads(threads), LANES)
+    return out
+
+
+def linear_vector(x: np.ndarray, w: QuantWeight, out=None, threads: int | None = None) -> np.ndarray:
+    """Candidate c: candidate a's float FMA with every block loop as explicit LLVM vectors
+    (vector.VECTOR_TYPES only)."""
+    if int(w.qtype) not in vector.VECTOR_TYPES:
+        raise ValueError(f"the vector kernel does not read {w.qtype.name}")
+    out = _out(x, w, out)
+    if out.dtype != np.float32 or not out.flags.c_contiguous:
+        raise ValueError("out must be a C-contiguous float32 array")
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    units = w.shape[1] // UNITS[int(w.qtype)][0]
+    vector.stream_vector(int(w.qtype), x, np.ascontiguousarray(w.blocks), out, _threads(threads), units)
+    return out
+
+
+def linear_int8_vector(x: np.ndarray, w: QuantWeight, out=None, threads: int | None = None) -> np.ndarray:
+    """Candidate d: candidate b (x as int8 per 32) with AVX2's vpmaddubsw/vpmaddwd (int8_ir)."""
+    if int(w.qtype) not in vector.VECTOR_TYPES or not int8_ir.HAS_AVX2:
+        raise ValueError(f"the int8 vector kernel does not read {w.qtype.name} on this CPU")
+    out = _out(x, w, out)
+    if out.dtype != np.float32 or not out.flags.c_contiguous:
+        raise ValueError("out must be a C-contiguous float32 array")
+    xq, xd, xs = vector.quantize_x(np.ascontiguousarray(x, dtype=np.float32))
+    units = w.shape[1] // UNITS[int(w.qtype)][0]
+    vector.stream_int8(int(w.qtype), xq, xd, xs, np.ascontiguousarray(w.blocks), out, _threads(threads), units)
     return out
 
 
@@ -63,6 +106,6 @@ def linear_int8(x: np.ndarray, w: QuantWeight, out=None, threads: int | None = N
 
 def linear(x: np.ndarray, w: QuantWeight, out=None, threads: int | None = None) -> np.ndarray:
     """x @ W.T (B, N) float32 with the candidate chosen for W's type."""
-    if CHOSEN.get(w.qtype, FLOAT) == INT8:
-        return linear_int8(x, w, out, threads)
-    return linear_float(x, w, out, threads)
+    kind = chosen(w.qtype)
+    fn = {INT8_VECTOR: linear_int8_vector, VECTOR: linear_vector, INT8: linear_int8}.get(kind, linear_float)
+    return fn(x, w, out, threads)

@@ -26,8 +26,8 @@ Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, BF16 = 10, 11, 12, 13, 14, 30
 def f16(r, at):  # pragma: no cover - jitted
     """The float16 at bytes r[at:at+2] as float32; exact for finite values, subnormals included."""
     h = np.uint32(r[at]) | (np.uint32(r[at + 1]) << np.uint32(8))
-    v = (np.uint32((h & np.uint32(0x7FFF)) << np.uint32(13))).view(np.float32) * _TWO_112
-    return -v if h & np.uint32(0x8000) else v
+    bits = ((h & np.uint32(0x8000)) << np.uint32(16)) | ((h & np.uint32(0x7FFF)) << np.uint32(13))
+    return np.uint32(bits).view(np.float32) * _TWO_112  # the sign as a bit, not a branch (random signs)
 
 
 @njit(cache=True, nogil=True)

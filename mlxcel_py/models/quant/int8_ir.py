@@ -1,0 +1,98 @@
+"""LLVM IR for llama.cpp's integer decode product on AVX2 (candidate d): `vpmaddubsw` + `vpmaddwd`.
+
+The input rows are quantized to int8 per 32 values (Q8_0's rule, kernels.quantize_rows_q8). For
+each chunk of 32 weights and each input row, the weight codes (unsigned: Q4_0 and Q6_K keep their
+bias, Q8_0's signed codes go through `vpsignb`) multiply the row's int8 codes in pairs to int16
+(`vpmaddubsw`, no saturation: |pair| <= 2 * 128 * 127), then to eight int32 sums of four
+(`vpmaddwd` by ones), one per four weights, so each half holds one 16-group. Per row:
+
+    y = sum_chunks  d_x * (scale_16 . sums)  +  sum_16-groups  offset_16 * (d_x * sum(q_x))
+
+with the scale and offset of vector_ir.unit_codes (offset = bias * scale for the biased types).
+x86 only; HAS_AVX2 says whether this CPU can run it."""
+
+from __future__ import annotations
+
+import platform
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+from numba.core import cgutils
+
+from .vector_ir import CONTRACT, I32, I64, UNITS, UNSIGNED_BIAS, V2F, V8F, V32I8, load_pair, reduce_sum, spread, unit_codes
+
+V16I16, V8I32 = ir.VectorType(ir.IntType(16), 16), ir.VectorType(I32, 8)
+HAS_AVX2 = platform.machine().lower() in ("x86_64", "amd64") and bool(llvm.get_host_cpu_features().get("avx2"))
+
+
+def _x86(builder, name, ret, *args):
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ret, [a.type for a in args]), name)
+    return builder.call(fn, list(args))
+
+
+def _int_dot(builder, codes, q, signed):
+    """Eight int32 sums of four code * q products (lanes 0-3: weights 0-15, 4-7: 16-31) as float."""
+    if signed:  # vpmaddubsw wants unsigned codes: |w| times q with w's sign
+        q = _x86(builder, "llvm.x86.avx2.psign.b", V32I8, q, codes)
+        codes = _x86(builder, "llvm.x86.avx2.psign.b", V32I8, codes, codes)
+    pairs = _x86(builder, "llvm.x86.avx2.pmadd.ub.sw", V16I16, codes, q)
+    ones = ir.Constant(V16I16, [1] * 16)
+    return builder.sitofp(_x86(builder, "llvm.x86.avx2.pmadd.wd", V8I32, pairs, ones), V8F)
+
+
+def _splat8(builder, value):
+    one = builder.insert_element(ir.Constant(ir.VectorType(value.type, 1), None), value, ir.Constant(I32, 0))
+    return builder.shuffle_vector(one, one, ir.Constant(ir.VectorType(I32, 8), [0] * 8))
+
+
+def emit_row_dots(builder, qtype, rows, row, xq, xd, xs, units):
+    """The loop over `units` of one weight row against `rows` quantized input rows: their sums.
+
+    xq: i8* codes, xd: float* scale per 32, xs: float* d_x * sum(q) per 16, one of each per row."""
+    return emit_dots(builder, qtype, [row], xq, xd, xs, units)
+
+
+def emit_dots(builder, qtype, wrows, xq, xd, xs, units):
+    """Every weight row of `wrows` (i8*) against every input row: sums in (weight row, input row)
+    order. Each pair's accumulator sees the same operations in the same order whatever the
+    tile, so a sum never depends on which tile computed it."""
+    weights, _, has_offset = UNITS[qtype]
+    bias = UNSIGNED_BIAS.get(qtype)
+    pairs = [(i, r) for i in range(len(wrows)) for r in range(len(xq))]
+    entry = builder.block
+    loop, done = builder.append_basic_block("q8loop"), builder.append_basic_block("q8done")
+    builder.branch(loop)
+    builder.position_at_end(loop)
+    u = builder.phi(I64)
+    accs = [builder.phi(V8F) for _ in pairs]
+    offs = [builder.phi(V2F) for _ in pairs] if has_offset or bias else []
+    new_acc, new_off = list(accs), list(offs)
+    units_of = [unit_codes(builder, qtype, w, u, unsigned=True) for w in wrows]
+    for c in range(len(units_of[0])):
+        j = units_of[0][c][0]
+        chunk = builder.add(builder.mul(u, ir.Constant(I64, weights // 32)), ir.Constant(I64, j))
+        first = builder.mul(chunk, ir.Constant(I64, 32))
+        qs = [builder.load(builder.bitcast(builder.gep(q, [first]), V32I8.as_pointer()), align=1) for q in xq]
+        dxs = [_splat8(builder, builder.load(builder.gep(d, [chunk]), align=4)) for d in xd]
+        xsums = [load_pair(builder, s, chunk) for s in xs] if offs else []
+        for p, (i, r) in enumerate(pairs):
+            _, codes, sv, ov = units_of[i][c]
+            if bias:
+                ov = builder.fmul(sv, ir.Constant(V2F, [bias, bias]))
+            sums = _int_dot(builder, codes, qs[r], signed=qtype == 8)
+            scaled = builder.fmul(builder.fmul(sums, dxs[r]), spread(builder, sv, 8), flags=CONTRACT)
+            new_acc[p] = builder.fadd(scaled, new_acc[p], flags=CONTRACT)
+            if offs:
+                new_off[p] = builder.fadd(builder.fmul(ov, xsums[r], flags=CONTRACT), new_off[p], flags=CONTRACT)
+    nxt = builder.add(u, ir.Constant(I64, 1))
+    u.add_incoming(ir.Constant(I64, 0), entry)
+    u.add_incoming(nxt, loop)
+    for phi, value, vtype in [(a, v, V8F) for a, v in zip(accs, new_acc)] + [(a, v, V2F) for a, v in zip(offs, new_off)]:
+        phi.add_incoming(ir.Constant(vtype, None), entry)
+        phi.add_incoming(value, loop)
+    builder.cbranch(builder.icmp_signed("<", nxt, units), loop, done)
+    builder.position_at_end(done)
+    sums = [reduce_sum(builder, v) for v in new_acc]
+    if offs:
+        sums = [builder.fadd(s, reduce_sum(builder, o)) for s, o in zip(sums, new_off)]
+    return sums

@@ -1,0 +1,194 @@
+"""Candidates c and d: decode products whose block loops are explicit LLVM vectors.
+
+One intrinsic call per weight row and up to 4 input rows unpacks every 32 codes with vector ops
+straight from the file's blocks (scales included: f16, Q4_K's 6-bit pairs, Q6_K's int8), then
+c (vector_ir) dequantizes them in registers and takes float FMA dot products with the input
+rows, and d (int8_ir, AVX2) takes integer dot products with the rows quantized to int8.
+Types: VECTOR_TYPES. Output rows are split over the threads in contiguous ranges.
+
+numba caches a kernel by this file's source only, so IR_DIGEST holds the digest of vector_ir.py
+and int8_ir.py (tests/test_quant_vector.py checks it): editing either means updating it here,
+which changes this file and so every cached kernel."""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from . import int8_ir, vector_ir
+from .kernels import quantize_rows_q8
+
+IR_DIGEST = "253ca27a850bfcdf"  # sha256 of int8_ir.py then vector_ir.py, first 16 hex digits
+from .unpack import Q4_0, Q4_1, Q4_K, Q6_K, Q8_0
+
+VECTOR_TYPES = tuple(vector_ir.UNITS)  # GGUF type ids: Q4_0, Q4_1, Q8_0, Q4_K, Q6_K
+
+
+def _rows_switch(context, builder, count, emit):
+    """A switch over count = 1..MAX_ROWS input rows, `emit(rows)` generating each case."""
+    end = builder.append_basic_block("rows_end")
+    switch = builder.switch(count, end)
+    for rows in range(1, vector_ir.MAX_ROWS + 1):
+        block = builder.append_basic_block(f"rows{rows}")
+        switch.add_case(ir.Constant(count.type, rows), block)
+        builder.position_at_end(block)
+        emit(rows)
+        builder.branch(end)
+    builder.position_at_end(end)
+    return context.get_dummy_value()
+
+
+def _codegen(qtype, quantized):
+    """The IR of one call: weight row `row` against input rows b..b+count, sums stored in out[:, n]."""
+    n_x = 3 if quantized else 1
+
+    def codegen(context, builder, signature, args):
+        arrays = [context.make_array(t)(context, builder, v) if isinstance(t, types.Array) else None
+                  for t, v in zip(signature.args, args)]
+        w, xs_a, out_a = arrays[0].data, arrays[1 : 1 + n_x], arrays[n_x + 3]
+        b, count, n, units = args[n_x + 1], args[n_x + 2], args[n_x + 4], args[n_x + 5]
+        widths = [cgutils.unpack_tuple(builder, a.shape, 2)[1] for a in (*xs_a, out_a)]
+
+        def emit(rows):
+            firsts = [builder.add(b, ir.Constant(b.type, r)) for r in range(rows)]
+            ptrs = [[builder.gep(a.data, [builder.mul(f, k)]) for f in firsts] for a, k in zip(xs_a, widths)]
+            sums = (int8_ir if quantized else vector_ir).emit_row_dots(builder, qtype, rows, w, *ptrs, units)
+            for f, value in zip(firsts, sums):
+                builder.store(value, builder.gep(out_a.data, [builder.add(builder.mul(f, widths[-1]), n)]))
+
+        return _rows_switch(context, builder, count, emit)
+
+    return codegen
+
+
+def _contiguous(*arrays) -> bool:
+    return all(a.layout == "C" for a in arrays)  # the IR indexes rows as contiguous runs
+
+
+def _float_intrinsic(qtype):
+    """c: `dot(row, x, b, count, out, n, units)`: out[b:b+count, n] = x[b:b+count] . W row."""
+
+    @intrinsic
+    def dot(typingctx, row, x, b, count, out, n, units):
+        if _contiguous(row, x, out):
+            return types.void(row, x, b, count, out, n, units), _codegen(qtype, False)
+
+    return dot
+
+
+def _int8_intrinsic(qtype):
+    """d: `dot(row, xq, xd, xs, b, count, out, n, units)` on quantize_x's arrays."""
+
+    @intrinsic
+    def dot(typingctx, row, xq, xd, xs, b, count, out, n, units):
+        if _contiguous(row, xq, xd, xs, out):
+            return types.void(row, xq, xd, xs, b, count, out, n, units), _codegen(qtype, True)
+
+    return dot
+
+
+_c_q4_0, _c_q4_1, _c_q8_0, _c_q4_k, _c_q6_k = (_float_intrinsic(t) for t in (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K))
+_d_q4_0, _d_q4_1, _d_q8_0, _d_q4_k, _d_q6_k = (_int8_intrinsic(t) for t in (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _row_c(qtype, r, x, b, count, out, n, units):  # pragma: no cover - jitted
+    if qtype == Q4_0:
+        _c_q4_0(r, x, b, count, out, n, units)
+    elif qtype == Q4_1:
+        _c_q4_1(r, x, b, count, out, n, units)
+    elif qtype == Q8_0:
+        _c_q8_0(r, x, b, count, out, n, units)
+    elif qtype == Q4_K:
+        _c_q4_k(r, x, b, count, out, n, units)
+    elif qtype == Q6_K:
+        _c_q6_k(r, x, b, count, out, n, units)
+
+
+@njit(fastmath=True, cache=True, nogil=True, parallel=True)
+def stream_vector(qtype, x, raw, out, threads, units):  # pragma: no cover - jitted
+    """c: out (B, N) = x (B, K) @ W.T for W's blocks raw (N, row bytes); `units` loop units per row."""
+    n_rows, rows = raw.shape[0], x.shape[0]
+    for t in prange(threads):
+        for n in range(t * n_rows // threads, (t + 1) * n_rows // threads):
+            for b in range(0, rows, 4):
+                _row_c(qtype, raw[n], x, b, min(4, rows - b), out, n, units)
+
+
+@njit(cache=True, nogil=True)
+def quantize_x(x):  # pragma: no cover - jitted
+    """x (B, K) -> int8 codes (B, K), scales per 32 (B, K/32), d_x * sum(codes) per 16 (B, K/16)."""
+    rows, k = x.shape
+    xq, xd = np.empty((rows, k), np.int8), np.empty((rows, k // 32), np.float32)
+    xsum, xs = np.empty((rows, k // 16), np.int32), np.empty((rows, k // 16), np.float32)
+    quantize_rows_q8(x, xq, xd, xsum)
+    for b in range(rows):
+        for g in range(k // 16):
+            xs[b, g] = xd[b, g >> 1] * np.float32(xsum[b, g])
+    return xq, xd, xs
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _row_d(qtype, r, xq, xd, xs, b, count, out, n, units):  # pragma: no cover - jitted
+    if qtype == Q4_0:
+        _d_q4_0(r, xq, xd, xs, b, count, out, n, units)
+    elif qtype == Q4_1:
+        _d_q4_1(r, xq, xd, xs, b, count, out, n, units)
+    elif qtype == Q8_0:
+        _d_q8_0(r, xq, xd, xs, b, count, out, n, units)
+    elif qtype == Q4_K:
+        _d_q4_k(r, xq, xd, xs, b, count, out, n, units)
+    elif qtype == Q6_K:
+        _d_q6_k(r, xq, xd, xs, b, count, out, n, units)
+
+
+@njit(fastmath=True, cache=True, nogil=True, parallel=True)
+def stream_int8(qtype, xq, xd, xs, raw, out, threads, units):  # pragma: no cover - jitted
+    """d: out (B, N) from quantize_x's rows and W's blocks raw (N, row bytes); AVX2 only."""
+    n_rows, rows = raw.shape[0], xq.shape[0]
+    for t in prange(threads):
+        for n in range(t * n_rows // threads, (t + 1) * n_rows // threads):
+            for b in range(0, rows, 4):
+                _row_d(qtype, raw[n], xq, xd, xs, b, min(4, rows - b), out, n, units)
+
+
+def _dequant_intrinsic(qtype):
+    """`dequant(row, out, units)`: the weight row's blocks -> out (K,) float32, bit-equal to gguf."""
+
+    @intrinsic
+    def dequant(typingctx, row, out, units):
+        if not _contiguous(row, out):
+            return None
+
+        def codegen(context, builder, signature, args):
+            row_a, out_a = (context.make_array(t)(context, builder, v) for t, v in zip(signature.args[:2], args[:2]))
+            vector_ir.emit_dequant_row(builder, qtype, row_a.data, out_a.data, args[2])
+            return context.get_dummy_value()
+
+        return types.void(row, out, units), codegen
+
+    return dequant
+
+
+_q_q4_0, _q_q4_1, _q_q8_0, _q_q4_k, _q_q6_k = (_dequant_intrinsic(t) for t in (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K))
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def dequant_rows(qtype, raw, out, threads, units):  # pragma: no cover - jitted
+    """raw (N, row bytes) -> out (N, K) float32 for VECTOR_TYPES, rows split over the threads."""
+    n_rows = raw.shape[0]
+    for t in prange(threads):
+        for n in range(t * n_rows // threads, (t + 1) * n_rows // threads):
+            if qtype == Q4_0:
+                _q_q4_0(raw[n], out[n], units)
+            elif qtype == Q4_1:
+                _q_q4_1(raw[n], out[n], units)
+            elif qtype == Q8_0:
+                _q_q8_0(raw[n], out[n], units)
+            elif qtype == Q4_K:
+                _q_q4_k(raw[n], out[n], units)
+            elif qtype == Q6_K:
+                _q_q6_k(raw[n], out[n], units)

@@ -1,0 +1,112 @@
+"""The explicit-vector decode kernels (mlxcel_py/models/quant/vector.py) against float64 products
+of the exactly dequantized weight, over the GGUF types they read and 1-8 input rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gguf.constants import GGMLQuantizationType as T
+
+from mlxcel_py.models.quant import blocks, int8_ir, products
+from test_quant_blocks import _reference, _weight
+
+VECTOR = (T.Q4_0, T.Q4_1, T.Q8_0, T.Q4_K, T.Q6_K)
+
+
+def _bound(x, ref):
+    return 2e-5 * (np.abs(x).astype(np.float64) @ np.abs(ref).T.astype(np.float64)) + 1e-6
+
+
+@pytest.mark.parametrize("qtype", VECTOR, ids=lambda t: t.name)
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 8])
+def test_vector_products_match_float64(qtype, rows):
+    w = _weight(qtype, 13, 512, seed=rows)
+    ref = _reference(w)
+    x = np.random.default_rng(rows).standard_normal((rows, 512)).astype(np.float32)
+    got = products.linear_vector(x, w)
+    exact = x.astype(np.float64) @ ref.astype(np.float64).T
+    assert got.dtype == np.float32 and got.shape == (rows, 13)
+    assert np.all(np.abs(got - exact) <= _bound(x, ref))
+    assert np.array_equal(got, products.linear_vector(x, w, threads=2))  # no bit moves with threads
+
+
+@pytest.mark.parametrize("qtype,shape", [(T.Q4_0, (1536, 576)), (T.Q8_0, (576, 1536)), (T.Q4_K, (257, 2048)),
+                                         (T.Q6_K, (64, 768))], ids=str)
+def test_vector_real_model_shapes(qtype, shape):
+    w = _weight(qtype, *shape)
+    ref = _reference(w)
+    x = np.random.default_rng(1).standard_normal((4, shape[1])).astype(np.float32)
+    got = products.linear_vector(x[:, :], w, out=np.full((4, shape[0]), np.nan, np.float32))
+    assert np.all(np.abs(got - x.astype(np.float64) @ ref.astype(np.float64).T) <= _bound(x, ref))
+
+
+def test_vector_refuses_what_it_does_not_read():
+    with pytest.raises(ValueError, match="does not read Q5_0"):
+        products.linear_vector(np.zeros((1, 32), np.float32), _weight(T.Q5_0, 2, 32))
+    with pytest.raises(ValueError, match="C-contiguous float32"):
+        products.linear_vector(np.zeros((1, 32), np.float32), _weight(T.Q4_0, 2, 32), out=np.zeros((1, 4), np.float32)[:, ::2])
+
+
+needs_avx2 = pytest.mark.skipif(not int8_ir.HAS_AVX2, reason="the int8 vector kernel is AVX2 code")
+
+
+@needs_avx2
+@pytest.mark.parametrize("qtype", VECTOR, ids=lambda t: t.name)
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 8])
+def test_int8_vector_products_match_the_same_formula_in_float64(qtype, rows):
+    w = _weight(qtype, 13, 512, seed=rows)
+    ref = _reference(w).astype(np.float64)
+    x = np.random.default_rng(rows).standard_normal((rows, 512)).astype(np.float32)
+    xq, xd, _ = products.quantize_activations(x)  # tested against numpy in test_quant_blocks
+    x_hat = np.repeat(xd.astype(np.float64), 32, axis=1) * xq
+    got = products.linear_int8_vector(x, w)
+    assert got.dtype == np.float32 and got.shape == (rows, 13)
+    assert np.all(np.abs(got - x_hat @ ref.T) <= 2e-5 * (np.abs(x_hat) @ np.abs(ref).T) + 1e-6)
+    assert np.array_equal(got, products.linear_int8_vector(x, w, threads=2))
+
+
+@needs_avx2
+def test_int8_vector_reads_codes_at_their_extremes():
+    """Q8_0 codes of -128 and 127 against activation codes of +-127: no int16 saturation."""
+    raw = np.zeros((2, 34), np.uint8)
+    raw[:, :2] = np.array([1.0], np.float16).view(np.uint8)
+    raw[0, 2:] = np.array([-128] * 16 + [127] * 16, np.int8).view(np.uint8)
+    raw[1, 2:] = np.array([-128, 127] * 16, np.int8).view(np.uint8)
+    w = blocks.make(T.Q8_0, (2, 32), raw)
+    x = np.array([[-1.0] * 16 + [1.0] * 16], np.float32)  # codes -127 / 127, d = 1/127
+    got = products.linear_int8_vector(x, w)
+    assert np.allclose(got, [[128 * 16 + 127 * 16, 0.0]], rtol=1e-6, atol=1e-3)  # row 1: pairs cancel
+
+
+@pytest.mark.parametrize("qtype", VECTOR, ids=lambda t: t.name)
+def test_vector_unpacks_every_weight_where_the_file_has_it(qtype):
+    """One-hot input rows read back each weight: exactly gguf's dequantization where the type has
+    no offset (code * scale), to within float32's fused rounding of code * scale + offset otherwise."""
+    w = _weight(qtype, 5, 512, seed=7)
+    ref = _reference(w)
+    got = products.linear_vector(np.eye(512, dtype=np.float32), w).T
+    if qtype in (T.Q4_1, T.Q4_K):
+        assert np.all(np.abs(got - ref) <= 1e-6 * np.abs(ref).max())
+    else:
+        assert np.array_equal(got, ref)
+
+
+def test_linear_runs_the_fastest_candidate_for_this_cpu():
+    kind = "int8v" if int8_ir.HAS_AVX2 else "vector"
+    assert [products.chosen(t) for t in VECTOR] == [kind] * 5
+    assert products.chosen(T.Q5_0) == products.chosen(T.F16) == "float"
+    w, x = _weight(T.Q4_K, 3, 256), np.ones((2, 256), np.float32)
+    expected = products.linear_int8_vector(x, w) if int8_ir.HAS_AVX2 else products.linear_vector(x, w)
+    assert np.array_equal(products.linear(x, w), expected)
+
+
+def test_the_ir_digest_follows_the_ir_sources():
+    """numba's cache keys on vector.py's source: a stale digest would keep kernels built from old IR."""
+    import hashlib
+    from pathlib import Path
+
+    from mlxcel_py.models.quant import vector
+
+    folder = Path(vector.__file__).parent
+    text = b"".join((folder / name).read_bytes() for name in ("int8_ir.py", "vector_ir.py"))
+    assert vector.IR_DIGEST == hashlib.sha256(text).hexdigest()[:16], "update IR_DIGEST in models/quant/vector.py"
