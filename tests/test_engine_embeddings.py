@@ -117,3 +117,23 @@ def test_an_unknown_pooling_is_refused_naming_it():
     with pytest.raises(RequestError, match="pooling must be one of mean, cls, last, none") as info:
         Request("e", (1, 2), pooling="max")
     assert info.value.param == "pooling"
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3", "phi3"])
+def test_every_architecture_embeds_its_checkpoints_hidden_states(arch):
+    """Through the engine on our GGUF load vs the final normed hidden states of mlx-lm's model of
+    the HF checkpoint the GGUF was converted from: the inner module is found for every family."""
+    from gguf_fixtures import ARCH_FILES, PROMPT, fixture_model, hf_reference
+
+    ours = fixture_model(ARCH_FILES[arch])
+    ids = tuple(ours.tokenizer.encode(PROMPT, add_special_tokens=True))
+    hidden = np.array(hf_reference(arch).model(mx.array([list(ids)]))[0].astype(mx.float32), dtype=np.float64)
+    worker = make_worker(ours, prefill_chunk_size=4)
+    try:
+        got = {p: vector_of(events_of(worker.submit(Request(p, ids, pooling=p)))) for p in ("mean", "last")}
+    finally:
+        worker.stop()
+    for pooling, want in (("mean", hidden.mean(axis=0)), ("last", hidden[-1])):
+        v = got[pooling].astype(np.float64)
+        cosine = v @ want / (np.linalg.norm(v) * np.linalg.norm(want))
+        assert cosine > 0.9999, (arch, pooling, cosine)

@@ -165,3 +165,20 @@ def test_pooling_none_gives_per_token_rows_on_embedding_and_a_400_on_v1():
     assert len(rows) == len(encode_text(tiny_model().tokenizer, TEXTS[2]))
     assert all(abs(np.linalg.norm(r) - 1) < 1e-5 for r in rows)
     assert refused.status_code == 400 and "pooling 'none'" in error_of(refused)["message"]
+
+
+def test_the_ggufs_pooling_type_is_the_default_and_the_flag_wins(tmp_path):
+    from mlxcel_py.models import load_model
+    from tiny import write_tiny_gguf
+
+    path = write_tiny_gguf(tmp_path / "mean.gguf", metadata={"llama.pooling_type": mx.array(1, dtype=mx.uint32)})
+    loaded = load_model(str(path))
+    assert loaded.pooling == "mean" and tiny_model().pooling is None
+    for flag, want in ((None, "mean"), ("cls", "cls")):
+        running = start_server(model=loaded, pooling=flag)
+        try:
+            with running.client() as c:
+                data = c.post("/v1/embeddings", json={"input": TEXTS[0]}).json()["data"]
+        finally:
+            stop_server(running)
+        np.testing.assert_allclose(data[0]["embedding"], direct(TEXTS[0], want), atol=1e-5)
