@@ -182,3 +182,18 @@ def test_the_ggufs_pooling_type_is_the_default_and_the_flag_wins(tmp_path):
         finally:
             stop_server(running)
         np.testing.assert_allclose(data[0]["embedding"], direct(TEXTS[0], want), atol=1e-5)
+
+
+def test_a_batch_bigger_than_the_queue_runs_in_waves():
+    running = start_server(max_queue=4, parallel=2)
+    texts = [f"text number {i}" for i in range(11)]
+    try:
+        with running.client() as c:
+            many = c.post("/v1/embeddings", json={"input": texts}).json()["data"]
+            alone = c.post("/v1/embeddings", json={"input": texts[7]}).json()["data"][0]["embedding"]
+            too_many = c.post("/v1/embeddings", json={"input": ["x"] * 2049})
+    finally:
+        stop_server(running)
+    assert [d["index"] for d in many] == list(range(11))
+    np.testing.assert_allclose(many[7]["embedding"], alone, atol=1e-5)
+    assert too_many.status_code == 400 and "at most 2048" in error_of(too_many)["message"]

@@ -16,6 +16,7 @@ from ..generation.prompt import check_token_ids
 if TYPE_CHECKING:
     from ..runtime import Runtime
 
+MAX_INPUTS = 2048  # OpenAI's limit per request
 DEFAULT_POOLING = "last"  # a decoder model without a GGUF pooling_type (llama-server would say "none")
 
 
@@ -51,9 +52,8 @@ def input_ids(value: Any, rt: "Runtime", param: str, truncate: bool = False) -> 
     items = _items(value)
     if not items:
         raise FieldError(f"{param} must not be empty", param=param)
-    if len(items) > rt.config.engine.max_queue:
-        raise FieldError(f"{param} has {len(items)} inputs; at most {rt.config.engine.max_queue} per request "
-                         "(--max-queue)", param=param)
+    if len(items) > MAX_INPUTS:
+        raise FieldError(f"{param} has {len(items)} inputs; at most {MAX_INPUTS} per request", param=param)
     fits = rt.prompt_limit.slot_context - 1  # what the engine admits
     out = []
     for i, item in enumerate(items):

@@ -23,14 +23,19 @@ from .vectors import encoded, normalize
 
 
 async def _vectors(request: Request, rt: Runtime, job: EmbedPlan, arrived: float, param: str) -> Optional[list]:
-    """Every input's pooled vector, in order; None if the client left."""
-    members = await submit_all(request, rt, job.jobs, arrived, param)
-    if members is None:
-        return None
-    replies = await collect_all(request.receive, GenerationGroup(members))
-    if replies is None:
-        return None
-    return [next(e.vector for e in r.events if isinstance(e, Embedding)) for r in replies]
+    """Every input's pooled vector, in order; None if the client left. The inputs are submitted in
+    waves of half the waiting queue, so a big batch neither fills the queue nor is refused for it."""
+    wave = max(1, rt.config.engine.max_queue // 2)
+    out: list = []
+    for start in range(0, len(job.jobs), wave):
+        members = await submit_all(request, rt, job.jobs[start:start + wave], arrived, param)
+        if members is None:
+            return None
+        replies = await collect_all(request.receive, GenerationGroup(members))
+        if replies is None:
+            return None
+        out += [next(e.vector for e in r.events if isinstance(e, Embedding)) for r in replies]
+    return out
 
 
 async def _body(request: Request, rt: Runtime, schema, curl: bool = False):
