@@ -231,6 +231,7 @@ def resolve(
     chat_template_kwargs: Optional[str] = None,
     reasoning_format: Optional[str] = None,
     reasoning_budget: Optional[int] = None,
+    pooling: Optional[str] = None,
     env: Optional[Mapping[str, str]] = None,
 ) -> AppConfig:
     """Merge flags (None = not given) with the environment into one frozen AppConfig; raises ConfigError."""
@@ -256,7 +257,9 @@ def resolve(
                                no_webui=no_webui, metrics=metrics, slots=slots, tags=tags,
                                chat_template=chat_template, chat_template_file=chat_template_file,
                                chat_template_kwargs=chat_template_kwargs, reasoning_format=reasoning_format,
-                               reasoning_budget=reasoning_budget)
+                               reasoning_budget=reasoning_budget, pooling=pooling)
+    elif pooling is not None:
+        raise ConfigError(f"--pooling applies to serve, not {command}", flag="--pooling")
     elif host is not None or port is not None or api_key is not None:
         raise ConfigError(f"--host, --port and --api-key apply to serve and bench, not {command}", flag="--host")
     elif (chat_template, chat_template_file, chat_template_kwargs, reasoning_format, reasoning_budget) != (None,) * 5:
@@ -292,5 +295,6 @@ def startup_summary(cfg: AppConfig) -> list[str]:
     if cfg.server is not None:
         srv = cfg.server
         reasoning = f"reasoning_format {srv.reasoning_format} reasoning_budget {srv.reasoning_budget}"
-        lines += [srv.chat_template.describe(), reasoning, *server_summary(srv)]
+        pooling = f"pooling {srv.pooling or 'from the model (else last)'}"
+        lines += [srv.chat_template.describe(), reasoning, pooling, *server_summary(srv)]
     return lines

@@ -23,6 +23,7 @@ MAX_SHUTDOWN_GRACE_S = 3600.0
 LOOPBACK = "localhost"  # the --cors-origins keyword for the loopback origins (the default)
 _PORT_WILDCARD = re.compile(r"^(https?://[^/:*]+|https?://\[[0-9a-fA-F:.]+\]):\*$")
 DISTRIBUTED_MODES = ("auto", "tensor", "pipeline")
+POOLINGS = ("mean", "cls", "last", "none")  # llama-server's --pooling (its "rank" is for rerankers)
 REASONING_FORMATS = ("none", "deepseek", "auto")  # llama-server's (auto does what deepseek does here)
 # What each launcher leaves in the environment of every rank (mlx.launch sets MLX_RANK), and
 # the backend its variables name; the first match wins.
@@ -59,6 +60,7 @@ class ServerConfig:
     chat_template: ChatTemplate = field(default_factory=ChatTemplate)  # --chat-template* (the model's: empty)
     reasoning_format: str = "auto"  # none: thinking stays in the answer; deepseek/auto: reasoning_content
     reasoning_budget: int = -1  # -1: unrestricted; 0: thinking off (enable_thinking false for the template)
+    pooling: Optional[str] = None  # the embedding routes' --pooling; None: the model's, else last
 
     @property
     def host(self) -> str:
@@ -134,7 +136,7 @@ def server_config(env: Mapping[str, str], *, host: Optional[str] = None, port: O
                   metrics: Optional[bool] = None, slots: Optional[bool] = None, chat_template: Optional[str] = None,
                   chat_template_file: Optional[str] = None, chat_template_kwargs: Optional[str] = None,
                   reasoning_format: Optional[str] = None, reasoning_budget: Optional[int] = None,
-                  tags: Optional[str] = None) -> ServerConfig:
+                  tags: Optional[str] = None, pooling: Optional[str] = None) -> ServerConfig:
     """Flags (None = not given) over the environment -> ServerConfig; raises ConfigError."""
     host_text, host_label = flag_or_env(host, "--host", env, "LLAMA_ARG_HOST")
     hosts = _list(host_text, host_label, "address") or ("127.0.0.1",)
@@ -161,8 +163,18 @@ def server_config(env: Mapping[str, str], *, host: Optional[str] = None, port: O
         endpoint_metrics=True if metrics is None else metrics,
         endpoint_slots=True if slots is None else slots,
         chat_template=template, reasoning_format=fmt, reasoning_budget=budget,
-        model_tags=_list(tags_text, tags_label, "tag"),
+        model_tags=_list(tags_text, tags_label, "tag"), pooling=_pooling(env, pooling),
     )
+
+
+def _pooling(env: Mapping[str, str], pooling: Optional[str]) -> Optional[str]:
+    """--pooling (llama-server's name and variable); None when neither is given."""
+    value, label = flag_or_env(pooling, "--pooling", env, "LLAMA_ARG_POOLING")
+    if value is None or value == "":
+        return None
+    if value not in POOLINGS:
+        raise ConfigError(f"{label} must be one of {', '.join(POOLINGS)} (got {value!r})", flag=label)
+    return value
 
 
 def _reasoning(env: Mapping[str, str], fmt: Optional[str], budget: Optional[int]) -> tuple[str, int]:

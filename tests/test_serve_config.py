@@ -182,3 +182,20 @@ def test_bad_reasoning_flags_are_config_errors(kwargs, message):
     with pytest.raises(ConfigError) as err:
         resolve("serve", env={}, **kwargs)
     assert str(err.value).startswith(message)
+
+
+def test_the_pooling_flag_reads_llama_servers_variable(monkeypatch):
+    assert resolve("serve", env={}).server.pooling is None  # the model's, else last (server/embeddings)
+    assert resolve("serve", env={"LLAMA_ARG_POOLING": "mean"}).server.pooling == "mean"
+    assert resolve("serve", pooling="cls", env={"LLAMA_ARG_POOLING": "mean"}).server.pooling == "cls"
+    with pytest.raises(ConfigError, match=r"^--pooling must be one of mean, cls, last, none \(got 'rank'\)"):
+        resolve("serve", pooling="rank", env={})
+    with pytest.raises(ConfigError, match=r"^LLAMA_ARG_POOLING must be one of"):
+        resolve("serve", env={"LLAMA_ARG_POOLING": "max"})
+    with pytest.raises(ConfigError, match=r"^--pooling applies to serve, not generate"):
+        resolve("generate", pooling="mean", env={})
+    seen = []
+    monkeypatch.setattr(serving, "serve_forever", seen.append)
+    result = CliRunner().invoke(app, ["serve", "--pooling", "last", "--port", "0"])
+    assert result.exit_code == 0, result.output
+    assert seen[0].server.pooling == "last"

@@ -229,3 +229,24 @@ def test_every_ollama_client_field_is_declared():
              (_types.Options, OllamaOptions), (_types.Message, OllamaMessage))
     for client, ours in pairs:
         assert set(client.model_fields) <= set(ours.model_fields), client.__name__
+
+
+def test_the_embeddings_table_is_exact():
+    """The embedding routes' table: every field of each body once, with embeddings/fields.py's status."""
+    from mlxcel_py.server.embeddings.fields import FIELDS
+    from mlxcel_py.server.embeddings.schemas import (EmbeddingRequest, NativeEmbeddingRequest,
+                                                     OllamaEmbeddingsRequest, OllamaEmbedRequest)
+
+    models = {"/v1/embeddings": EmbeddingRequest, "/embedding": NativeEmbeddingRequest,
+              "/api/embed": OllamaEmbedRequest, "/api/embeddings": OllamaEmbeddingsRequest}
+    docs = (Path(__file__).parents[1] / "docs" / "SERVER.md").read_text()
+    table: dict[str, dict[str, str]] = {route: {} for route in models}
+    for line in docs.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 4 and cells[2] in ("honoured", "refused", "ignored") and cells[1] in models:
+            for name in re.findall(r"`([a-z_]+)`", cells[0]):
+                assert name not in table[cells[1]], (cells[1], name)
+                table[cells[1]][name] = cells[2]
+    assert table == FIELDS
+    for route, model in models.items():
+        assert set(table[route]) == set(model.model_fields), route

@@ -233,8 +233,9 @@ def _error(resp: httpx.Response) -> str:
     ("/api/push", {"model": "llama3.2"}, 501, "--model"),
     ("/api/create", {"model": "x", "from": "llama3.2"}, 501, "--model"),
     ("/api/copy", {"source": "a", "destination": "b"}, 501, "--model"),
-    ("/api/embed", {"model": "m", "input": "hi"}, 501, "no embeddings support"),
-    ("/api/embeddings", {"model": "m", "prompt": "hi"}, 501, "no embeddings support"),
+    ("/api/embed", {"model": "m", "input": "hi", "dimensions": 4}, 400, "dimensions is not supported"),
+    ("/api/embeddings", {"model": "m", "prompt": "hi", "options": {"temperature": 1}}, 400,
+     "options temperature do not apply"),
     ("/api/nowhere", {}, 404, "no route POST /api/nowhere"),
 ])
 def test_errors_are_ollama_shaped(http, path, body, status, words):

@@ -171,6 +171,11 @@ ChatTemplateKwargsOpt = Annotated[
                  '\'{"enable_thinking": false}\'; a request\'s chat_template_kwargs merge over them. '
                  "Env LLAMA_CHAT_TEMPLATE_KWARGS."),
 ]
+PoolingOpt = Annotated[
+    Optional[str],
+    typer.Option("--pooling", help="Embedding pooling: mean, cls, last or none (per token, /embedding only). "
+                 "Default: the GGUF's pooling_type, else last; env LLAMA_ARG_POOLING."),
+]
 ReasoningFormatOpt = Annotated[
     Optional[str],
     typer.Option("--reasoning-format", help="none (thinking stays in the answer), deepseek or auto (a reasoning "

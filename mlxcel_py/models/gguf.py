@@ -29,6 +29,7 @@ class GGUFModel:
     context_length: int
     description: str  # "llama 135M, gguf Q4_1"
     weights: str
+    pooling: Optional[str] = None  # `{arch}.pooling_type`, when the file says (an embedding model)
 
 
 def unpermute_rows(x: mx.array, n_head: int) -> mx.array:
@@ -122,6 +123,10 @@ def _size_label(n: int) -> str:
     return f"{round(n / 1e6)}M" if n >= 1e6 else f"{round(n / 1e3)}K"
 
 
+# llama.cpp's enum llama_pooling_type (-1 unspecified; 4, rank, is for rerankers: not an embedding).
+POOLING_TYPES = {0: "none", 1: "mean", 2: "cls", 3: "last"}
+
+
 def load_gguf(path: Path, dense: bool, on_progress: Optional[Callable[[str], None]] = None) -> GGUFModel:
     """Load a GGUF; `dense` dequantizes everything to float32 (the CPU fast path)."""
     from .gguf_fixups import apply_fixups
@@ -144,4 +149,5 @@ def load_gguf(path: Path, dense: bool, on_progress: Optional[Callable[[str], Non
     else:
         kind = str(weights["model.embed_tokens.weight"].dtype).removeprefix("mlx.core.")
     description = f"{arch.name} {size}, gguf {_file_type(gguf.metadata)}"
-    return GGUFModel(model, tokenizer, args.max_position_embeddings, description, kind)
+    pooling = POOLING_TYPES.get(gguf.metadata.get(f"{arch.name}.pooling_type", -1))
+    return GGUFModel(model, tokenizer, args.max_position_embeddings, description, kind, pooling)

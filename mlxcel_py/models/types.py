@@ -24,6 +24,7 @@ class LoadedModel:
     # The CPU fast path the loader chose (docs/CPU_FAST_PATH.md); None: mlx-lm's own code.
     cpu_decode: Optional[Callable[[list[int], list], Any]] = None  # models/cpu_decode.CpuDecoder
     cpu_kernels: Optional[ContextManager[Any]] = None  # models/cpu_kernels.PrefillKernels, entered per forward
+    pooling: Optional[str] = None  # the GGUF's pooling_type (mean, cls, last, none), when it names one
 
     @property
     def vocab_size(self) -> int:

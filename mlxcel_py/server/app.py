@@ -15,6 +15,8 @@ from pydantic import BaseModel
 
 from .anthropic.routes import messages, messages_count_tokens
 from .anthropic.schemas import CountTokensRequest, MessagesRequest
+from .embeddings.routes import native_embedding, ollama_embed, ollama_embeddings, openai_embeddings
+from .embeddings.schemas import EmbeddingRequest, NativeEmbeddingRequest, OllamaEmbeddingsRequest, OllamaEmbedRequest
 from .http.auth import Gate
 from .http.cors import Cors, cors_options
 from .http.errors import CatchBugs, install_error_handlers
@@ -22,7 +24,7 @@ from .http.openapi import install_openapi
 from .http.status import health, metrics, slots
 from .llama.routes import apply_template, completion, detokenize, props, tokenize
 from .llama.schemas import ApplyTemplateRequest, DetokenizeRequest, NativeCompletionRequest, TokenizeRequest
-from .ollama.routes import chat, embed, generate, manage_models, ps, show, tags, version
+from .ollama.routes import chat, generate, manage_models, ps, show, tags, version
 from .ollama.schemas import OllamaChatRequest, OllamaGenerateRequest, OllamaShowRequest
 from .openai.routes import chat_completions, completions, models
 from .openai.schemas import ChatRequest, CompletionRequest
@@ -56,6 +58,7 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/chat/completions", chat_completions, ChatRequest, streams=True),
     Route("POST", "/chat/completions", chat_completions, alias=True),
     Route("POST", "/v1/completions", completions, CompletionRequest, streams=True),
+    Route("POST", "/v1/embeddings", openai_embeddings, EmbeddingRequest),
     Route("GET", "/v1/models", models),
     Route("GET", "/models", models, alias=True),
     # OpenAI Responses (stateless, plus the recent responses kept in memory: responses/store.py)
@@ -70,6 +73,8 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/apply-template", apply_template, ApplyTemplateRequest),
     Route("POST", "/tokenize", tokenize, TokenizeRequest),
     Route("POST", "/detokenize", detokenize, DetokenizeRequest),
+    Route("POST", "/embedding", native_embedding, NativeEmbeddingRequest),
+    Route("POST", "/embeddings", native_embedding, alias=True),
     # Anthropic's Messages API (its errors in Anthropic's shape: http/errors.py)
     Route("POST", "/v1/messages", messages, MessagesRequest, streams=True),
     Route("POST", "/v1/messages/count_tokens", messages_count_tokens, CountTokensRequest),
@@ -85,8 +90,8 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/api/create", manage_models, refuses=True),
     Route("POST", "/api/copy", manage_models, refuses=True),
     Route("DELETE", "/api/delete", manage_models, refuses=True),
-    Route("POST", "/api/embed", embed, refuses=True),
-    Route("POST", "/api/embeddings", embed, refuses=True),
+    Route("POST", "/api/embed", ollama_embed, OllamaEmbedRequest),
+    Route("POST", "/api/embeddings", ollama_embeddings, OllamaEmbeddingsRequest),
     # the server's own state, whatever the dialect
     Route("GET", "/health", health),
     Route("GET", "/v1/health", health, alias=True),

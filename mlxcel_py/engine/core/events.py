@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 FinishReason = Literal["stop", "length", "abort", "error"]
 
@@ -46,6 +46,15 @@ class TokenDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class Embedding:
+    """An embedding request's result, just before its `Finished`: the pooled final hidden state,
+    float32, not normalised; shape (hidden,), or (prompt tokens, hidden) with pooling "none"."""
+
+    request_id: str
+    vector: Any  # a numpy float32 array, converted once on the engine thread
+
+
+@dataclass(frozen=True, slots=True)
 class Usage:
     prompt_tokens: int
     completion_tokens: int
@@ -80,7 +89,7 @@ class Finished:
     slot: Optional[int] = None  # the slot that ran it (None if it never got one)
 
 
-Event = Union[PromptProgress, TokenDelta, Finished]
+Event = Union[PromptProgress, TokenDelta, Embedding, Finished]
 
 
 def empty_finish(request_id: str, reason: FinishReason, message: Optional[str] = None) -> Finished:

@@ -18,6 +18,8 @@ MAX_TOKENS_LIMIT = 1_000_000
 MAX_LOGIT_BIAS = 1024  # entries in one request's logit_bias
 MAX_TOP_LOGPROBS = 20  # OpenAI's limit
 MAX_CONSTRAINT_CHARS = 1 << 20
+# How an embedding request pools the final hidden states (llama-server's --pooling; none: per token).
+POOLINGS = ("mean", "cls", "last", "none")
 # What a ConstraintSpec's text holds, by kind (engine/runner/constraints.py compiles them).
 CONSTRAINT_KINDS = ("json_schema", "json_object", "gbnf", "regex", "tool_call")
 
@@ -172,10 +174,14 @@ class Request:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     history_boundary: Optional[int] = None
     cache_prompt: bool = True
+    # An embedding request: prefill only, then the pooled final hidden state instead of a token.
+    pooling: Optional[str] = None
 
     def __post_init__(self) -> None:
         if not self.prompt_ids:
             raise RequestError("the prompt is empty")
+        _check(self.pooling is None or self.pooling in POOLINGS,
+               f"pooling must be one of {', '.join(POOLINGS)} (got {self.pooling!r})", "pooling")
 
 
 def check_logit_bias(params: SamplingParams, vocab_size: int) -> None:

@@ -14,7 +14,7 @@ from typing import Callable, Optional
 from ...errors import PromptTooLongError
 from ..chunking.pieces import next_piece
 from ..chunking.policy import ChunkPolicy, TickState
-from .events import Event, Finished, PromptProgress, TokenDelta, TokenLogprobs
+from .events import Embedding, Event, Finished, PromptProgress, TokenDelta, TokenLogprobs
 from .kv_budget import KVBudget
 from .prompt_cache import PromptCache
 from .request import Request
@@ -126,7 +126,7 @@ class Scheduler:
         if seq.prefill_started is None:
             seq.prefill_started = self.clock()
             adopt_id = seq.hit.snapshot_id if seq.hit is not None else None
-            begin = BeginSequence(seq.request.sampling, prompt[: seq.adopted], adopt_id)
+            begin = BeginSequence(seq.request.sampling, prompt[: seq.adopted], adopt_id, seq.request.pooling)
         work = PrefillPiece(seq.seq_id, piece.start, prompt[piece.start : piece.end], chunk, piece.terminal,
                             snapshot_id, begin)
         return self._step(prefill=work)
@@ -172,6 +172,9 @@ class Scheduler:
         if piece.terminal:
             self.prefilling = None
             seq.first_token_at = now
+            if seq.request.pooling is not None:  # an embedding: its vector, and it ends (no decode)
+                events.append(Embedding(seq.request.request_id, out.embedding))
+                return events + self._finish(seq, "stop")
             self.running.append(seq)
             events += self._emit_token(seq, out.first_token, out.first_logprobs, dict(out.failed).get(seq.seq_id))
             self.running = [s for s in self.running if s.finish_reason is None]
@@ -182,7 +185,8 @@ class Scheduler:
         return sum(s.prompt_len + len(s.output_ids) for s in self.running)
 
     def _caching(self, seq: Sequence) -> bool:
-        return self.prompt_cache is not None and seq.request.cache_prompt
+        # An embedding pools every position's hidden state, so it neither adopts nor stores KV.
+        return self.prompt_cache is not None and seq.request.cache_prompt and seq.request.pooling is None
 
     def _emit_token(self, seq: Sequence, token: int, logprobs: Optional[TokenLogprobs] = None,
                     error: Optional[str] = None) -> list[Event]:

@@ -14,7 +14,7 @@ retirement of what finished in the piece, so the next admission finds its snapsh
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 from .events import TokenLogprobs
 from .request import SamplingParams
@@ -30,6 +30,7 @@ class BeginSequence:
     sampling: SamplingParams
     history: tuple[int, ...]  # prompt tokens before the piece (the adopted prefix), for penalties
     adopt_id: Optional[int] = None  # the prompt-cache snapshot whose first `start` positions it reuses
+    pooling: Optional[str] = None  # an embedding sequence: pool the hidden states, never sample
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +85,7 @@ class StepOutput:
     # One per piece token when the sequence asked for prompt logprobs (None for the prompt's first).
     prompt_logprobs: tuple[Optional[TokenLogprobs], ...] = ()
     failed: tuple[tuple[int, str], ...] = ()  # (seq id, why): sequences whose sampling failed, to end with "error"
+    embedding: Optional[Any] = None  # an embedding sequence's terminal piece: its pooled vector (numpy float32)
 
 
 class Runner(Protocol):

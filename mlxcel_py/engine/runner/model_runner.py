@@ -18,6 +18,7 @@ from mlx_lm.models.cache import KVCache, make_prompt_cache
 from .constraints import ConstraintCompiler
 from ..core.events import TokenLogprobs
 from .logits import sequence_logprobs
+from .pooling import Pooler, hidden_fn
 from .sampling import SampledToken, SequenceSampler, sample_step
 from ..core.step import PrefillPiece, Retire, Runner, Step, StepOutput
 
@@ -66,6 +67,7 @@ class SequenceState:
     prefill_cache: Optional[list] = None  # its own KV while prefilling; None once in the decode batch
     last_token: Optional[int] = None  # the latest sampled token (the next decode step's input)
     prompt_row: Optional[mx.array] = None  # echo: the last prompt position's raw logits, between pieces
+    pooler: Optional[Pooler] = None  # an embedding sequence: its pool across pieces (it never decodes)
 
 
 class ModelRunner(Runner):
@@ -92,7 +94,11 @@ class ModelRunner(Runner):
         if step.retire:
             self._retire(step.retire)
         decoded = self._decode(step.decode) if step.decode else []
-        first, prompt = self._run_piece(step.prefill) if step.prefill is not None else (None, ())
+        first, prompt, embedding = None, (), None
+        if step.prefill is not None and self._pools(step.prefill):
+            embedding = self._embed_piece(step.prefill)
+        elif step.prefill is not None:
+            first, prompt = self._run_piece(step.prefill)
         for snapshot_id in step.drop_snapshots:
             self._snapshots.pop(snapshot_id, None)
         logprobs = tuple(s.logprobs for s in decoded)
@@ -102,7 +108,7 @@ class ModelRunner(Runner):
         return StepOutput(
             tuple(s.token_id for s in decoded), first.token_id if first else None,
             logprobs if any(lp is not None for lp in logprobs) else (), first.logprobs if first else None, prompt,
-            tuple(failed),
+            tuple(failed), embedding,
         )
 
     # -- prefill ----------------------------------------------------------------------------
@@ -125,6 +131,31 @@ class ModelRunner(Runner):
         sampled = self._sample(logits, [piece.seq_id])[0]
         self._join(piece.seq_id, state, sampled.token_id)
         return sampled, prompt
+
+    def _pools(self, piece: PrefillPiece) -> bool:
+        if piece.begin is not None:
+            return piece.begin.pooling is not None
+        state = self._seqs.get(piece.seq_id)
+        return state is not None and state.pooler is not None
+
+    def _embed_piece(self, piece: PrefillPiece):
+        """Forward an embedding sequence's piece into its KV and pool its hidden states; after the
+        terminal piece, its vector (numpy), and the sequence's KV is freed at once (no decode)."""
+        if piece.begin is not None:
+            self._begin(piece)
+            self._seqs[piece.seq_id].pooler = Pooler(piece.begin.pooling)
+        state = self._seqs[piece.seq_id]
+        inner = hidden_fn(self.model)
+        if inner is None:
+            raise RuntimeError("this model exposes no hidden states (no inner `model` module) to embed")
+        with self._kernels:
+            hidden = inner(mx.array(piece.tokens)[None], cache=state.prefill_cache)
+        state.pooler.add(hidden[0])
+        mx.eval([c.state for c in state.prefill_cache] + state.pooler.arrays())
+        if not piece.terminal:
+            return None
+        del self._seqs[piece.seq_id]
+        return state.pooler.result()
 
     def _score_piece(self, piece: PrefillPiece, state: SequenceState) -> tuple[mx.array, tuple[Optional[TokenLogprobs], ...]]:
         """Forward a piece with logits at every position: each prompt token's logprob given the

@@ -1,5 +1,5 @@
 """Ollama's native API: /api/chat and /api/generate (streamed as NDJSON by default), /api/tags,
-/api/show, /api/ps, /api/version; the model-management and embedding routes answer why not.
+/api/show, /api/ps, /api/version; the model-management routes answer why not (embeddings: server/embeddings).
 
 Errors on /api/ routes are Ollama's `{"error": "..."}` (http/errors.py picks the shape by path).
 """
@@ -95,9 +95,3 @@ async def version(request: Request) -> dict:
 async def manage_models(request: Request) -> Response:
     """/api/pull, /push, /create, /copy, /delete: models are not managed over HTTP here."""
     raise APIError(501, f"{request.url.path} is not supported: {ADD_MODELS}", code="not_implemented")
-
-
-async def embed(request: Request) -> Response:
-    """/api/embed and /api/embeddings: no embedding support here yet."""
-    raise APIError(501, f"{request.url.path} is not supported: this server has no embeddings support yet "
-                        "(it generates text only)", code="not_implemented")
