@@ -24,7 +24,7 @@ from ..generation.prompt import completion_prompt_ids
 from ..generation.sampling import echo_only, max_tokens_of, sampling_params
 from ..generation.schemas import GenerationRequest
 from ..generation.structured import OutputPlan, output_plan
-from ..generation.reasoning import ReasoningStart, opens_thinking
+from ..generation.reasoning import ReasoningStart, reply_reasoning
 from ..generation.template import chat_options
 from ..http.body import parse_body
 from .fields import NOT_SUPPORTED_YET
@@ -51,10 +51,7 @@ def prepare_chat(rt: "Runtime", raw: bytes) -> Prepared[Reply]:
         prompt = encode_chat(rt.loaded.tokenizer, messages, tools=tools,
                              before_tokenize=lambda text: rt.prompt_limit.check_chars(len(text), "messages"),
                              template=rt.chat_template, options=options)
-    reasoning = None
-    if rt.reasoning is not None:  # does the prompt leave a thinking block open?
-        tail = rt.loaded.tokenizer.decode(list(prompt.ids[-8:]))
-        reasoning = ReasoningStart(rt.reasoning, opens_thinking(tail, rt.reasoning))
+    reasoning = reply_reasoning(rt.reasoning, rt.loaded.tokenizer, prompt.ids)
     return _prepared(rt, body, "chat", prompt.ids, prompt.history_boundary, plan, reasoning=reasoning)
 
 
