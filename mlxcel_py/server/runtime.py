@@ -118,6 +118,11 @@ class Runtime:
         return markers
 
     @property
+    def thinks(self) -> bool:
+        """Whether replies may think: a reasoning model whose thinking --reasoning-budget 0 did not turn off."""
+        return self.reasoning is not None and (self.config.server is None or self.config.server.reasoning_budget != 0)
+
+    @property
     def template_text(self) -> str:
         """The chat template in use as /props and /api/show report it: --chat-template's source or
         name, else the model's Jinja template ("" when it has none)."""

@@ -101,8 +101,7 @@ def tools_of(body: CountTokensRequest) -> Optional[ToolRequest]:
 
 def _prompt(rt: "Runtime", body: CountTokensRequest) -> tuple[tuple[int, ...], Optional[int], Optional[ToolRequest]]:
     refuse_unsupported(body, NOT_SUPPORTED)
-    thinks = rt.reasoning is not None and (rt.config.server is None or rt.config.server.reasoning_budget != 0)
-    options = thinking_options(thinks, body.thinking)
+    options = thinking_options(rt.thinks, body.thinking)
     with blame("messages"):
         request = tools_of(body)
         messages = openai_messages(body)
