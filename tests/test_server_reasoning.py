@@ -66,8 +66,21 @@ def test_format_none_leaves_the_thinking_in_the_answer():
         with running.client() as client:
             message = client.post(CHAT, json=_body(THINK)).json()["choices"][0]["message"]
             assert message == {"role": "assistant", "content": "<think>\nThe capital is asked.\n</think>\n\nParis."}
+            # llama-server's per-request field over the server's format
+            split = client.post(CHAT, json=_body(THINK, reasoning_format="deepseek")).json()["choices"][0]["message"]
+            assert split == {"role": "assistant", "content": "Paris.", "reasoning_content": "The capital is asked."}
     finally:
         stop_server(running)
+
+
+def test_a_requests_reasoning_format(qwen3):
+    client, _ = qwen3
+    message = client.post(CHAT, json=_body(THINK, reasoning_format="none")).json()["choices"][0]["message"]
+    assert message == {"role": "assistant", "content": "<think>\nThe capital is asked.\n</think>\n\nParis."}
+    assert _streamed(client, _body(THINK, reasoning_format="none"))[:2] == ("", message["content"])
+    error = client.post(CHAT, json=_body(THINK, reasoning_format="deepseek-legacy"))
+    assert error.status_code == 400 and error.json()["error"]["param"] == "reasoning_format"
+    assert "deepseek-legacy is not supported" in error.json()["error"]["message"]
 
 
 def test_budget_zero_turns_the_templates_thinking_off():
