@@ -95,6 +95,16 @@ def test_budget_zero_turns_the_templates_thinking_off():
         stop_server(running)
 
 
+def test_reasoning_effort_none_turns_the_templates_thinking_off(qwen3):
+    client, _ = qwen3
+    body = _body(r'root ::= "Paris."', reasoning_effort="none")
+    reply = client.post(CHAT, json=body).json()
+    off = client.post("/apply-template", json={"messages": MSG, "chat_template_kwargs": {"enable_thinking": False}})
+    tokens = client.post("/tokenize", json={"content": off.json()["prompt"]}).json()["tokens"]
+    assert off.json()["prompt"].endswith("<think>\n\n</think>\n\n") and reply["usage"]["prompt_tokens"] == len(tokens)
+    assert reply["choices"][0]["message"] == {"role": "assistant", "content": "Paris."}
+
+
 def test_a_template_without_thinking_has_no_split():
     running = start_server(parallel=1)  # the tiny model's chatml template opens no <think>
     try:

@@ -13,7 +13,9 @@ from mlxcel_py.engine import Finished, TokenDelta
 from mlxcel_py.engine.core.events import Timings, Usage
 from mlxcel_py.server.anthropic.shapes import AnthropicFramer, AnthropicReply, message_json
 from mlxcel_py.server.generation.reasoning import ReasoningMarkers, ReasoningStart
+from mlxcel_py.tool_calls import tool_format, tool_request
 from server_helpers import GREEDY, start_server, stop_server
+from tiny import tiny_model
 
 # ChatML whose generation prompt opens <think> (DeepSeek-R1's way) with enable_thinking (on for the
 # server: mlx-lm defaults it to whether the vocabulary has thinking tokens, which the tiny one lacks),
@@ -138,3 +140,19 @@ def test_the_stream_is_anthropics_thinking_then_text():
     whole = message_json(reply, "<think>\nThe capital is asked.\n</think>\n\nParis.", _events([])[-1])
     assert whole["content"] == [{"type": "thinking", "thinking": "The capital is asked.", "signature": ""},
                                 {"type": "text", "text": "Paris."}]
+
+
+def test_a_tool_call_after_the_thinking_is_a_tool_use_block():
+    fmt = tool_format(tiny_model().tokenizer)
+    weather = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}]
+    reply = AnthropicReply("msg_1", "m", 5, 64, tool_request(weather), fmt, ReasoningStart(MARKERS))
+    text = f'<think>\nCall it.\n</think>\n\n{fmt.start}{{"name": "get_weather", "arguments": {{"city": "Paris"}}}}{fmt.end}'
+    whole = message_json(reply, text, _events([])[-1])
+    assert [b["type"] for b in whole["content"]] == ["thinking", "tool_use"] and whole["stop_reason"] == "tool_use"
+    assert (whole["content"][0]["thinking"], whole["content"][1]["input"]) == ("Call it.", {"city": "Paris"})
+    framer = AnthropicFramer(reply)
+    data = [json.loads(f.split("data: ", 1)[1]) for e in _events(list(text)) for f in framer.frames(e)]
+    starts = [d["content_block"]["type"] for d in data if d["type"] == "content_block_start"]
+    assert starts == ["thinking", "tool_use"]
+    assert next(d for d in data if d["type"] == "message_delta")["delta"]["stop_reason"] == "tool_use"

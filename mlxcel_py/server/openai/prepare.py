@@ -26,7 +26,7 @@ from ..generation.sampling import echo_only, max_tokens_of, sampling_params
 from ..generation.schemas import GenerationRequest
 from ..generation.reasoning import ReasoningMarkers, ReasoningStart, reply_reasoning
 from ..generation.structured import OutputPlan, output_plan
-from ..generation.template import chat_options
+from ..generation.template import chat_options, without_thinking
 from ..http.body import parse_body
 from .fields import NOT_SUPPORTED_YET
 from .schemas import ChatRequest, CompletionRequest
@@ -46,6 +46,8 @@ def prepare_chat(rt: "Runtime", raw: bytes) -> Prepared[Reply]:
     rt.prompt_limit.check_chars(sum(_chars(m.get("content")) for m in messages), "messages")
     plan = output_plan(body, rt.tool_format, rt.worker.compiler)
     options = chat_options(body.add_generation_prompt, body.continue_final_message, body.chat_template_kwargs)
+    if body.reasoning_effort == "none" and rt.thinks:  # as the Responses API's effort "none"
+        options = without_thinking(options)
     with blame("messages"):
         # The request's tools, and tool calls and results in the history, as the template renders them.
         messages, tools = tool_messages(validate_messages(messages), plan.tools, rt.tool_format)
