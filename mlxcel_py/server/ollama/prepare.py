@@ -176,6 +176,7 @@ def _think(rt: "Runtime", body: OllamaRequest) -> ChatOptions:
 def _generate_ids(rt: "Runtime", body: OllamaGenerateRequest) -> tuple[int, ...]:
     """The prompt's ids: as written with `raw`, else one user turn (after `system`) in the chat template."""
     rt.prompt_limit.check_chars(len(body.prompt) + len(body.system or ""), "prompt")
+    options = _think(rt, body)  # think: true on a model without thinking is a 400, raw or not
     if body.raw:
         if body.system:
             raise FieldError("system has no effect with raw: true (the prompt is sent as written); put it "
@@ -187,7 +188,7 @@ def _generate_ids(rt: "Runtime", body: OllamaGenerateRequest) -> tuple[int, ...]
     else:
         turns = ([{"role": "system", "content": body.system}] if body.system else []) + \
             [{"role": "user", "content": body.prompt}]
-        ids = encode_chat(rt.loaded.tokenizer, turns, template=rt.chat_template, options=_think(rt, body)).ids
+        ids = encode_chat(rt.loaded.tokenizer, turns, template=rt.chat_template, options=options).ids
     if body.context:  # an earlier reply's `context`: that conversation, then this prompt
         check_token_ids(body.context, rt.vocab_size, "context")
         ids = tuple(body.context) + ids
