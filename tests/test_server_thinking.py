@@ -123,7 +123,8 @@ def _events(pieces: list[str]) -> list:
 def test_the_stream_is_anthropics_thinking_then_text():
     reply = AnthropicReply("msg_1", "m", 5, 64, reasoning=ReasoningStart(MARKERS))
     framer = AnthropicFramer(reply)
-    frames = [f for e in _events(["<think>\nThe capital", " is asked.\n</", "think>\n\nParis", "."]) for f in framer.frames(e)]
+    pieces = ["<think>\nThe capital", " is asked.\n</", "think>\n\nParis", "."]
+    frames = [f for e in _events(pieces) for f in framer.frames(e)]
     data = [json.loads(f.split("data: ", 1)[1]) for f in frames]
     summary = [(d["type"], d.get("index"), d.get("delta", d.get("content_block"))) for d in data]
     assert summary[:-2] == [
@@ -147,7 +148,8 @@ def test_a_tool_call_after_the_thinking_is_a_tool_use_block():
     weather = [{"type": "function", "function": {"name": "get_weather", "parameters": {
         "type": "object", "properties": {"city": {"type": "string"}}}}}]
     reply = AnthropicReply("msg_1", "m", 5, 64, tool_request(weather), fmt, ReasoningStart(MARKERS))
-    text = f'<think>\nCall it.\n</think>\n\n{fmt.start}{{"name": "get_weather", "arguments": {{"city": "Paris"}}}}{fmt.end}'
+    call = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+    text = f"<think>\nCall it.\n</think>\n\n{fmt.start}{call}{fmt.end}"
     whole = message_json(reply, text, _events([])[-1])
     assert [b["type"] for b in whole["content"]] == ["thinking", "tool_use"] and whole["stop_reason"] == "tool_use"
     assert (whole["content"][0]["thinking"], whole["content"][1]["input"]) == ("Call it.", {"city": "Paris"})

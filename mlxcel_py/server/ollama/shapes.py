@@ -2,8 +2,8 @@
 pieces, then the final object with `done_reason` and the statistics), or the final object alone.
 
 /api/chat pieces carry `message` (`content`, a reasoning model's `thinking`, and `tool_calls`
-with arguments as objects), /api/generate pieces `response` (and `thinking`); generate's final object adds `context` (the prompt's and the
-reply's token ids). Durations are nanoseconds from the engine's own timings.
+with arguments as objects), /api/generate pieces `response` (and `thinking`); generate's final
+object adds `context` (the prompt's and the reply's token ids). Durations are nanoseconds from the engine's own timings.
 """
 
 from __future__ import annotations
