@@ -146,7 +146,7 @@ def test_streamed_tool_use(claude):
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}]},
      400, "invalid_request_error", "'image' content blocks are not supported"),
     ({"max_tokens": 4, "messages": HELLO, "thinking": {"type": "enabled", "budget_tokens": 2048}},
-     400, "invalid_request_error", "'thinking' type \"enabled\" is not supported"),
+     400, "invalid_request_error", "'thinking' type \"enabled\" needs thinking, which is off"),
     ({"max_tokens": 4, "messages": HELLO, "tools": [{"type": "web_search_20250305", "name": "web_search"}]},
      400, "invalid_request_error", "server tools ('web_search_20250305') are not supported"),
     ({"max_tokens": 4, "messages": HELLO + [{"role": "assistant", "content": "Well,"}]},

@@ -218,7 +218,9 @@ def _error(resp: httpx.Response) -> str:
     ("/api/generate", {"prompt": "Hi", "template": "{{ .Prompt }}"}, 400, "'template' is not supported"),
     ("/api/generate", {"prompt": "Hi", "suffix": "end"}, 400, "'suffix' is not supported"),
     ("/api/generate", {"prompt": "Hi", "raw": True, "system": "Be terse"}, 400, "system has no effect with raw"),
-    ("/api/chat", {"messages": HELLO, "think": True}, 400, "'think' is not supported"),
+    ("/api/chat", {"messages": HELLO, "think": True}, 400, '"m" does not support thinking'),  # as Ollama: the name sent
+    ("/api/chat", {"messages": HELLO, "think": "high"}, 400, "'think' value \"high\" is not supported"),
+    ("/api/generate", {"prompt": "Hi", "raw": True, "think": True}, 400, '"m" does not support thinking'),
     ("/api/chat", {"messages": HELLO, "top_logprobs": 2}, 400, "top_logprobs needs logprobs: true"),
     ("/api/chat", {"messages": HELLO, "logprobs": True, "top_logprobs": 21}, 400, "top_logprobs"),
     ("/api/chat", {"messages": HELLO, "options": {"mirostat": 2}}, 400, "'options.mirostat' is not supported"),

@@ -66,8 +66,21 @@ def test_format_none_leaves_the_thinking_in_the_answer():
         with running.client() as client:
             message = client.post(CHAT, json=_body(THINK)).json()["choices"][0]["message"]
             assert message == {"role": "assistant", "content": "<think>\nThe capital is asked.\n</think>\n\nParis."}
+            # llama-server's per-request field over the server's format
+            split = client.post(CHAT, json=_body(THINK, reasoning_format="deepseek")).json()["choices"][0]["message"]
+            assert split == {"role": "assistant", "content": "Paris.", "reasoning_content": "The capital is asked."}
     finally:
         stop_server(running)
+
+
+def test_a_requests_reasoning_format(qwen3):
+    client, _ = qwen3
+    message = client.post(CHAT, json=_body(THINK, reasoning_format="none")).json()["choices"][0]["message"]
+    assert message == {"role": "assistant", "content": "<think>\nThe capital is asked.\n</think>\n\nParis."}
+    assert _streamed(client, _body(THINK, reasoning_format="none"))[:2] == ("", message["content"])
+    error = client.post(CHAT, json=_body(THINK, reasoning_format="deepseek-legacy"))
+    assert error.status_code == 400 and error.json()["error"]["param"] == "reasoning_format"
+    assert "deepseek-legacy is not supported" in error.json()["error"]["message"]
 
 
 def test_budget_zero_turns_the_templates_thinking_off():
@@ -80,6 +93,16 @@ def test_budget_zero_turns_the_templates_thinking_off():
             assert answer == {"role": "assistant", "content": "Paris."}
     finally:
         stop_server(running)
+
+
+def test_reasoning_effort_none_turns_the_templates_thinking_off(qwen3):
+    client, _ = qwen3
+    body = _body(r'root ::= "Paris."', reasoning_effort="none")
+    reply = client.post(CHAT, json=body).json()
+    off = client.post("/apply-template", json={"messages": MSG, "chat_template_kwargs": {"enable_thinking": False}})
+    tokens = client.post("/tokenize", json={"content": off.json()["prompt"]}).json()["tokens"]
+    assert off.json()["prompt"].endswith("<think>\n\n</think>\n\n") and reply["usage"]["prompt_tokens"] == len(tokens)
+    assert reply["choices"][0]["message"] == {"role": "assistant", "content": "Paris."}
 
 
 def test_a_template_without_thinking_has_no_split():

@@ -240,7 +240,7 @@ def test_a_field_we_cannot_honour_is_a_400_naming_it(srv, field):
     ({"tools": [WEATHER]}, "tools", "tools[0].strict: true is honoured only with tool_choice"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "data:x"}]}]}, "input",
      "'input_image' content parts are not supported"),
-    ({"input": [{"type": "reasoning", "id": "rs_1", "summary": []}]}, "input", "'reasoning' input items"),
+    ({"input": [{"type": "item_reference", "id": "rs_1"}]}, "input", "'item_reference' input items"),
     ({"text": {"verbosity": "low"}}, "text", 'verbosity "low" is not supported'),
     ({"reasoning": {"mode": "pro"}}, "reasoning", 'mode "pro" is not supported'),
     ({"tool_choice": {"type": "file_search"}}, "tool_choice", "'file_search' tool choices are not supported"),

@@ -53,7 +53,8 @@ class Runtime:
         self.tool_format: Optional[ToolFormat] = None
         # What prompts are rendered with: --chat-template*, else the model's own template.
         self.chat_template = config.server.chat_template if config.server else ChatTemplate()
-        self.reasoning: Optional[ReasoningMarkers] = None  # the model's thinking markers, found at attach
+        self.reasoning: Optional[ReasoningMarkers] = None  # the split --reasoning-format asks for, found at attach
+        self.thinking_markers: Optional[ReasoningMarkers] = None  # the model's, whatever the format
         self.fingerprint = ""  # system_fingerprint: this build and this model
         self.max_body_bytes = config.server.max_body_bytes if config.server else DEFAULT_MAX_BODY_BYTES
         self.draining = False
@@ -112,10 +113,17 @@ class Runtime:
         template = self.chat_template
         text = template.source or getattr(loaded.tokenizer, "chat_template", None) or ""
         fmt = self.config.server.reasoning_format if self.config.server else "auto"
-        markers = reasoning_markers(loaded.tokenizer, text if isinstance(text, str) else "", template.name, fmt)
+        self.thinking_markers = reasoning_markers(loaded.tokenizer, text if isinstance(text, str) else "",
+                                                  template.name, "auto")
+        markers = None if fmt == "none" else self.thinking_markers
         log.info("reasoning %s", f"{markers.start}...{markers.end} -> reasoning_content ({fmt})" if markers
                  else f"off (format {fmt}{'' if fmt == 'none' else '; the template opens no thinking block'})")
         return markers
+
+    @property
+    def thinks(self) -> bool:
+        """Whether replies may think: a reasoning model whose thinking --reasoning-budget 0 did not turn off."""
+        return self.reasoning is not None and (self.config.server is None or self.config.server.reasoning_budget != 0)
 
     @property
     def template_text(self) -> str:

@@ -107,7 +107,8 @@ def _as_text_turns(messages: list[dict], fmt: ToolFormat) -> list[dict]:
         if role == "assistant" and msg.get("tool_calls"):
             calls = _calls_text(msg["tool_calls"], fmt)
             content = f"{content}\n{calls}" if content else calls
-        out.append({"role": role, "content": content})
+        thought = msg.get("reasoning_content")  # kept for templates that render the turn's thinking
+        out.append({"role": role, "content": content, **({"reasoning_content": thought} if thought else {})})
     return out
 
 

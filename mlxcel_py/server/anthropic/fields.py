@@ -6,15 +6,18 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from ...errors import FieldError
+from ...models.chat import DEFAULT_OPTIONS, ChatOptions
 from ..generation.prepared import Refused
+from ..generation.template import without_thinking
 
 HONOURED = frozenset({
     "model", "messages", "system", "max_tokens", "stop_sequences", "temperature", "top_p", "top_k", "stream",
-    "tools", "tool_choice",
+    "tools", "tool_choice", "thinking",
 })
-# Refused unless inert (NOT_SUPPORTED below): thinking other than disabled, output_config's
-# format or an effort other than the default "high".
-REFUSED = frozenset({"thinking", "output_config"})
+# Refused unless inert (NOT_SUPPORTED below): output_config's format or an effort other than
+# the default "high".
+REFUSED = frozenset({"output_config"})
 # Change nothing here (docs/SERVER.md lists them).
 IGNORED = frozenset({
     "metadata", "cache_control", "service_tier", "container", "diagnostics", "inference_geo", "speed",
@@ -22,10 +25,36 @@ IGNORED = frozenset({
 })
 
 
-def _thinking(thinking: Any) -> Optional[str]:
-    if thinking.type == "disabled":
-        return None
-    return f'type "{thinking.type}" is not supported by this server; it accepts only {{"type": "disabled"}}'
+def thinking_options(reasons: bool, thinking: Any) -> ChatOptions:
+    """The template's options for `thinking` on a model that `reasons` (or not): disabled turns
+    the template's thinking off; enabled and adaptive keep it (a 400 on a model without it)."""
+    if thinking is None or thinking.type == "disabled":
+        return without_thinking(DEFAULT_OPTIONS) if thinking is not None and reasons else DEFAULT_OPTIONS
+    if thinking.type not in ("enabled", "adaptive"):
+        raise _refused(f'type "{thinking.type}" is not supported by this server; it accepts '
+                       '"enabled", "adaptive" and "disabled"')
+    if not reasons:
+        raise _refused(f'type "{thinking.type}" needs thinking, which is off on this server (a model whose '
+                       'template opens no thinking block, or --reasoning-budget 0); send {"type": "disabled"} '
+                       'or omit it')
+    if thinking.display not in (None, "summarized"):
+        raise _refused(f'display "{thinking.display}" is not supported by this server (the thinking is '
+                       'returned whole); it accepts only "summarized"')
+    return DEFAULT_OPTIONS
+
+
+def check_budget(thinking: Any, max_tokens: int) -> None:
+    """budget_tokens is honoured only where max_tokens already bounds the thinking: this server
+    does not cut thinking short."""
+    budget = getattr(thinking, "budget_tokens", None) if getattr(thinking, "type", None) == "enabled" else None
+    if budget is not None and budget < max_tokens:
+        raise _refused(f"budget_tokens {budget} below max_tokens {max_tokens} is not supported by this "
+                       "server (it does not cut thinking short); send budget_tokens >= max_tokens, "
+                       '"adaptive", or {"type": "disabled"}')
+
+
+def _refused(problem: str) -> FieldError:
+    return FieldError(f"'thinking' {problem}", param="thinking", code="unsupported_parameter")
 
 
 def _output_format(config: Any) -> Optional[str]:
@@ -50,7 +79,6 @@ def _tool_options(tools: list) -> Optional[str]:
 
 
 NOT_SUPPORTED: tuple[Refused, ...] = (
-    Refused("thinking", _thinking),
     Refused("output_config", _output_format),
     Refused("output_config", _effort),
     Refused("tools", _tool_options),

@@ -20,10 +20,11 @@ from ...models import encode_chat
 from ...models.chat import validate_messages
 from ...tool_calls import ToolRequest, call_constraint, tool_messages, tool_request
 from ..generation.prepared import Prepared, blame, refuse_unsupported
+from ..generation.reasoning import reply_reasoning
 from ..generation.sampling import sampling_params
 from ..generation.schemas import GenerationRequest
 from ..http.body import parse_body
-from .fields import NOT_SUPPORTED
+from .fields import NOT_SUPPORTED, check_budget, thinking_options
 from .schemas import CountTokensRequest, Message, MessagesRequest, TextBlock
 from .shapes import AnthropicReply
 
@@ -49,7 +50,8 @@ def _turns(i: int, msg: Message) -> list[dict]:
     """One Anthropic message as OpenAI turns: tool results first (they answer the previous calls)."""
     if isinstance(msg.content, str):
         return [_system(msg.content) if msg.role == "system" else {"role": msg.role, "content": msg.content}]
-    allowed = {"system": ("text",), "user": ("text", "tool_result"), "assistant": ("text", "tool_use")}[msg.role]
+    allowed = {"system": ("text",), "user": ("text", "tool_result"),
+               "assistant": ("text", "thinking", "tool_use")}[msg.role]
     for j, block in enumerate(msg.content):
         if block.type not in allowed:
             raise FieldError(f"messages[{i}].content[{j}]: {'an' if msg.role == 'assistant' else 'a'} "
@@ -62,9 +64,12 @@ def _turns(i: int, msg: Message) -> list[dict]:
                for b in msg.content if b.type == "tool_result"]
     calls = [{"id": b.id, "type": "function", "function": {"name": b.name, "arguments": json.dumps(b.input)}}
              for b in msg.content if b.type == "tool_use"]
+    # Thinking sent back is the turn's reasoning_content, for templates that render it.
+    thought = "\n".join(b.thinking for b in msg.content if b.type == "thinking")
+    reasoning = {"reasoning_content": thought} if thought else {}
     if calls:
-        return results + [{"role": "assistant", "content": text or None, "tool_calls": calls}]
-    return results + ([{"role": msg.role, "content": text}] if text or not results else [])
+        return results + [{"role": "assistant", "content": text or None, "tool_calls": calls, **reasoning}]
+    return results + ([{"role": msg.role, "content": text, **reasoning}] if text or reasoning or not results else [])
 
 
 def openai_messages(body: CountTokensRequest) -> list[dict]:
@@ -96,6 +101,7 @@ def tools_of(body: CountTokensRequest) -> Optional[ToolRequest]:
 
 def _prompt(rt: "Runtime", body: CountTokensRequest) -> tuple[tuple[int, ...], Optional[int], Optional[ToolRequest]]:
     refuse_unsupported(body, NOT_SUPPORTED)
+    options = thinking_options(rt.thinks, body.thinking)
     with blame("messages"):
         request = tools_of(body)
         messages = openai_messages(body)
@@ -103,7 +109,7 @@ def _prompt(rt: "Runtime", body: CountTokensRequest) -> tuple[tuple[int, ...], O
         messages, tools = tool_messages(validate_messages(messages), request, rt.tool_format)
         prompt = encode_chat(rt.loaded.tokenizer, messages, tools=tools,
                              before_tokenize=lambda text: rt.prompt_limit.check_chars(len(text), "messages"),
-                             template=rt.chat_template)
+                             template=rt.chat_template, options=options)
     return prompt.ids, prompt.history_boundary, request
 
 
@@ -117,6 +123,7 @@ def prepare_messages(rt: "Runtime", raw: bytes) -> Prepared[AnthropicReply]:
     """POST /v1/messages: the conversation templated with its tools, sampling, a forced call's grammar."""
     body = parse_body(raw, MessagesRequest)
     rt.check_model(body.model)
+    check_budget(body.thinking, body.max_tokens)
     ids, boundary, request = _prompt(rt, body)
     fields = {"max_tokens": body.max_tokens, "temperature": body.temperature, "top_p": body.top_p,
               "top_k": body.top_k, "stop": body.stop_sequences}
@@ -132,5 +139,5 @@ def prepare_messages(rt: "Runtime", raw: bytes) -> Prepared[AnthropicReply]:
             sampling = dataclasses.replace(sampling, constraint=constraint)
     shown = request if request is not None and request.choice != "none" else None
     reply = AnthropicReply(f"msg_{uuid.uuid4().hex[:24]}", rt.model_id, len(ids), sampling.max_tokens, shown,
-                           rt.tool_format)
+                           rt.tool_format, reply_reasoning(rt.reasoning, rt.loaded.tokenizer, ids))
     return Prepared(EngineRequest(reply.id, ids, sampling, boundary), reply, bool(body.stream))

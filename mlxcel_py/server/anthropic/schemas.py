@@ -18,7 +18,7 @@ from typing_extensions import Annotated
 from ..generation.schemas import Body
 
 Object = dict[str, Any]
-SUPPORTED_BLOCKS = ("text", "tool_use", "tool_result")
+SUPPORTED_BLOCKS = ("text", "thinking", "tool_use", "tool_result")
 
 
 class TextBlock(Body):
@@ -26,6 +26,15 @@ class TextBlock(Body):
     text: str
     cache_control: Optional[Object] = None  # a caching hint: ignored
     citations: Optional[list[Object]] = None  # accepted as sent; citations are not generated
+
+
+class ThinkingBlock(Body):
+    """An earlier reply's thinking, sent back: the assistant turn's reasoning (prepare.py)."""
+
+    type: Literal["thinking"]
+    thinking: str
+    signature: Optional[str] = None  # ours are empty: nothing is verified
+    cache_control: Optional[Object] = None
 
 
 class ToolUseBlock(Body):
@@ -56,7 +65,8 @@ class UnsupportedBlock(Body):
                          f"(it takes {', '.join(SUPPORTED_BLOCKS)})")
 
 
-_TAGS = {"text": "Text", "tool_use": "ToolUse", "tool_result": "ToolResult"}  # capitalised: body.py drops them
+# Capitalised: body.py drops them.
+_TAGS = {"text": "Text", "thinking": "Thinking", "tool_use": "ToolUse", "tool_result": "ToolResult"}
 
 
 def _block_tag(value: Any) -> str:
@@ -65,7 +75,8 @@ def _block_tag(value: Any) -> str:
 
 
 Block = Annotated[
-    Union[Annotated[TextBlock, Tag("Text")], Annotated[ToolUseBlock, Tag("ToolUse")],
+    Union[Annotated[TextBlock, Tag("Text")], Annotated[ThinkingBlock, Tag("Thinking")],
+          Annotated[ToolUseBlock, Tag("ToolUse")],
           Annotated[ToolResultBlock, Tag("ToolResult")], Annotated[UnsupportedBlock, Tag("Unsupported")]],
     Discriminator(_block_tag),
 ]

@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 from ...engine import Finished, PromptProgress, TokenDelta
 from ...tool_calls import ToolCall, ToolCallStream, ToolFormat, ToolRequest
+from ..generation.reasoning import ReasoningSplit, ReasoningStart, split_whole
 from ..generation.submit import failure
 from ..http.errors import APIError, anthropic_error_body
 
@@ -29,6 +30,7 @@ class AnthropicReply:
     max_tokens: int
     tools: Optional[ToolRequest] = None  # None: no tool calls are parsed (none given, or choice "none")
     fmt: Optional[ToolFormat] = None
+    reasoning: Optional[ReasoningStart] = None  # the thinking becomes `thinking` blocks (--reasoning-format)
 
 
 def new_tool_use_id() -> str:
@@ -78,9 +80,15 @@ def content_blocks(reply: AnthropicReply, text: str) -> list[dict]:
     return blocks
 
 
+def thinking_block(text: str) -> dict:
+    """Our thinking carries an empty signature: nothing signs it, nothing checks it."""
+    return {"type": "thinking", "thinking": text, "signature": ""}
+
+
 def message_json(reply: AnthropicReply, text: str, f: Finished) -> dict:
-    """The non-streaming reply."""
-    blocks = content_blocks(reply, text)
+    """The non-streaming reply: the thinking first, then the answer's blocks."""
+    thought, answer = split_whole(reply.reasoning, text)
+    blocks = ([thinking_block(thought)] if thought else []) + content_blocks(reply, answer)
     reason, sequence = stop_reason(reply, f, any(b["type"] == "tool_use" for b in blocks))
     return {"id": reply.id, "type": "message", "role": "assistant", "model": reply.model, "content": blocks,
             "stop_reason": reason, "stop_sequence": sequence, "usage": usage_json(f)}
@@ -96,11 +104,15 @@ class AnthropicFramer:
 
     reply: AnthropicReply
     calls: Optional[ToolCallStream] = None
+    split: Optional[ReasoningSplit] = None
     index: int = -1  # the current content block
     text_open: bool = False
+    thinking_open: bool = False
     called: bool = False
 
     def __post_init__(self) -> None:
+        if self.reply.reasoning is not None:
+            self.split = ReasoningSplit(self.reply.reasoning)
         tools = self.reply.tools
         if tools is not None and self.reply.fmt is not None:
             self.calls = ToolCallStream(self.reply.fmt, tools.as_openai(), tools.parallel, new_tool_use_id)
@@ -120,6 +132,8 @@ class AnthropicFramer:
         out = self._deltas(item.text) if item.text else []
         if item.finish_reason not in ("stop", "length"):
             return out + self.cut(failure(item))
+        if self.split is not None:
+            out += self._split(*self.split.finish())
         if self.calls is not None:
             out += self._apply(self.calls.finish())
         out += self._close()
@@ -128,6 +142,29 @@ class AnthropicFramer:
                             usage=usage_json(item)), event("message_stop")]
 
     def _deltas(self, text: str) -> list[str]:
+        if self.split is not None:  # thinking first: the tool-call parser sees only the answer
+            return self._split(*self.split.feed(text))
+        return self._answer(text)
+
+    def _split(self, thought: str, answer: str) -> list[str]:
+        out = []
+        if thought:
+            if not self.thinking_open:
+                self.index += 1
+                self.thinking_open = True
+                out.append(event("content_block_start", index=self.index, content_block=thinking_block("")))
+            out.append(event("content_block_delta", index=self.index,
+                             delta={"type": "thinking_delta", "thinking": thought}))
+        return out + (self._close_thinking() if answer else []) + self._answer(answer)
+
+    def _close_thinking(self) -> list[str]:
+        if not self.thinking_open:
+            return []
+        self.thinking_open = False  # Anthropic's order: the signature, then the block's stop
+        return [event("content_block_delta", index=self.index, delta={"type": "signature_delta", "signature": ""}),
+                event("content_block_stop", index=self.index)]
+
+    def _answer(self, text: str) -> list[str]:
         if not text:
             return []
         return self._apply(self.calls.feed(text) if self.calls is not None else [{"content": text}])
@@ -156,6 +193,8 @@ class AnthropicFramer:
         return out
 
     def _close(self) -> list[str]:
+        if self.thinking_open:  # the reply ended while thinking
+            return self._close_thinking()
         if not self.text_open:
             return []
         self.text_open = False

@@ -56,6 +56,7 @@ class Assembler:
         tools = shape.tools
         self.calls = ToolCallStream(tools.format, list(tools.tools), tools.parallel) if tools else None
         self.split = ReasoningSplit(shape.reasoning) if shape.reasoning else None
+        self.reasoning_tokens = 0  # generated tokens of the thinking, its markers included
         self._rows: list[TokenRow] = []  # generated tokens' rows not yet sent
         self._prompt_rows: list[TokenRow] = []
         self._echo_pending = shape.echo is not None
@@ -86,7 +87,10 @@ class Assembler:
                 return parts
             if self._generated is not None and event.logprobs is not None:
                 self._rows.append(self._generated.row(event.logprobs))
-            return parts + self._text(event.text)
+            thinking = self.split is not None and self.split.state == "think"
+            parts += self._text(event.text)
+            self.reasoning_tokens += thinking or (self.split is not None and self.split.state == "think")
+            return parts
         return parts + self._end(event)
 
     def _end(self, event: Finished) -> list[Part]:

@@ -117,3 +117,22 @@ class ReasoningSplit:
             text = text.lstrip()
             self._began = bool(text)
         return text
+
+
+def reply_reasoning(markers: Optional[ReasoningMarkers], tokenizer: Any, ids: tuple[int, ...]
+                    ) -> Optional[ReasoningStart]:
+    """How a reply to the prompt `ids` splits (None: no split): the markers, and whether the
+    prompt's end already opened the thinking."""
+    if markers is None:
+        return None
+    return ReasoningStart(markers, opens_thinking(tokenizer.decode(list(ids[-8:])), markers))
+
+
+def split_whole(start: Optional[ReasoningStart], text: str) -> tuple[str, str]:
+    """A whole reply's (reasoning, answer)."""
+    if start is None:
+        return "", text
+    split = ReasoningSplit(start)
+    reasoning, answer = split.feed(text)
+    rest = split.finish()
+    return reasoning + rest[0], answer + rest[1]

@@ -54,6 +54,7 @@ class ChatMessage(Body):
     function_call: Optional[CalledFunction] = None  # assistant turns, deprecated form of tool_calls
     tool_call_id: Optional[str] = None  # tool turns
     refusal: Optional[str] = None  # assistant turns
+    reasoning_content: Optional[str] = None  # assistant turns: the thinking, for templates that render it
 
     @model_validator(mode="after")
     def _needs_content(self) -> "ChatMessage":

@@ -28,3 +28,9 @@ def chat_options(add_generation_prompt: Optional[bool], continue_final_message: 
     except ValueError as exc:
         raise FieldError(str(exc), param="chat_template_kwargs") from None
     return ChatOptions(add, cont, checked)
+
+
+def without_thinking(options: ChatOptions) -> ChatOptions:
+    """`options` with the template's thinking switched off (`enable_thinking: false`)."""
+    return ChatOptions(options.add_generation_prompt, options.continue_final_message,
+                       {**options.kwargs, "enable_thinking": False})

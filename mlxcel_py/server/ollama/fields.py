@@ -6,17 +6,21 @@ tests/test_server_fields.py checks them against these sets.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Callable
 
+from ...errors import FieldError
+from ...models.chat import DEFAULT_OPTIONS, ChatOptions
 from ..generation.prepared import Refused, accepts_only
+from ..generation.template import without_thinking
 
 HERE = "by this server"
 
-SHARED_HONOURED = frozenset({"model", "format", "options", "stream", "logprobs", "top_logprobs"})
+SHARED_HONOURED = frozenset({"model", "format", "options", "stream", "logprobs", "top_logprobs", "think"})
 CHAT_HONOURED = SHARED_HONOURED | {"messages", "tools"}
 GENERATE_HONOURED = SHARED_HONOURED | {"prompt", "system", "context", "raw"}
 # Refused unless inert (the tables below).
-CHAT_REFUSED = frozenset({"think", "truncate", "shift"})
+CHAT_REFUSED = frozenset({"truncate", "shift"})
 GENERATE_REFUSED = CHAT_REFUSED | {"suffix", "template", "images", "width", "height", "steps"}
 # Accepted, changing nothing: the one model stays resident for the server's lifetime.
 IGNORED = frozenset({"keep_alive"})
@@ -32,10 +36,22 @@ OPTIONS_IGNORED = frozenset({
     "num_thread", "numa", "low_vram", "f16_kv", "logits_all", "vocab_only", "use_mmap", "use_mlock",
     "embedding_only",
 })
-MESSAGE_HONOURED = frozenset({"role", "content", "tool_calls", "tool_name", "tool_call_id"})
+MESSAGE_HONOURED = frozenset({"role", "content", "thinking", "tool_calls", "tool_name", "tool_call_id"})
 MESSAGE_REFUSED = frozenset({"images"})  # refused unless empty (prepare.py: no vision model here)
-# A message's `thinking` (an earlier turn's) is not rendered: no thinking models here.
-MESSAGE_IGNORED = frozenset({"thinking"})
+MESSAGE_IGNORED: frozenset[str] = frozenset()
+
+
+def think_options(thinks: bool, think: Any, model: str) -> ChatOptions:
+    """The template's options for `think` on a model that `thinks` (or not): false turns the
+    template's thinking off; true keeps it; true on a model without thinking is Ollama's 400."""
+    if think is None or think is False:
+        return without_thinking(DEFAULT_OPTIONS) if think is False and thinks else DEFAULT_OPTIONS
+    if think is not True:  # gpt-oss's levels
+        raise FieldError(f"'think' value {json.dumps(think)} is not supported {HERE} (it cannot vary how long "
+                         "the model thinks); it accepts true or false", param="think", code="unsupported_parameter")
+    if not thinks:
+        raise FieldError(f'"{model}" does not support thinking', param="think")  # Ollama's words
+    return DEFAULT_OPTIONS
 
 
 def _is(*values: Any) -> Callable[[Any], bool]:
@@ -51,7 +67,6 @@ def _only(field: str, inert: Callable[[Any], bool], accepted: str, why: str = HE
 
 
 SHARED: tuple[Refused, ...] = (
-    _only("think", _is(False), "false", "(no thinking model is served here)"),
     _only("truncate", _is(False), "false", "(a prompt that does not fit is a 400 here, never truncated)"),
     _only("shift", _is(False), "false", "(generation stops at the context's end here: done_reason \"length\")"),
 )

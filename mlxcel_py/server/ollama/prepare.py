@@ -17,17 +17,18 @@ from ...engine import ConstraintSpec
 from ...engine import Request as EngineRequest
 from ...errors import FieldError, PromptTooLongError, RequestError
 from ...models import encode_chat, encode_text
-from ...models.chat import validate_messages
+from ...models.chat import ChatOptions, validate_messages
 from ...tool_calls import ToolRequest, tool_messages, tool_request
 from ..generation.assembler import Shape, ToolParsing
 from ..generation.logprobs import TokenPieces
 from ..generation.prepared import Prepared, blame, refuse_unsupported
 from ..generation.prompt import check_token_ids
+from ..generation.reasoning import reply_reasoning
 from ..generation.sampling import sampling_params
 from ..generation.schemas import GenerationRequest
 from ..generation.structured import compile_constraint
 from ..http.body import parse_body
-from .fields import CHAT_NOT_SUPPORTED, GENERATE_NOT_SUPPORTED, OPTIONS_NOT_SUPPORTED
+from .fields import CHAT_NOT_SUPPORTED, GENERATE_NOT_SUPPORTED, OPTIONS_NOT_SUPPORTED, think_options
 from .schemas import OllamaChatRequest, OllamaGenerateRequest, OllamaMessage, OllamaOptions, OllamaRequest
 from .shapes import OllamaReply
 
@@ -46,13 +47,18 @@ def _turn(i: int, msg: OllamaMessage, pending: list[tuple[str, str]]) -> dict:
                   "function": {"name": c.function.name, "arguments": json.dumps(c.function.arguments)}}
                  for j, c in enumerate(msg.tool_calls)]
         pending[:] = [(c["id"], c["function"]["name"]) for c in calls]
-        return {"role": "assistant", "content": msg.content or None, "tool_calls": calls}
+        return {"role": "assistant", "content": msg.content or None, "tool_calls": calls, **_thought(msg)}
     if msg.role == "tool":  # Ollama names the tool; OpenAI's form names the call it answers
         named = [p for p in pending if msg.tool_name in (None, p[1])]
         call_id = msg.tool_call_id or (named[0][0] if named else f"call_{i}")
         pending[:] = [p for p in pending if p[0] != call_id]
         return {"role": "tool", "tool_call_id": call_id, "content": msg.content or ""}
-    return {"role": msg.role, "content": msg.content or ""}
+    return {"role": msg.role, "content": msg.content or "", **(_thought(msg) if msg.role == "assistant" else {})}
+
+
+def _thought(msg: OllamaMessage) -> dict:
+    """An earlier turn's thinking, as the template's reasoning_content."""
+    return {"reasoning_content": msg.thinking} if msg.thinking else {}
 
 
 def openai_messages(body: OllamaChatRequest) -> list[dict]:
@@ -131,11 +137,13 @@ def _check(rt: "Runtime", body: OllamaRequest, table: tuple, empty: bool) -> Non
 def _reply(rt: "Runtime", body: OllamaRequest, kind: str, ids: tuple[int, ...], arrived: float,
            tools: Optional[ToolRequest] = None) -> OllamaReply:
     parsing = ToolParsing(rt.tool_format, tools.as_openai(), tools.parallel) if tools is not None else None
+    reasoning = reply_reasoning(rt.reasoning, rt.loaded.tokenizer, ids)
     if not body.logprobs:
-        return OllamaReply(kind, rt.model_id, arrived, ids, Shape(tools=parsing))
+        return OllamaReply(kind, rt.model_id, arrived, ids, Shape(tools=parsing, reasoning=reasoning))
     # Token bytes from llguidance's tables: built here, off the event loop, on first use.
     pieces = TokenPieces(rt.loaded.tokenizer, rt.worker.compiler)
-    return OllamaReply(kind, rt.model_id, arrived, ids, Shape(body.top_logprobs or 0, tools=parsing, pieces=pieces))
+    return OllamaReply(kind, rt.model_id, arrived, ids,
+                       Shape(body.top_logprobs or 0, tools=parsing, pieces=pieces, reasoning=reasoning))
 
 
 def _prepared(rt: "Runtime", body: OllamaRequest, reply: OllamaReply, boundary: Optional[int]) -> Prepared[OllamaReply]:
@@ -157,22 +165,30 @@ def prepare_chat(rt: "Runtime", raw: bytes, arrived: float) -> Optional[Prepared
         messages, tools = tool_messages(validate_messages(messages), request, rt.tool_format)
         prompt = encode_chat(rt.loaded.tokenizer, messages, tools=tools,
                              before_tokenize=lambda text: rt.prompt_limit.check_chars(len(text), "messages"),
-                             template=rt.chat_template)
+                             template=rt.chat_template, options=_think(rt, body))
     return _prepared(rt, body, _reply(rt, body, "chat", prompt.ids, arrived, request), prompt.history_boundary)
+
+
+def _think(rt: "Runtime", body: OllamaRequest) -> ChatOptions:
+    return think_options(rt.thinks, body.think, body.model or rt.model_id)
 
 
 def _generate_ids(rt: "Runtime", body: OllamaGenerateRequest) -> tuple[int, ...]:
     """The prompt's ids: as written with `raw`, else one user turn (after `system`) in the chat template."""
     rt.prompt_limit.check_chars(len(body.prompt) + len(body.system or ""), "prompt")
+    options = _think(rt, body)  # think: true on a model without thinking is a 400, raw or not
     if body.raw:
         if body.system:
             raise FieldError("system has no effect with raw: true (the prompt is sent as written); put it "
                              "in the prompt", param="system")
+        if body.think is False and rt.thinks:
+            raise FieldError("think: false has no effect with raw: true (the prompt is sent as written, "
+                             "no template turns the thinking off)", param="think")
         ids = encode_text(rt.loaded.tokenizer, body.prompt)
     else:
         turns = ([{"role": "system", "content": body.system}] if body.system else []) + \
             [{"role": "user", "content": body.prompt}]
-        ids = encode_chat(rt.loaded.tokenizer, turns, template=rt.chat_template).ids
+        ids = encode_chat(rt.loaded.tokenizer, turns, template=rt.chat_template, options=options).ids
     if body.context:  # an earlier reply's `context`: that conversation, then this prompt
         check_token_ids(body.context, rt.vocab_size, "context")
         ids = tuple(body.context) + ids

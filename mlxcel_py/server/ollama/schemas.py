@@ -78,7 +78,7 @@ class OllamaMessage(OllamaBody):
     role: Literal["system", "user", "assistant", "tool"]
     content: Optional[str] = None
     images: Optional[list[str]] = None  # refused unless empty: no vision model here
-    thinking: Optional[str] = None  # an earlier turn's thinking: not rendered (no thinking models here)
+    thinking: Optional[str] = None  # an earlier turn's thinking: its reasoning_content for the template
     tool_calls: Optional[list[OllamaToolCall]] = None
     tool_name: Optional[str] = None
     tool_call_id: Optional[str] = None

@@ -1,9 +1,9 @@
 """Engine events -> Ollama's reply shapes: one JSON object a line while streaming (`done: false`
 pieces, then the final object with `done_reason` and the statistics), or the final object alone.
 
-/api/chat pieces carry `message` (`content`, and `tool_calls` with arguments as objects),
-/api/generate pieces `response`; generate's final object adds `context` (the prompt's and the
-reply's token ids). Durations are nanoseconds from the engine's own timings.
+/api/chat pieces carry `message` (`content`, a reasoning model's `thinking`, and `tool_calls`
+with arguments as objects), /api/generate pieces `response` (and `thinking`); generate's final
+object adds `context` (the prompt's and the reply's token ids). Durations are nanoseconds from the engine's own timings.
 """
 
 from __future__ import annotations
@@ -84,11 +84,15 @@ def piece_json(reply: OllamaReply, part: Part, done: bool = False) -> dict:
         out["logprobs"] = _logprobs(part.rows)
     if reply.kind == "chat":
         message: dict = {"role": "assistant", "content": part.text or ""}
+        if part.reasoning:
+            message["thinking"] = part.reasoning
         if part.tool_calls:
             message["tool_calls"] = [_tool_call(c) for c in part.tool_calls]
         out["message"] = message
     else:
         out["response"] = part.text or ""
+        if part.reasoning:
+            out["thinking"] = part.reasoning
     out["done"] = done
     return out
 
@@ -114,7 +118,7 @@ def loaded_json(kind: Kind, model: str) -> dict:
 
 
 def _carries(part: Part) -> bool:
-    return bool(part.text or part.tool_calls or part.rows)
+    return bool(part.text or part.reasoning or part.tool_calls or part.rows)
 
 
 @dataclass

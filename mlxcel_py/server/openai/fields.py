@@ -35,7 +35,7 @@ NOT_SUPPORTED_YET: tuple[Refused, ...] = (
     _not_yet("web_search_options", _never, "null"),
     _not_yet("moderation", _never, "null"),
     _not_yet("verbosity", _is("medium"), '"medium"'),
-    _not_yet("reasoning_effort", _is("medium"), '"medium"'),
+    _not_yet("reasoning_effort", _is("medium", "none"), '"medium" or "none"'),  # none: prepare.py
     _not_yet("typical_p", _is(1, 1.0), "1"),
     _not_yet("mirostat", _is(0), "0"),
     _not_yet("dynatemp_range", _is(0, 0.0), "0"),

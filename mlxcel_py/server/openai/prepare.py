@@ -16,6 +16,7 @@ from ...engine import SamplingParams, check_logit_bias
 from ...errors import FieldError, RequestError
 from ...models import encode_chat
 from ...models.chat import validate_messages
+from ...serve_config import REASONING_FORMATS
 from ...tool_calls import tool_messages
 from ..generation.assembler import Shape, ToolParsing
 from ..generation.logprobs import TokenPieces
@@ -23,9 +24,9 @@ from ..generation.prepared import Prepared, blame, refuse_unsupported
 from ..generation.prompt import completion_prompt_ids
 from ..generation.sampling import echo_only, max_tokens_of, sampling_params
 from ..generation.schemas import GenerationRequest
+from ..generation.reasoning import ReasoningMarkers, ReasoningStart, reply_reasoning
 from ..generation.structured import OutputPlan, output_plan
-from ..generation.reasoning import ReasoningStart, opens_thinking
-from ..generation.template import chat_options
+from ..generation.template import chat_options, without_thinking
 from ..http.body import parse_body
 from .fields import NOT_SUPPORTED_YET
 from .schemas import ChatRequest, CompletionRequest
@@ -45,17 +46,26 @@ def prepare_chat(rt: "Runtime", raw: bytes) -> Prepared[Reply]:
     rt.prompt_limit.check_chars(sum(_chars(m.get("content")) for m in messages), "messages")
     plan = output_plan(body, rt.tool_format, rt.worker.compiler)
     options = chat_options(body.add_generation_prompt, body.continue_final_message, body.chat_template_kwargs)
+    if body.reasoning_effort == "none" and rt.thinks:  # as the Responses API's effort "none"
+        options = without_thinking(options)
     with blame("messages"):
         # The request's tools, and tool calls and results in the history, as the template renders them.
         messages, tools = tool_messages(validate_messages(messages), plan.tools, rt.tool_format)
         prompt = encode_chat(rt.loaded.tokenizer, messages, tools=tools,
                              before_tokenize=lambda text: rt.prompt_limit.check_chars(len(text), "messages"),
                              template=rt.chat_template, options=options)
-    reasoning = None
-    if rt.reasoning is not None:  # does the prompt leave a thinking block open?
-        tail = rt.loaded.tokenizer.decode(list(prompt.ids[-8:]))
-        reasoning = ReasoningStart(rt.reasoning, opens_thinking(tail, rt.reasoning))
+    reasoning = reply_reasoning(_markers(rt, body.reasoning_format), rt.loaded.tokenizer, prompt.ids)
     return _prepared(rt, body, "chat", prompt.ids, prompt.history_boundary, plan, reasoning=reasoning)
+
+
+def _markers(rt: "Runtime", fmt: Optional[str]) -> Optional[ReasoningMarkers]:
+    """The split a request's reasoning_format asks for (llama-server's field; absent: --reasoning-format)."""
+    if fmt is None:
+        return rt.reasoning
+    if fmt not in REASONING_FORMATS:
+        raise FieldError(f"reasoning_format must be one of {', '.join(REASONING_FORMATS)} (got {fmt!r}); "
+                         "deepseek-legacy is not supported by this server", param="reasoning_format")
+    return None if fmt == "none" else rt.thinking_markers
 
 
 def prepare_completion(rt: "Runtime", raw: bytes) -> Prepared[Reply]:

@@ -82,6 +82,7 @@ class ChatRequest(GenerationRequest):
     chat_template_kwargs: Optional[Object] = None
     add_generation_prompt: Optional[bool] = None
     continue_final_message: Optional[bool] = None
+    reasoning_format: Optional[str] = None  # llama-server's: this request's --reasoning-format
     prompt_cache_retention: Optional[str] = None
     prompt_cache_options: Optional[Object] = None
 

@@ -14,7 +14,7 @@ import time
 from typing import Any, Callable
 
 from ...engine import Finished
-from ..generation.assembler import Assembler, Shape
+from ..generation.assembler import Assembler
 from ..generation.submit import failure
 from ..http.errors import APIError
 from .shapes import Output, ResponsesReply, failed_json, final_json, outcome, response_json, stored
@@ -26,7 +26,7 @@ class ResponsesFramer:
 
     def __init__(self, reply: ResponsesReply, keep: Callable[[StoredResponse], None]):
         self.reply, self.keep = reply, keep
-        self.assembler = Assembler(Shape(tools=reply.tools))
+        self.assembler = Assembler(reply.shape)
         self.output = Output()
         self.sequence = 0
         self.ended = False
@@ -51,7 +51,7 @@ class ResponsesFramer:
         if event.finish_reason not in ("stop", "length"):
             return self._frames(events) + self.cut(failure(event))
         events += self.output.finish(outcome(event)[0])
-        body = final_json(self.reply, self.output, event, int(time.time()))
+        body = final_json(self.reply, self.output, event, int(time.time()), self.assembler.reasoning_tokens)
         self._keep(body)
         kind = "response.completed" if body["status"] == "completed" else "response.incomplete"
         return self._frames(events + [{"type": kind, "response": body}])

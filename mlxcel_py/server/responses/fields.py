@@ -7,13 +7,16 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from ...errors import FieldError
+from ...models.chat import DEFAULT_OPTIONS, ChatOptions
 from ..generation.prepared import Refused, accepts_only
+from ..generation.template import without_thinking
 
 HONOURED = frozenset({
     "model", "input", "instructions", "previous_response_id", "store", "stream", "max_output_tokens",
     "temperature", "top_p", "tools", "tool_choice", "parallel_tool_calls", "text", "metadata", "user",
 })
-# Reasoning items are never produced, so asking for their encrypted content changes nothing.
+# Reasoning items carry their text, never encrypted content: asking for it changes nothing.
 INERT_INCLUDES = frozenset({"reasoning.encrypted_content"})
 NOT_HERE = "by this server"
 
@@ -26,14 +29,29 @@ def _include(values: list) -> Optional[str]:
 
 
 def _reasoning(reasoning: Any) -> Optional[str]:
-    if reasoning.effort not in (None, "none"):
-        return f'effort "{reasoning.effort}" is not supported: the served model does not reason; ' \
-               'send null or "none"'
+    # effort depends on the model: reasoning_options below.
     if reasoning.summary is not None or reasoning.generate_summary is not None:
-        return "summary is not supported: the served model does not reason"
+        return "summary is not supported by this server (a reasoning model's thinking is returned whole, " \
+               "as the reasoning item's content)"
     if reasoning.mode not in (None, "standard"):
         return f'mode "{reasoning.mode}" is not supported by this server; it accepts only "standard"'
     return None
+
+
+def reasoning_options(thinks: bool, reasoning: Any) -> ChatOptions:
+    """The template's options for `reasoning.effort` on a model that `thinks` (or not): "none"
+    turns the template's thinking off, "medium" (OpenAI's default) keeps the model's own."""
+    effort = reasoning.effort if reasoning is not None else None
+    if effort is None or (effort == "medium" and thinks):
+        return DEFAULT_OPTIONS
+    if effort == "none":
+        return without_thinking(DEFAULT_OPTIONS) if thinks else DEFAULT_OPTIONS
+    if not thinks:
+        problem = f'effort "{effort}" is not supported: the served model does not reason; send null or "none"'
+    else:
+        problem = (f'effort "{effort}" is not supported by this server (it cannot vary how long the model '
+                   'thinks); it accepts null, "none" (no thinking) and "medium" (the model\'s own)')
+    raise FieldError(f"'reasoning' {problem}", param="reasoning", code="unsupported_parameter")
 
 
 def _verbosity(text: Any) -> Optional[str]:

@@ -14,16 +14,17 @@ from ...engine import ConstraintSpec
 from ...engine import Request as EngineRequest
 from ...errors import FieldError, RequestError
 from ...models import encode_chat
-from ...models.chat import validate_messages
+from ...models.chat import ChatOptions, validate_messages
 from ...tool_calls import ToolRequest, tool_messages, tool_request
 from ..generation.assembler import ToolParsing
 from ..generation.prepared import Prepared, blame, refuse_unsupported
+from ..generation.reasoning import reply_reasoning
 from ..generation.sampling import sampling_params
 from ..generation.schemas import GenerationRequest
 from ..generation.structured import OutputPlan, constrained_plan, schema_spec
 from ..http.body import parse_body
 from .conversation import input_messages
-from .fields import NOT_SUPPORTED
+from .fields import NOT_SUPPORTED, reasoning_options
 from .schemas import FunctionChoice, ResponsesRequest
 from .shapes import ResponsesReply, new_id
 from .store import MAX_RESPONSES
@@ -92,7 +93,8 @@ def _echo(body: ResponsesRequest, sampling: Any) -> dict:
     return {
         "instructions": body.instructions, "max_output_tokens": body.max_output_tokens,
         "metadata": body.metadata or {}, "parallel_tool_calls": body.parallel_tool_calls is not False,
-        "previous_response_id": body.previous_response_id, "reasoning": {"effort": None, "summary": None},
+        "previous_response_id": body.previous_response_id,
+        "reasoning": {"effort": body.reasoning.effort if body.reasoning else None, "summary": None},
         "store": body.store is not False, "temperature": sampling.temperature, "top_p": sampling.top_p,
         "text": {"format": fmt.model_dump(by_alias=True, exclude_none=True) if fmt else {"type": "text"},
                  "verbosity": "medium"},
@@ -102,7 +104,7 @@ def _echo(body: ResponsesRequest, sampling: Any) -> dict:
     }
 
 
-def _prompt(rt: "Runtime", body: ResponsesRequest, request: Optional[ToolRequest]
+def _prompt(rt: "Runtime", body: ResponsesRequest, request: Optional[ToolRequest], options: ChatOptions
             ) -> tuple[tuple[int, ...], Optional[int], list[dict]]:
     """(prompt ids, history boundary, the conversation in chat form without the instructions)."""
     history = [*_earlier(rt, body), *input_messages(body.input)]
@@ -114,7 +116,7 @@ def _prompt(rt: "Runtime", body: ResponsesRequest, request: Optional[ToolRequest
         rendered, tools = tool_messages(validate_messages(messages), request, rt.tool_format)
         prompt = encode_chat(rt.loaded.tokenizer, rendered, tools=tools,
                              before_tokenize=lambda text: rt.prompt_limit.check_chars(len(text), "input"),
-                             template=rt.chat_template)
+                             template=rt.chat_template, options=options)
     return prompt.ids, prompt.history_boundary, history
 
 
@@ -124,7 +126,8 @@ def prepare_response(rt: "Runtime", raw: bytes) -> Prepared[ResponsesReply]:
     rt.check_model(body.model)
     refuse_unsupported(body, NOT_SUPPORTED)
     request = tools_of(body)
-    ids, boundary, history = _prompt(rt, body, request)
+    options = reasoning_options(rt.thinks, body.reasoning)
+    ids, boundary, history = _prompt(rt, body, request, options)
     plan = constrained_plan(request, _format_specs(body), rt.tool_format, rt.worker.compiler,
                             candidates="text.format and a forced tool_choice")
     sampling = _sampling(rt, body, plan)
@@ -132,5 +135,6 @@ def prepare_response(rt: "Runtime", raw: bytes) -> Prepared[ResponsesReply]:
     if request is not None and request.choice != "none":  # with "none" the model was not shown the tools
         parsing = ToolParsing(rt.tool_format, request.as_openai(), request.parallel)
     reply = ResponsesReply(new_id("resp"), int(time.time()), rt.model_id, len(ids), _echo(body, sampling), parsing,
-                           tuple(history), body.store is not False)
+                           tuple(history), body.store is not False,
+                           reply_reasoning(rt.reasoning, rt.loaded.tokenizer, ids))
     return Prepared(EngineRequest(reply.id, ids, sampling, boundary), reply, bool(body.stream))

@@ -12,7 +12,7 @@ import time
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from ..generation.assembler import Assembler, Shape
+from ..generation.assembler import Assembler
 from ..generation.collect import collect
 from ..generation.stream import FramedStream
 from ..generation.submit import CLIENT_CLOSED, start
@@ -32,7 +32,7 @@ async def create_response(request: Request) -> Response:
     reply, store = prepared.reply, runtime(request).responses
     if prepared.stream:
         return FramedStream(ResponsesFramer(reply, store.put), gen, reply.id)
-    assembler = Assembler(Shape(tools=reply.tools))
+    assembler = Assembler(reply.shape)
     whole = await collect(request.receive, gen, assembler)
     if whole is None:
         return Response(status_code=CLIENT_CLOSED)
@@ -40,7 +40,7 @@ async def create_response(request: Request) -> Response:
     for part in whole.parts:
         output.add(part)
     output.finish(outcome(whole.finished)[0])
-    body = final_json(reply, output, whole.finished, int(time.time()))
+    body = final_json(reply, output, whole.finished, int(time.time()), assembler.reasoning_tokens)
     if reply.store:
         store.put(stored(reply, body))
     return JSONResponse(body)

@@ -1,7 +1,7 @@
 """OpenAI's Responses API request body (POST /v1/responses), every field with its JSON type.
 
 Field list: the `openai` Python SDK 3.57 (`types/responses/response_create_params.py`), plus
-`stream`. Input items this server cannot render (images, files, reasoning, built-in tool calls,
+`stream`. Input items this server cannot render (images, files, built-in tool calls,
 item references) and tools other than functions are a 400 that names their type; what is
 done with each field: fields.py.
 """
@@ -15,7 +15,7 @@ from typing_extensions import Annotated
 
 from ..generation.schemas import Body, Object, by_type
 
-ITEMS = ("message", "function_call", "function_call_output")
+ITEMS = ("message", "reasoning", "function_call", "function_call_output")
 
 
 def _kind(value: Any) -> Any:
@@ -97,13 +97,29 @@ class FunctionCallOutputItem(Body):
     status: Optional[str] = None
 
 
+class ReasoningText(Body):
+    type: Literal["reasoning_text", "summary_text"]
+    text: str
+
+
+class ReasoningItem(Body):
+    """An earlier reply's thinking, sent back: the next assistant turn's reasoning_content."""
+
+    type: Literal["reasoning"]
+    id: Optional[str] = None
+    summary: list[ReasoningText] = Field(default_factory=list)
+    content: Optional[list[ReasoningText]] = None
+    encrypted_content: Optional[str] = None  # ours is null; another server's cannot be read here
+    status: Optional[str] = None
+
+
 class UnsupportedItem(Refused):
     refusal: ClassVar[str] = f"input items are not supported by this server (it takes {', '.join(ITEMS)})"
 
 
 # A message may leave out its type.
-Item = _by_kind({None: MessageItem, "message": MessageItem, "function_call": FunctionCallItem,
-                 "function_call_output": FunctionCallOutputItem}, UnsupportedItem)
+Item = _by_kind({None: MessageItem, "message": MessageItem, "reasoning": ReasoningItem,
+                 "function_call": FunctionCallItem, "function_call_output": FunctionCallOutputItem}, UnsupportedItem)
 
 
 # -- tools ---------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""The Responses API's reply shapes: the `response` object, its `output` items (`message` with
-`output_text` parts, `function_call`), and the item events a stream sends as they are written.
+"""The Responses API's reply shapes: the `response` object, its `output` items (`reasoning` with
+`reasoning_text` parts, `message` with `output_text` parts, `function_call`), and the item events
+a stream sends as they are written.
 
 `Output` is fed the parts an Assembler makes of engine events (text, whole tool calls) and
 returns the item events; a non-streaming reply feeds the same parts and keeps only the items,
@@ -13,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ...engine import Finished
-from ..generation.assembler import Part, ToolParsing
+from ..generation.assembler import Part, Shape, ToolParsing
+from ..generation.reasoning import ReasoningStart
 from .conversation import output_messages
 from .store import StoredResponse
 
@@ -31,17 +33,23 @@ class ResponsesReply:
     tools: Optional[ToolParsing] = None  # None: no tool calls are parsed (none given, or choice "none")
     history: tuple[dict, ...] = ()  # earlier turns and this input, in OpenAI's chat form
     store: bool = True
+    reasoning: Optional[ReasoningStart] = None  # the thinking becomes a `reasoning` item (--reasoning-format)
+
+    @property
+    def shape(self) -> Shape:
+        """What the Assembler reads out of the text: the thinking, then tool calls in the answer."""
+        return Shape(tools=self.tools, reasoning=self.reasoning)
 
 
 def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
 
 
-def usage_json(f: Finished) -> dict:
+def usage_json(f: Finished, reasoning_tokens: int = 0) -> dict:
     u = f.usage
     return {"input_tokens": u.prompt_tokens,
             "input_tokens_details": {"cached_tokens": u.cached_tokens, "cache_write_tokens": 0},
-            "output_tokens": u.completion_tokens, "output_tokens_details": {"reasoning_tokens": 0},
+            "output_tokens": u.completion_tokens, "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
             "total_tokens": u.prompt_tokens + u.completion_tokens}
 
 
@@ -79,14 +87,18 @@ class Output:
         self._message: Optional[dict] = None  # the message item being written
 
     def add(self, part: Part) -> list[dict]:
-        events = self._text(part.text) if part.text else []
+        events = self._think(part.reasoning) if part.reasoning else []
+        events += self._text(part.text) if part.text else []
         for call in part.tool_calls:
             events += self._close("completed") + self._call(call)
         return events
 
     def finish(self, status: str) -> list[dict]:
-        """Close the open message (`status`: completed or incomplete); an empty reply is one empty message."""
-        events = [] if self.items else self._open()
+        """Close the open item (`status`: completed or incomplete); a reply with no answer (nothing,
+        or thinking alone) ends with one empty message."""
+        events = self._close(status) if self._message is not None and self._message["type"] == "reasoning" else []
+        if not any(item["type"] != "reasoning" for item in self.items):
+            events += self._open()
         return events + self._close(status)
 
     def _where(self, item: dict) -> dict:
@@ -105,8 +117,29 @@ class Output:
         return [added, {"type": "response.content_part.added", **self._where(item), "content_index": 0,
                         "part": _text_part("")}]
 
+    def _think(self, text: str) -> list[dict]:
+        """The thinking comes first: one reasoning item, open until the answer starts."""
+        events = []
+        if self._message is None:
+            item = {"id": new_id("rs"), "type": "reasoning", "summary": [], "content": [], "encrypted_content": None,
+                    "status": "in_progress"}
+            events.append({"type": "response.output_item.added", "output_index": self._append(item),
+                           "item": _copy(item)})
+            self._message = item
+            item["content"].append(_reasoning_part(""))
+            events.append({"type": "response.content_part.added", **self._where(item), "content_index": 0,
+                           "part": _reasoning_part("")})
+        item = self._message
+        item["content"][0]["text"] += text
+        return events + [{"type": "response.reasoning_text.delta", **self._where(item), "content_index": 0,
+                          "delta": text}]
+
     def _text(self, text: str) -> list[dict]:
-        events = self._open() if self._message is None else []
+        if self._message is not None and self._message["type"] == "reasoning":
+            events = self._close("completed")
+        else:
+            events = []
+        events += self._open() if self._message is None else []
         item = self._message
         item["content"][0]["text"] += text
         return events + [{"type": "response.output_text.delta", **self._where(item), "content_index": 0,
@@ -118,8 +151,11 @@ class Output:
             return []
         item["status"] = status
         part, where = item["content"][0], self._where(item)
-        return [{"type": "response.output_text.done", **where, "content_index": 0, "text": part["text"],
-                 "logprobs": []},
+        done = {"type": "response.output_text.done", **where, "content_index": 0, "text": part["text"],
+                "logprobs": []}
+        if item["type"] == "reasoning":
+            done = {"type": "response.reasoning_text.done", **where, "content_index": 0, "text": part["text"]}
+        return [done,
                 {"type": "response.content_part.done", **where, "content_index": 0, "part": dict(part)},
                 {"type": "response.output_item.done", "output_index": where["output_index"], "item": _copy(item)}]
 
@@ -136,14 +172,19 @@ class Output:
                 {"type": "response.output_item.done", "output_index": where["output_index"], "item": dict(item)}]
 
 
+def _reasoning_part(text: str) -> dict:
+    return {"type": "reasoning_text", "text": text}
+
+
 def _copy(item: dict) -> dict:
     return {**item, "content": [dict(p) for p in item["content"]]}
 
 
-def final_json(reply: ResponsesReply, output: Output, f: Finished, now: int) -> dict:
+def final_json(reply: ResponsesReply, output: Output, f: Finished, now: int, reasoning_tokens: int = 0) -> dict:
     """The response of a request that finished normally (its output closed)."""
     status, incomplete = outcome(f)
-    return response_json(reply, status, output.items, usage=usage_json(f), incomplete=incomplete, completed_at=now)
+    return response_json(reply, status, output.items, usage=usage_json(f, reasoning_tokens), incomplete=incomplete,
+                         completed_at=now)
 
 
 def failed_json(reply: ResponsesReply, output: Output, message: str) -> dict:
