@@ -159,7 +159,10 @@ class _KvWriter:
     @staticmethod
     def _own(cache: BatchKVCache, idx: int) -> tuple[np.ndarray, np.ndarray]:
         held = getattr(cache, "_mlxcel_kv", None)
-        if held is not None and held[0] is cache.keys and held[1] is cache.values and held[2].shape[2] > idx:
+        # Held views are current only if nothing else advanced the cache since our last step (a
+        # draft's verify forward writes through mlx-lm, which may have moved the buffer).
+        if (held is not None and held[0] is cache.keys and held[1] is cache.values and held[2].shape[2] > idx
+                and getattr(cache, "_mlxcel_idx", None) == idx):
             return held[2], held[3]
         arrays = []
         for old in (cache.keys, cache.values):
@@ -178,6 +181,7 @@ class _KvWriter:
         for cache in caches:
             cache._idx += 1
             cache.offset = offset
+            cache._mlxcel_idx = cache._idx
 
 
 def decoder_for(model, threads: int = 1) -> Optional[CpuDecoder]:

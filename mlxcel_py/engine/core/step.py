@@ -70,6 +70,9 @@ class Step:
     prefill: Optional[PrefillPiece] = None
     drop_snapshots: tuple[int, ...] = ()
     decode_context: int = 0  # KV positions the decode rows attend over (the cost model's row context)
+    # Per decode row, draft tokens to verify after its last token (prompt lookup); () when no row drafts.
+    # A runner may ignore them (decode one token per row): the scheduler then sees nothing accepted.
+    drafts: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +87,9 @@ class StepOutput:
     # One per piece token when the sequence asked for prompt logprobs (None for the prompt's first).
     prompt_logprobs: tuple[Optional[TokenLogprobs], ...] = ()
     failed: tuple[tuple[int, str], ...] = ()  # (seq id, why): sequences whose sampling failed, to end with "error"
+    # Per decode row, the tokens after `decoded[i]` that its verified draft let the step emit (each one
+    # an accepted draft token, the last one the target's own); () when no row drafted.
+    decoded_extra: tuple[tuple[int, ...], ...] = ()
 
 
 class Runner(Protocol):

@@ -60,20 +60,44 @@ class SequenceSampler:
 
     def sample(self, logprobs: mx.array) -> mx.array:
         """Sample a (1, V) row of log-probabilities; returns a (1,) token array."""
-        p = self.params
         if self.greedy:
             return mx.argmax(logprobs, axis=-1)
+        return mx.random.categorical(self._target(logprobs), key=self._subkey())
+
+    def choose(self, row: mx.array, draft: Optional[int]) -> tuple[int, bool]:
+        """The token at one verified position of processed (1, V) logits, and whether it is `draft`.
+
+        Sampled rows use speculative sampling for a point-mass draft: keep d with probability
+        p(d), else draw from p without d (renormalized), so the token follows p exactly."""
+        if self.greedy:
+            token = int(mx.argmax(row, axis=-1).item())
+            return token, token == draft
+        target = self._target(row - mx.logsumexp(row, axis=-1, keepdims=True))
+        if draft is None:
+            return int(mx.random.categorical(target, key=self._subkey()).item()), False
+        p_draft = mx.softmax(target, axis=-1)[0, draft].item()
+        if mx.random.uniform(key=self._subkey()).item() < p_draft:
+            return draft, True
+        without = mx.where(mx.arange(target.shape[-1]) == draft, -mx.inf, target)
+        return int(mx.random.categorical(without, key=self._subkey()).item()), False
+
+    def _target(self, logprobs: mx.array) -> mx.array:
+        """The filtered, temperature-scaled logits the categorical draw uses."""
+        p = self.params
         if 0.0 < p.top_p < 1.0:
             logprobs = apply_top_p(logprobs, p.top_p)
         if p.min_p > 0.0:
             logprobs = apply_min_p(logprobs, p.min_p)
         if 0 < p.top_k < logprobs.shape[-1]:
             logprobs = apply_top_k(logprobs, p.top_k)
-        scaled = logprobs * (1.0 / p.temperature)
+        return logprobs * (1.0 / p.temperature)
+
+    def _subkey(self) -> Optional[mx.array]:
+        """The next key of a seeded request's stream; None: MLX's global generator."""
         if self._key is None:
-            return mx.random.categorical(scaled)
+            return None
         self._key, sub = mx.random.split(self._key)
-        return mx.random.categorical(scaled, key=sub)
+        return sub
 
     def extend_prompt(self, tokens: Sequence[int]) -> None:
         """A prefill piece's prompt tokens, for the repetition penalty (which reads the prompt too)."""
