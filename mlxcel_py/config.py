@@ -5,12 +5,14 @@ Nothing below the CLI reads `os.environ` or sees a Typer object; it gets an `App
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass, field
 from typing import Literal, Mapping, Optional
 
 from .engine.chunking.fixed import PrefillChunkPolicy
+from .engine.core.drafting import DraftConfig
 from .engine.core.request import MAX_TOKENS_LIMIT, SamplingParams
 from .config_values import check_range, env_count, flag_or_env, parse_count
 from .errors import ConfigError, RequestError
@@ -27,6 +29,7 @@ MAX_PREFILL_CHUNK = 1_048_576
 MAX_PARALLEL = 64
 MAX_THREADS = 1024
 MAX_ITL_BUDGET_MS = 600_000
+MAX_DRAFT = 256
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 _SERVER_COMMANDS = ("serve", "bench")
 _SAMPLING_FLAGS = {
@@ -122,6 +125,7 @@ class EngineConfig:
     max_queue: int = 64
     prompt_cache: PromptCacheConfig = field(default_factory=PromptCacheConfig)
     itl_budget_ms: Optional[int] = None  # choose the chunk per tick by time (engine/chunking/budget.py)
+    drafting: DraftConfig = field(default_factory=DraftConfig)  # prompt lookup (--lookup-ngram); off by default
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +187,21 @@ def _itl_budget(flag: Optional[int], env: Mapping[str, str], chunk: ResolvedChun
     return None
 
 
+def _drafting(env: Mapping[str, str], ngram: Optional[int], draft_max: Optional[int],
+              draft_min: Optional[int]) -> DraftConfig:
+    """--lookup-ngram (MLXCEL_LOOKUP_NGRAM), --draft-max / --draft-min (llama-server's LLAMA_ARG_DRAFT_*)."""
+    ngram, ngram_label = _count_flag(ngram, "--lookup-ngram", env, "MLXCEL_LOOKUP_NGRAM")
+    draft_max, max_label = _count_flag(draft_max, "--draft-max", env, "LLAMA_ARG_DRAFT_MAX")
+    draft_min, min_label = _count_flag(draft_min, "--draft-min", env, "LLAMA_ARG_DRAFT_MIN")
+    check_range(ngram_label, ngram, 0, 64)
+    check_range(max_label, draft_max, 1, MAX_DRAFT)
+    check_range(min_label, draft_min, 0, MAX_DRAFT)
+    config = DraftConfig(ngram or 0, 16 if draft_max is None else draft_max, draft_min or 0)
+    if config.draft_min > config.draft_max:
+        raise ConfigError(f"{min_label} {config.draft_min} exceeds {max_label} {config.draft_max}", flag=min_label)
+    return config
+
+
 def _prompt_cache(enabled: bool, max_bytes, max_entries, min_prefix) -> PromptCacheConfig:
     given = {"max_bytes": max_bytes, "max_entries": max_entries, "min_prefix": min_prefix}
     for name, value in given.items():
@@ -230,6 +249,9 @@ def resolve(
     chat_template_kwargs: Optional[str] = None,
     reasoning_format: Optional[str] = None,
     reasoning_budget: Optional[int] = None,
+    lookup_ngram: Optional[int] = None,
+    draft_max: Optional[int] = None,
+    draft_min: Optional[int] = None,
     env: Optional[Mapping[str, str]] = None,
 ) -> AppConfig:
     """Merge flags (None = not given) with the environment into one frozen AppConfig; raises ConfigError."""
@@ -245,6 +267,7 @@ def resolve(
     cache = _prompt_cache(prompt_cache, cache_max_bytes, cache_max_entries, cache_min_prefix)
     budget = _itl_budget(itl_budget_ms, env, chunk)
     engine = _engine(command, env, chunk, parallel, ctx_size, max_queue, cache, budget)
+    engine = dataclasses.replace(engine, drafting=_drafting(env, lookup_ngram, draft_max, draft_min))
     given = {"temperature": temp, "top_p": top_p, "top_k": top_k, "min_p": min_p}
     given |= {"repetition_penalty": repeat_penalty, "seed": seed, "max_tokens": max_tokens}
     sampling = _sampling(command, given)
@@ -279,6 +302,7 @@ def startup_summary(cfg: AppConfig) -> list[str]:
         f"slots {eng.num_slots} ctx_size {ctx} max_queue {eng.max_queue}",
         f"prefill_chunk_size {eng.policy.describe()}{source}",
         f"itl_budget_ms {eng.itl_budget_ms if eng.itl_budget_ms is not None else 'off'}",
+        f"lookup_ngram {eng.drafting.ngram or 'off'} draft_max {eng.drafting.draft_max} draft_min {eng.drafting.draft_min}",
         f"prompt_cache {'on' if cache.enabled else 'off'} max_bytes={cache.max_bytes} "
         f"max_entries={cache.max_entries} min_prefix={cache.min_prefix}",
         f"sampling temp={s.temperature} top_p={s.top_p} top_k={s.top_k} min_p={s.min_p} "

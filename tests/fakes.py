@@ -40,7 +40,8 @@ class FakeRunner(Runner):
         self.rows: set[int] = set()  # sequences in the decode batch
         self.snapshots: dict[int, tuple] = {}  # snapshot id -> (seq_id, num_tokens) it was taken from
         self.script: dict[int, list[int]] = {}
-        self.verifies = True  # False: ignore drafts, one token per row (as the distributed runners do)
+        self.verifies_drafts = True
+        self.verifies = True  # False: ignore the drafts a step carries anyway, one token per row
 
     def prefill_lengths(self, seq_id: int) -> list[int]:
         return [c[3] - c[2] for c in self.calls if c[0] == "prefill" and c[1] == seq_id]

@@ -99,6 +99,8 @@ class Runner(Protocol):
 
     # The grammar compiler constrained sequences need (thread-safe); None: constraints refused.
     compiler: Optional["ConstraintCompiler"] = None
+    # Whether decode rows' drafts are verified; False: the engine does not draft (nothing would be accepted).
+    verifies_drafts: bool = False
 
     def execute(self, step: Step) -> StepOutput:
         """Run one record in its order (retire, decode, prefill, drop snapshots); ends in a sync."""
