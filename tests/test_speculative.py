@@ -109,3 +109,23 @@ def test_speculative_sampling_follows_the_target_distribution():
         kept += accepted
     assert np.abs(counts / draws - target).max() < 0.03  # about 3 standard errors
     assert kept == counts[1]  # the draft's token comes only from acceptance
+
+
+def test_timings_and_metrics_count_drafts_over_http(lm):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from server_helpers import start_server, stop_server
+
+    running = start_server(parallel=1, lookup_ngram=3, draft_max=8)
+    try:
+        with running.client() as http:
+            body = {"prompt": list(copy_prompt(lm)), "n_predict": 48, "ignore_eos": True, "temperature": 0.0}
+            timings = http.post("/completion", json=body).json()["timings"]
+            assert timings["draft_n"] > 0 and 0 < timings["draft_n_accepted"] <= timings["draft_n"]
+            chat = http.post("/v1/completions", json={"prompt": "hi", "max_tokens": 1}).json()
+            assert "draft_n" not in chat.get("timings", {})  # as llama-server: only when it drafted
+            families = {f.name: f for f in text_string_to_metric_families(http.get("/metrics").text)}
+        assert families["mlxcel_draft_tokens"].samples[0].value == timings["draft_n"]
+        assert families["mlxcel_draft_accepted_tokens"].samples[0].value == timings["draft_n_accepted"]
+    finally:
+        stop_server(running)
