@@ -41,7 +41,9 @@ def build_engine(config: "EngineConfig", loaded: "LoadedModel", runner: Optional
 
     per_slot = slot_context(config.ctx_size, config.num_slots, loaded.context_length)
     if runner is None:
-        runner = ModelRunner(loaded.model, compiler_for(loaded), decode=loaded.cpu_decode, kernels=loaded.cpu_kernels)
+        fast = loaded.cpu_decode
+        runner = ModelRunner(loaded.model, compiler_for(loaded), decode=fast, kernels=loaded.cpu_kernels,
+                             verify=fast.verify if fast is not None else None)
     drafting = config.drafting if config.drafting.enabled else None
     if drafting is not None and not runner.verifies_drafts:
         log.warning("--lookup-ngram is off: this runner (%s) does not verify drafts", type(runner).__name__)

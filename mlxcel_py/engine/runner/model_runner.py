@@ -23,6 +23,7 @@ from .verify import roll_back, verify_inputs, verify_row
 from ..core.step import PrefillPiece, Retire, Runner, Step, StepOutput
 
 DecodeFn = Callable[[list[int], list], mx.array]  # (last tokens, batch KV) -> (B, V) logits
+VerifyFn = Callable[[list[list[int]], list], mx.array]  # (B rows of W tokens, batch KV) -> (B, W, V) logits
 
 
 def _project_fn(model) -> Optional[Callable[[mx.array], mx.array]]:
@@ -79,11 +80,13 @@ class ModelRunner(Runner):
     verifies_drafts = True  # a runner whose sampling must match other ranks' sets False: drafts ignored
 
     def __init__(self, model, compiler: Optional[ConstraintCompiler] = None, *,
-                 decode: Optional[DecodeFn] = None, kernels: Optional[ContextManager[Any]] = None):
+                 decode: Optional[DecodeFn] = None, kernels: Optional[ContextManager[Any]] = None,
+                 verify: Optional[VerifyFn] = None):
         self.model = model
         self.compiler = compiler  # grammars for constrained sequences (built lazily per model)
         self._project = _project_fn(model)
         self._fast_decode = decode
+        self._fast_verify = verify  # the CPU decode step's span form; None: verify through mlx-lm
         self._kernels = kernels if kernels is not None else contextlib.nullcontext()
         self._seqs: dict[int, SequenceState] = {}
         self._snapshots: dict[int, list[KVCache]] = {}
@@ -209,8 +212,11 @@ class ModelRunner(Runner):
         """One forward over every row's [last token + draft] (engine/runner/verify.py); the KV of
         what was not accepted is rolled back. Drafted rows carry no grammar and no logprobs."""
         inputs = verify_inputs(last, drafts)
-        with self._kernels:
-            logits = self.model(inputs, cache=self._batch)
+        if self._fast_verify is not None:  # writes in place into the buffers the CPU decode step owns
+            logits = self._fast_verify(inputs.tolist(), self._batch)
+        else:
+            with self._kernels:
+                logits = self.model(inputs, cache=self._batch)
         runs = [verify_row(logits[i], draft, self._seqs[s].sampler) for i, (s, draft) in enumerate(zip(seq_ids, drafts))]
         roll_back(self._batch, inputs.shape[1], [len(run) for run in runs])
         for seq_id, run in zip(seq_ids, runs):
