@@ -94,19 +94,25 @@ def verify_costs(loaded, context: int = 300, reps: int = 10) -> list[str]:
         for layer in batch:
             layer.trim(1)
 
-    def verify(width):
+    def verify(width, fast):
         def run():
-            with loaded.cpu_kernels or _null():
-                mx.eval(model(mx.array([[7] * width]), cache=batch))
+            if fast:
+                mx.eval(loaded.cpu_decode.verify([[7] * width], batch))
+            else:
+                with loaded.cpu_kernels or _null():
+                    mx.eval(model(mx.array([[7] * width]), cache=batch))
             for layer in batch:
                 layer.trim(width)
         return run
 
     lines = []
     if loaded.cpu_decode is not None:
+        timed(decode)  # warm
         lines.append(f"decode step (CPU fast path), context {context}: {timed(decode):.1f} ms")
-    for k in (0, 2, 4, 8, 16):
-        lines.append(f"verify forward of 1+{k} tokens (mlx-lm path): {timed(verify(1 + k)):.1f} ms")
+        for k in (2, 4, 8, 16):
+            lines.append(f"verify of 1+{k} tokens (CPU span step): {timed(verify(1 + k, True)):.1f} ms")
+    for k in (0, 4, 16):
+        lines.append(f"verify of 1+{k} tokens (mlx-lm forward): {timed(verify(1 + k, False)):.1f} ms")
     return lines
 
 
@@ -131,6 +137,9 @@ def main() -> None:
     from mlxcel_py.models import default_model_path, load_model
 
     loaded = load_model(str(default_model_path()), threads=args.threads)
+    warm = loaded.tokenizer.encode("warm up " * 8)
+    run_once(loaded, warm, 0, args.draft_max, 8)
+    run_once(loaded, warm, args.ngram, args.draft_max, 8)  # compiles the span kernels
     for name, text in PROMPTS.items():
         ids = loaded.tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
         rates = {"plain": [], "lookup": []}

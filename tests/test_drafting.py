@@ -90,3 +90,19 @@ def test_a_fully_accepted_draft_resets_the_pause():
     state.paused_for = 0
     state.observe(4, 4)
     assert (state.next_pause, state.ema) == (8, 1.0)
+
+
+def test_the_draft_length_doubles_on_success_and_shrinks_to_the_accepted_run():
+    engine, runner = make_engine(drafting=DraftConfig(ngram=2, draft_max=16))
+    text = tuple(range(3, 40))
+    engine.add_request(Request("A", text + text[:2], SamplingParams(max_tokens=34)))
+    runner.script[1] = runner_tokens(text)  # the copy, then a divergence
+    events = run_all(engine)
+    lengths = [len(s.drafts[0]) if s.drafts else 0 for s in runner.steps if s.decode]
+    # 4 accepted -> 8 accepted -> 16 (rejected after 3: the 99) -> no 2-gram match any more
+    assert lengths[:3] == [4, 8, 16] and set(lengths[3:]) == {0}
+    assert tokens(events) == runner_tokens(text)
+
+
+def runner_tokens(text):
+    return list(text[2:20]) + [99] + list(range(100, 115))  # the copy, then a divergence

@@ -2,9 +2,11 @@
 draft tokens per decode row and the runner verifies them in the decode step.
 
 A draft is the continuation of the most recent earlier occurrence of the sequence's last
-`ngram` tokens (prompt + output so far). Per sequence, an acceptance EMA pauses drafting
-where drafts keep being rejected, with a pause that doubles each time, so a stream that
-never repeats its context pays for a few rejected verifies and then almost none.
+`ngram` tokens (prompt + output so far). Per sequence, the draft length follows the
+acceptance (doubled after a draft accepted whole, cut to what was accepted plus one after a
+rejection), and an acceptance EMA pauses drafting where drafts keep being rejected, with a
+pause that doubles each time, so a stream that never repeats its context pays for a few
+rejected verifies and then almost none.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ EMA_WEIGHT = 0.5  # weight of the newest verify in the acceptance EMA
 ACCEPT_FLOOR = 0.3  # below this EMA the drafts do not pay for their verify forward
 BASE_PAUSE = 8  # decode steps without drafting after the first pause; doubles per pause
 MAX_PAUSE = 512
+FIRST_LIMIT = 4  # a verify's cost grows with its width (docs/SPECULATIVE.md): start short, double on success
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,13 +57,14 @@ class DraftState:
     ema: float = 1.0
     paused_for: int = 0  # decode steps left without drafting
     next_pause: int = BASE_PAUSE
+    limit: int = FIRST_LIMIT  # the draft length this sequence may propose now (at most --draft-max)
 
     def propose(self, config: DraftConfig, tokens: Sequence[int], room: int) -> tuple[int, ...]:
         """The draft for this step (empty: plain decode); `room`: tokens the sequence may still emit."""
         if self.paused_for > 0:
             self.paused_for -= 1
             return ()
-        draft = lookup(tokens, config.ngram, min(config.draft_max, room - 1))
+        draft = lookup(tokens, config.ngram, min(config.draft_max, self.limit, room - 1))
         return draft if len(draft) >= max(config.draft_min, 1) else ()
 
     def observe(self, num_drafted: int, num_accepted: int) -> None:
@@ -70,6 +74,7 @@ class DraftState:
         self.num_drafted += num_drafted
         self.num_accepted += num_accepted
         self.ema = (1 - EMA_WEIGHT) * self.ema + EMA_WEIGHT * (num_accepted / num_drafted)
+        self.limit = 2 * self.limit if num_accepted == num_drafted else num_accepted + 1
         if self.ema < ACCEPT_FLOOR:
             self.paused_for, self.ema = self.next_pause, 1.0
             self.next_pause = min(2 * self.next_pause, MAX_PAUSE)
