@@ -14,7 +14,7 @@ from typing import Literal, Mapping, Optional
 from .engine.chunking.fixed import PrefillChunkPolicy
 from .engine.core.drafting import DraftConfig
 from .engine.core.request import MAX_TOKENS_LIMIT, SamplingParams
-from .config_values import check_range, env_count, flag_or_env, parse_count
+from .config_values import check_range, drafting_config, env_count, flag_or_env, parse_count
 from .errors import ConfigError, RequestError
 from .serve_config import (
     DEFAULT_MAX_BODY_BYTES, DistributedConfig, ServerConfig, distributed_config, server_config, server_summary,
@@ -29,7 +29,6 @@ MAX_PREFILL_CHUNK = 1_048_576
 MAX_PARALLEL = 64
 MAX_THREADS = 1024
 MAX_ITL_BUDGET_MS = 600_000
-MAX_DRAFT = 256
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 _SERVER_COMMANDS = ("serve", "bench")
 _SAMPLING_FLAGS = {
@@ -187,21 +186,6 @@ def _itl_budget(flag: Optional[int], env: Mapping[str, str], chunk: ResolvedChun
     return None
 
 
-def _drafting(env: Mapping[str, str], ngram: Optional[int], draft_max: Optional[int],
-              draft_min: Optional[int]) -> DraftConfig:
-    """--lookup-ngram (MLXCEL_LOOKUP_NGRAM), --draft-max / --draft-min (llama-server's LLAMA_ARG_DRAFT_*)."""
-    ngram, ngram_label = _count_flag(ngram, "--lookup-ngram", env, "MLXCEL_LOOKUP_NGRAM")
-    draft_max, max_label = _count_flag(draft_max, "--draft-max", env, "LLAMA_ARG_DRAFT_MAX")
-    draft_min, min_label = _count_flag(draft_min, "--draft-min", env, "LLAMA_ARG_DRAFT_MIN")
-    check_range(ngram_label, ngram, 0, 64)
-    check_range(max_label, draft_max, 1, MAX_DRAFT)
-    check_range(min_label, draft_min, 0, MAX_DRAFT)
-    config = DraftConfig(ngram or 0, 16 if draft_max is None else draft_max, draft_min or 0)
-    if config.draft_min > config.draft_max:
-        raise ConfigError(f"{min_label} {config.draft_min} exceeds {max_label} {config.draft_max}", flag=min_label)
-    return config
-
-
 def _prompt_cache(enabled: bool, max_bytes, max_entries, min_prefix) -> PromptCacheConfig:
     given = {"max_bytes": max_bytes, "max_entries": max_entries, "min_prefix": min_prefix}
     for name, value in given.items():
@@ -267,7 +251,7 @@ def resolve(
     cache = _prompt_cache(prompt_cache, cache_max_bytes, cache_max_entries, cache_min_prefix)
     budget = _itl_budget(itl_budget_ms, env, chunk)
     engine = _engine(command, env, chunk, parallel, ctx_size, max_queue, cache, budget)
-    engine = dataclasses.replace(engine, drafting=_drafting(env, lookup_ngram, draft_max, draft_min))
+    engine = dataclasses.replace(engine, drafting=drafting_config(env, lookup_ngram, draft_max, draft_min))
     given = {"temperature": temp, "top_p": top_p, "top_k": top_k, "min_p": min_p}
     given |= {"repetition_penalty": repeat_penalty, "seed": seed, "max_tokens": max_tokens}
     sampling = _sampling(command, given)
