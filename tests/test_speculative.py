@@ -129,3 +129,37 @@ def test_timings_and_metrics_count_drafts_over_http(lm):
         assert families["mlxcel_draft_accepted_tokens"].samples[0].value == timings["draft_n_accepted"]
     finally:
         stop_server(running)
+
+
+def test_grammar_and_logprob_rows_keep_their_sampler_beside_a_drafting_row(lm):
+    import json
+
+    from mlxcel_py.engine.core.request import ConstraintSpec
+
+    schema = {"type": "object", "properties": {"name": {"enum": ["ann", "bob"]},
+                                               "age": {"type": "integer", "minimum": 0, "maximum": 99}},
+              "required": ["name", "age"], "additionalProperties": False}
+    constrained = Request("j", prompt(12, 0), SamplingParams(
+        max_tokens=200, temperature=1.0, seed=0, constraint=ConstraintSpec("json_schema", json.dumps(schema))))
+    scored = greedy("l", prompt(20, 3), 30, logprobs=True, top_logprobs=2)
+    copy = greedy("copy", copy_prompt(lm), 48)
+    engine = engine_for(lm, 3, 4)
+    engine.add_request(constrained)
+    engine.add_request(scored)
+    engine.add_request(copy)
+    deltas = {"j": [], "l": [], "copy": []}
+    done = {}
+    for _ in range(5000):
+        if not engine.has_work():
+            break
+        for e in engine.step():
+            if isinstance(e, TokenDelta):
+                deltas[e.request_id].append(e)
+            elif isinstance(e, Finished):
+                done[e.request_id] = e
+    assert done["copy"].timings.draft_n_accepted > 0
+    assert done["j"].finish_reason == "stop"
+    json.loads(lm.tokenizer.decode([d.token_id for d in deltas["j"]]))
+    assert len(deltas["l"]) == 30 and all(d.logprobs is not None for d in deltas["l"])
+    plain = run(engine_for(lm, None, 4), [scored])["l"][0]
+    assert [d.token_id for d in deltas["l"]] == plain

@@ -217,11 +217,18 @@ class ModelRunner(Runner):
         else:
             with self._kernels:
                 logits = self.model(inputs, cache=self._batch)
-        runs = [verify_row(logits[i], draft, self._seqs[s].sampler) for i, (s, draft) in enumerate(zip(seq_ids, drafts))]
+        firsts: dict[int, SampledToken] = {}
+        plain = [i for i, draft in enumerate(drafts) if not draft]  # grammars, logprobs: the usual sampler
+        if plain:
+            rows = self._sample(logits[mx.array(plain), 0, :], [seq_ids[i] for i in plain])
+            firsts = dict(zip(plain, rows))
+        runs = [[firsts[i].token_id] if i in firsts else verify_row(logits[i], draft, self._seqs[s].sampler)
+                for i, (s, draft) in enumerate(zip(seq_ids, drafts))]
         roll_back(self._batch, inputs.shape[1], [len(run) for run in runs])
         for seq_id, run in zip(seq_ids, runs):
             self._seqs[seq_id].last_token = run[-1]
-        return [SampledToken(run[0]) for run in runs], tuple(tuple(run[1:]) for run in runs)
+        sampled = [firsts.get(i) or SampledToken(run[0]) for i, run in enumerate(runs)]
+        return sampled, tuple(tuple(run[1:]) for run in runs)
 
     def _reorder(self, seq_ids: tuple[int, ...]) -> None:
         if sorted(seq_ids) != sorted(self._rows):
