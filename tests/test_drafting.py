@@ -106,3 +106,35 @@ def test_the_draft_length_doubles_on_success_and_shrinks_to_the_accepted_run():
 
 def runner_tokens(text):
     return list(text[2:20]) + [99] + list(range(100, 115))  # the copy, then a divergence
+
+
+def test_a_verify_steps_draft_tokens_count_as_rows_for_the_chunk_and_the_cost_model():
+    from mlxcel_py.engine.core.engine import tick_shape
+    from mlxcel_py.engine.core.step import Step
+
+    assert tick_shape([Step(decode=(1, 2), drafts=((5, 6), ()), decode_context=30)]).rows == 4
+
+    class Recording:
+        alone, contended = 2048, 512
+
+        def __init__(self):
+            self.states = []
+
+        def chunk_for(self, state):
+            self.states.append(state.num_decoding)
+            return 512
+
+        def observe(self, sample):
+            pass
+
+        def stats(self):
+            return None
+
+    engine, runner = make_engine(drafting=DraftConfig(ngram=2, draft_max=3))
+    engine.scheduler.policy = policy = Recording()
+    engine.add_request(Request("A", (3, 4, 5, 6, 7, 3, 4), SamplingParams(max_tokens=6)))
+    runner.script[1] = [5, 6, 7, 9, 8, 8]
+    engine.step()  # A's prefill (nothing decoding)
+    engine.add_request(Request("B", tuple(range(100, 1100)), SamplingParams(max_tokens=1)))
+    engine.step()  # A verifies a draft of 3, then B's first piece is planned
+    assert policy.states == [0, 1 + 3]

@@ -67,6 +67,7 @@ class Scheduler:
         self._retired: list[Retire] = []
         self._free_slots = list(range(num_slots))
         self._next_id = 0
+        self._num_drafted = 0  # draft tokens in this tick's decode step: the piece's chunk counts them
         self.counters = {"finished": 0, "prompt": 0, "cached": 0, "generated": 0, "decode_steps": 0,
                          "drafted": 0, "draft_accepted": 0}
         self.pieces_by_chunk: dict[int, int] = {}
@@ -106,9 +107,11 @@ class Scheduler:
 
     def schedule_decode(self) -> Optional[Step]:
         """One decode step for the whole active batch (and the retirements pending since the last step)."""
+        self._num_drafted = 0
         if not (self.running or self._retired):
             return None
         drafts = tuple(self._draft(s) for s in self.running)
+        self._num_drafted = sum(len(d) for d in drafts)
         for seq, draft in zip(self.running, drafts):  # one KV position per token in; a slot's context caps it
             self.budget.reserve(seq.seq_id, 1 + len(draft))
         return self._step(decode=tuple(s.seq_id for s in self.running), decode_context=self._decode_context(),
@@ -120,7 +123,8 @@ class Scheduler:
         if seq is None:
             return None
         chunk = self.policy.chunk_for(TickState(
-            num_decoding=len(self.running), decode_context=self._decode_context(),
+            num_decoding=len(self.running) + self._num_drafted if self.running else 0,
+            decode_context=self._decode_context(),
             prefill_context=seq.prefill_offset, remaining=seq.prompt_len - seq.prefill_offset,
         ))
         piece = next_piece(seq.prompt_len, seq.adopted, seq.boundary, seq.prefill_offset, chunk)
