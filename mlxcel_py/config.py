@@ -5,14 +5,16 @@ Nothing below the CLI reads `os.environ` or sees a Typer object; it gets an `App
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass, field
 from typing import Literal, Mapping, Optional
 
 from .engine.chunking.fixed import PrefillChunkPolicy
+from .engine.core.drafting import DraftConfig
 from .engine.core.request import MAX_TOKENS_LIMIT, SamplingParams
-from .config_values import check_range, env_count, flag_or_env, parse_count
+from .config_values import check_range, drafting_config, env_count, flag_or_env, parse_count
 from .errors import ConfigError, RequestError
 from .serve_config import (
     DEFAULT_MAX_BODY_BYTES, DistributedConfig, ServerConfig, distributed_config, server_config, server_summary,
@@ -122,6 +124,7 @@ class EngineConfig:
     max_queue: int = 64
     prompt_cache: PromptCacheConfig = field(default_factory=PromptCacheConfig)
     itl_budget_ms: Optional[int] = None  # choose the chunk per tick by time (engine/chunking/budget.py)
+    drafting: DraftConfig = field(default_factory=DraftConfig)  # prompt lookup (--lookup-ngram); off by default
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +235,9 @@ def resolve(
     reasoning_format: Optional[str] = None,
     reasoning_budget: Optional[int] = None,
     pooling: Optional[str] = None,
+    lookup_ngram: Optional[int] = None,
+    draft_max: Optional[int] = None,
+    draft_min: Optional[int] = None,
     env: Optional[Mapping[str, str]] = None,
 ) -> AppConfig:
     """Merge flags (None = not given) with the environment into one frozen AppConfig; raises ConfigError."""
@@ -247,6 +253,7 @@ def resolve(
     cache = _prompt_cache(prompt_cache, cache_max_bytes, cache_max_entries, cache_min_prefix)
     budget = _itl_budget(itl_budget_ms, env, chunk)
     engine = _engine(command, env, chunk, parallel, ctx_size, max_queue, cache, budget)
+    engine = dataclasses.replace(engine, drafting=drafting_config(env, lookup_ngram, draft_max, draft_min))
     given = {"temperature": temp, "top_p": top_p, "top_k": top_k, "min_p": min_p}
     given |= {"repetition_penalty": repeat_penalty, "seed": seed, "max_tokens": max_tokens}
     sampling = _sampling(command, given)
@@ -283,6 +290,7 @@ def startup_summary(cfg: AppConfig) -> list[str]:
         f"slots {eng.num_slots} ctx_size {ctx} max_queue {eng.max_queue}",
         f"prefill_chunk_size {eng.policy.describe()}{source}",
         f"itl_budget_ms {eng.itl_budget_ms if eng.itl_budget_ms is not None else 'off'}",
+        f"lookup_ngram {eng.drafting.ngram or 'off'} draft_max {eng.drafting.draft_max} draft_min {eng.drafting.draft_min}",
         f"prompt_cache {'on' if cache.enabled else 'off'} max_bytes={cache.max_bytes} "
         f"max_entries={cache.max_entries} min_prefix={cache.min_prefix}",
         f"sampling temp={s.temperature} top_p={s.top_p} top_k={s.top_k} min_p={s.min_p} "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Callable, Mapping, Optional, TypeVar
 
+from .engine.core.drafting import DraftConfig
 from .errors import ConfigError
 
 T = TypeVar("T")
@@ -57,3 +58,21 @@ def check_range(label: str, value: Optional[float], low: float, high: Optional[f
     if value is not None and (value < low or (high is not None and value > high)):
         bounds = f"at least {low}" if high is None else f"between {low} and {high}"
         raise ConfigError(f"{label} must be {bounds} (got {value})", flag=label)
+
+
+MAX_DRAFT = 256
+
+
+def drafting_config(env: Mapping[str, str], ngram: Optional[int], draft_max: Optional[int],
+                    draft_min: Optional[int]) -> DraftConfig:
+    """--lookup-ngram (MLXCEL_LOOKUP_NGRAM), --draft-max / --draft-min (llama-server's LLAMA_ARG_DRAFT_*)."""
+    ngram, ngram_label = flag_or_env(ngram, "--lookup-ngram", env, "MLXCEL_LOOKUP_NGRAM", parse=env_count)
+    draft_max, max_label = flag_or_env(draft_max, "--draft-max", env, "LLAMA_ARG_DRAFT_MAX", parse=env_count)
+    draft_min, min_label = flag_or_env(draft_min, "--draft-min", env, "LLAMA_ARG_DRAFT_MIN", parse=env_count)
+    check_range(ngram_label, ngram, 0, 64)
+    check_range(max_label, draft_max, 1, MAX_DRAFT)
+    check_range(min_label, draft_min, 0, MAX_DRAFT)
+    config = DraftConfig(ngram or 0, 16 if draft_max is None else draft_max, draft_min or 0)
+    if config.draft_min > config.draft_max:
+        raise ConfigError(f"{min_label} {config.draft_min} exceeds {max_label} {config.draft_max}", flag=min_label)
+    return config

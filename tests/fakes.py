@@ -40,6 +40,8 @@ class FakeRunner(Runner):
         self.rows: set[int] = set()  # sequences in the decode batch
         self.snapshots: dict[int, tuple] = {}  # snapshot id -> (seq_id, num_tokens) it was taken from
         self.script: dict[int, list[int]] = {}
+        self.verifies_drafts = True
+        self.verifies = True  # False: ignore the drafts a step carries anyway, one token per row
 
     def prefill_lengths(self, seq_id: int) -> list[int]:
         return [c[3] - c[2] for c in self.calls if c[0] == "prefill" and c[1] == seq_id]
@@ -52,11 +54,14 @@ class FakeRunner(Runner):
                 if r.snapshot_id is not None:
                     self.snapshots[r.snapshot_id] = (r.seq_id, r.num_tokens)
                 self.rows.discard(r.seq_id)
-        decoded = ()
+        decoded, extra = (), ()
         if step.decode:
             assert set(step.decode) == self.rows, (self.rows, step.decode)
             self.calls.append(("decode", step.decode))
-            decoded = tuple(self._next(s) for s in step.decode)
+            drafts = step.drafts if self.verifies and step.drafts else ((),) * len(step.decode)
+            runs = [self._verify(s, d) for s, d in zip(step.decode, drafts)]
+            decoded = tuple(run[0] for run in runs)
+            extra = tuple(tuple(run[1:]) for run in runs) if self.verifies and step.drafts else ()
         first = None
         if (piece := step.prefill) is not None:
             self.calls.append(("prefill", piece.seq_id, piece.start, piece.end))
@@ -67,7 +72,16 @@ class FakeRunner(Runner):
                 first = self._next(piece.seq_id)
         for snapshot_id in step.drop_snapshots:
             self.snapshots.pop(snapshot_id, None)
-        return StepOutput(decoded, first)
+        return StepOutput(decoded, first, decoded_extra=extra)
+
+    def _verify(self, seq_id: int, draft: tuple[int, ...]) -> list[int]:
+        """The target's tokens (the script) for as long as the draft agrees, plus one: real verification."""
+        run = [self._next(seq_id)]
+        for token in draft:
+            if run[-1] != token:
+                break
+            run.append(self._next(seq_id))
+        return run
 
     def _next(self, seq_id: int) -> int:
         script = self.script.get(seq_id)
@@ -75,7 +89,7 @@ class FakeRunner(Runner):
 
 
 def make_engine(
-    *, chunk=None, num_slots=4, slot_context=16384, max_queue=8, cache=False
+    *, chunk=None, num_slots=4, slot_context=16384, max_queue=8, cache=False, drafting=None
 ) -> tuple[Engine, FakeRunner]:
     runner = FakeRunner()
     scheduler = Scheduler(
@@ -86,6 +100,7 @@ def make_engine(
         make_stream=make_stream,
         eos_token_ids=frozenset({EOS}),
         prompt_cache=PromptCache(1 << 30, 8, 4, bytes_per_token=1) if cache else None,
+        drafting=drafting,
     )
     return Engine(scheduler, runner), runner
 

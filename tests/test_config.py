@@ -339,3 +339,18 @@ def test_threads_flag_then_llama_env_then_every_core(command):
     with pytest.raises(ConfigError, match=r"LLAMA_ARG_THREADS must be a non-negative integer"):
         resolve(command, env={"LLAMA_ARG_THREADS": "many"})
     assert "threads 2" in startup_summary(resolve(command, threads=2, env={}))
+
+
+def test_lookup_ngram_and_draft_bounds_resolve_from_flags_and_env():
+    from mlxcel_py.engine.core.drafting import DraftConfig
+
+    assert resolve("serve", env={}).engine.drafting == DraftConfig(0, 16, 0)
+    assert not resolve("serve", env={}).engine.drafting.enabled
+    cfg = resolve("serve", env={"MLXCEL_LOOKUP_NGRAM": "3", "LLAMA_ARG_DRAFT_MAX": "8", "LLAMA_ARG_DRAFT_MIN": "2"})
+    assert cfg.engine.drafting == DraftConfig(3, 8, 2)
+    assert resolve("generate", lookup_ngram=2, draft_max=4, env={"LLAMA_ARG_DRAFT_MAX": "8"}).engine.drafting == DraftConfig(2, 4, 0)
+    assert "lookup_ngram 3 draft_max 8 draft_min 2" in startup_summary(cfg)
+    with pytest.raises(ConfigError, match="--draft-min 9 exceeds --draft-max 8"):
+        resolve("serve", lookup_ngram=3, draft_max=8, draft_min=9, env={})
+    with pytest.raises(ConfigError, match="--draft-max must be between 1 and 256"):
+        resolve("serve", draft_max=0, env={})

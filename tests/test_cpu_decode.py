@@ -184,3 +184,23 @@ def test_threads_split_the_products_without_changing_a_bit():
         logits[threads] = np.stack(out)
     one, many = logits.values()
     np.testing.assert_array_equal(one, many)
+
+
+@pytest.mark.parametrize("width", [2, 5, 17])
+def test_verify_span_matches_mlx_lms_forward_and_survives_a_trim(width):
+    # W tokens per row in one span (a draft's verify), causal within it, on a ragged batch; then
+    # the rejected positions trimmed and one plain decode step, both against mlx-lm.
+    lm = tiny_model()
+    prompts = [prompt(n, n) for n in (9, 3, 14)]
+    ours, theirs = make_batch(lm.model, prompts), make_batch(lm.model, prompts)
+    rows = [list(prompt(width, 40 + i)) for i in range(len(prompts))]
+    got = np.array(lm.cpu_decode.verify(rows, ours))
+    want = np.array(lm.model(mx.array(rows), cache=theirs))
+    np.testing.assert_allclose(got, want, atol=ATOL)
+    for a, b in zip(ours, theirs):
+        a.trim(width - 1)
+        b.trim(width - 1)
+    tokens = [5, 6, 7]
+    got = np.array(lm.cpu_decode(tokens, ours))
+    want = np.array(lm.model(mx.array(tokens)[:, None], cache=theirs)[:, -1, :])
+    np.testing.assert_allclose(got, want, atol=ATOL)

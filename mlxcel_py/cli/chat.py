@@ -11,7 +11,7 @@ from rich.console import Console
 from ..logs import setup_logging
 from .common import resolve_or_exit
 from .options import (
-    BatchSizeOpt, CtxSizeOpt, ItlBudgetOpt, LogLevelOpt, MaxTokensOpt, MinPOpt, ModelOpt, ThreadsOpt, PrefillChunkOpt,
+    BatchSizeOpt, CtxSizeOpt, ItlBudgetOpt, LookupNgramOpt, DraftMaxOpt, DraftMinOpt, LogLevelOpt, MaxTokensOpt, MinPOpt, ModelOpt, ThreadsOpt, PrefillChunkOpt,
     PromptCacheOpt, RepeatPenaltyOpt, SeedOpt, TempOpt, TopKOpt, TopPOpt,
 )
 
@@ -36,6 +36,9 @@ def run(
     prefill_chunk_size: PrefillChunkOpt = None,
     batch_size: BatchSizeOpt = None,
     itl_budget_ms: ItlBudgetOpt = None,
+    lookup_ngram: LookupNgramOpt = None,
+    draft_max: DraftMaxOpt = None,
+    draft_min: DraftMinOpt = None,
     prompt_cache: PromptCacheOpt = True,
     markdown: MarkdownOpt = True,
     log_level: LogLevelOpt = None,
@@ -45,7 +48,7 @@ def run(
         "run", model=model, threads=threads,
         max_tokens=max_tokens, temp=temp, top_p=top_p, top_k=top_k, min_p=min_p,
         repeat_penalty=repeat_penalty, seed=seed, ctx_size=ctx_size, prefill_chunk_size=prefill_chunk_size,
-        batch_size=batch_size, itl_budget_ms=itl_budget_ms, prompt_cache=prompt_cache, log_level=log_level,
+        batch_size=batch_size, itl_budget_ms=itl_budget_ms, lookup_ngram=lookup_ngram, draft_max=draft_max, draft_min=draft_min, prompt_cache=prompt_cache, log_level=log_level,
     )
     setup_logging(log_level or "warning")  # a chat shows answers, not engine logs, unless asked
     interactive = sys.stdin.isatty() and sys.stdout.isatty()

@@ -14,7 +14,7 @@ from ..errors import MlxcelError
 from ..logs import setup_logging
 from .common import fail, resolve_or_exit
 from .options import (
-    BatchSizeOpt, CtxSizeOpt, ItlBudgetOpt, LogLevelOpt, MaxTokensOpt, MinPOpt, ModelOpt, ThreadsOpt, PrefillChunkOpt,
+    BatchSizeOpt, CtxSizeOpt, ItlBudgetOpt, LookupNgramOpt, DraftMaxOpt, DraftMinOpt, LogLevelOpt, MaxTokensOpt, MinPOpt, ModelOpt, ThreadsOpt, PrefillChunkOpt,
     RepeatPenaltyOpt, SeedOpt, TempOpt, TopKOpt, TopPOpt,
 )
 
@@ -43,6 +43,9 @@ def generate(
     prefill_chunk_size: PrefillChunkOpt = None,
     batch_size: BatchSizeOpt = None,
     itl_budget_ms: ItlBudgetOpt = None,
+    lookup_ngram: LookupNgramOpt = None,
+    draft_max: DraftMaxOpt = None,
+    draft_min: DraftMinOpt = None,
     log_level: LogLevelOpt = None,
 ) -> None:
     """Generate a completion for one prompt; text to stdout, speed stats to stderr."""
@@ -50,7 +53,7 @@ def generate(
         "generate", model=model, threads=threads,
         max_tokens=max_tokens, temp=temp, top_p=top_p, top_k=top_k, min_p=min_p,
         repeat_penalty=repeat_penalty, seed=seed, ctx_size=ctx_size, prefill_chunk_size=prefill_chunk_size,
-        batch_size=batch_size, itl_budget_ms=itl_budget_ms, log_level=log_level,
+        batch_size=batch_size, itl_budget_ms=itl_budget_ms, lookup_ngram=lookup_ngram, draft_max=draft_max, draft_min=draft_min, log_level=log_level,
     )
     if prompt is None:
         prompt = "" if sys.stdin.isatty() else sys.stdin.read()

@@ -48,6 +48,21 @@ ItlBudgetOpt = Annotated[
         "env MLXCEL_ITL_BUDGET_MS. Default: off. An explicit chunk wins.",
     ),
 ]
+LookupNgramOpt = Annotated[
+    Optional[int],
+    typer.Option("--lookup-ngram", help="Prompt-lookup speculative decoding: draft the continuation of the last N "
+                 "tokens' earlier occurrence, verified in the decode step (docs/SPECULATIVE.md); env "
+                 "MLXCEL_LOOKUP_NGRAM. Default: off."),
+]
+DraftMaxOpt = Annotated[
+    Optional[int],
+    typer.Option("--draft-max", help="Most draft tokens per step (llama-server); env LLAMA_ARG_DRAFT_MAX. Default: 16."),
+]
+DraftMinOpt = Annotated[
+    Optional[int],
+    typer.Option("--draft-min", help="Fewest draft tokens worth verifying (llama-server); env LLAMA_ARG_DRAFT_MIN. "
+                 "Default: 0."),
+]
 TempOpt = Annotated[Optional[float], typer.Option("--temp", help="Sampling temperature; 0 is greedy.")]
 TopPOpt = Annotated[Optional[float], typer.Option("--top-p", help="Nucleus sampling: keep the top-p probability mass.")]
 TopKOpt = Annotated[Optional[int], typer.Option("--top-k", help="Keep the k most likely tokens; 0 keeps all.")]

@@ -40,6 +40,14 @@ def build_engine(config: "EngineConfig", loaded: "LoadedModel", runner: Optional
     from .runner.model_runner import ModelRunner, kv_bytes_per_token  # the only import of the model-calling code
 
     per_slot = slot_context(config.ctx_size, config.num_slots, loaded.context_length)
+    if runner is None:
+        fast = loaded.cpu_decode
+        runner = ModelRunner(loaded.model, compiler_for(loaded), decode=fast, kernels=loaded.cpu_kernels,
+                             verify=fast.verify if fast is not None else None)
+    drafting = config.drafting if config.drafting.enabled else None
+    if drafting is not None and not runner.verifies_drafts:
+        log.warning("--lookup-ngram is off: this runner (%s) does not verify drafts", type(runner).__name__)
+        drafting = None
     pc = config.prompt_cache
     cache = None
     if pc.enabled:
@@ -52,6 +60,7 @@ def build_engine(config: "EngineConfig", loaded: "LoadedModel", runner: Optional
         make_stream=stream_factory(loaded.tokenizer),
         eos_token_ids=frozenset(loaded.eos_token_ids),
         prompt_cache=cache,
+        drafting=drafting,
     )
     log.info("prefill_chunk_size %s%s", config.policy.describe(),
              " until the ITL-budget calibration ends" if config.itl_budget_ms is not None else "")
@@ -60,8 +69,9 @@ def build_engine(config: "EngineConfig", loaded: "LoadedModel", runner: Optional
         log.info("prompt cache: up to %d entries, %d MiB, min prefix %d", pc.max_entries, pc.max_bytes >> 20, pc.min_prefix)
     else:
         log.info("prompt cache: off")
-    if runner is None:
-        runner = ModelRunner(loaded.model, compiler_for(loaded), decode=loaded.cpu_decode, kernels=loaded.cpu_kernels)
+    if drafting is not None:
+        log.info("prompt lookup: %d-gram, drafts of %d..%d tokens", drafting.ngram, max(drafting.draft_min, 1),
+                 drafting.draft_max)
     return Engine(scheduler, runner, itl_budget_ms=config.itl_budget_ms, vocab_size=loaded.logits_width)
 
 

@@ -135,6 +135,23 @@ class CpuDecoder:
         self._kv.end(caches, positions)
         return mx.array(linear(rms_norm(h, self._norm, self.eps), self._head))
 
+    def verify(self, rows: Sequence[Sequence[int]], caches: list) -> mx.array:
+        """(B, W, vocab) logits of W new tokens per row (a draft's verify forward, causal within
+        the span), caches advanced by W positions; the caller trims what it rejects."""
+        if numba.get_num_threads() != self.threads:
+            numba.set_num_threads(self.threads)
+        width = len(rows[0])
+        positions, left_pad, views = self._kv.begin(caches, len(rows), width)
+        cos, sin = self._rope.at((positions[:, None] + np.arange(width)).reshape(-1))
+        h = self._embed[np.asarray(rows).reshape(-1)]
+        idx = caches[0]._idx
+        for w, (keys, values) in zip(self._layers, views):
+            layer_step(h, w.norm1, w.qkv, w.o, w.norm2, w.gate_up, w.down, keys, values, idx, left_pad,
+                       cos, sin, self.heads, self.scale, self.eps, width)
+        self._kv.end(caches, positions, width)
+        logits = linear(rms_norm(h, self._norm, self.eps), self._head)
+        return mx.array(logits.reshape(len(rows), width, -1))
+
 
 class _KvWriter:
     """Hands out each layer's BatchKVCache buffers as writable numpy views, and afterwards
@@ -144,7 +161,7 @@ class _KvWriter:
     merge, extend, filter or its own growth) is copied once into a fresh one with spare
     capacity, and remembered on the cache; later steps write into it directly."""
 
-    def begin(self, caches: list, rows: int) -> tuple[np.ndarray, np.ndarray, list]:
+    def begin(self, caches: list, rows: int, width: int = 1) -> tuple[np.ndarray, np.ndarray, list]:
         """(positions (B,), left padding (B,), per-layer (keys, values) views) for this step."""
         first = caches[0]
         idx = first._idx
@@ -154,17 +171,20 @@ class _KvWriter:
         if positions.shape[0] != rows:
             raise RuntimeError(f"KV cache has {positions.shape[0]} rows, the step {rows}")
         left_pad = np.asarray(first.left_padding).astype(np.int64)
-        return positions, left_pad, [self._own(c, idx) for c in caches]
+        return positions, left_pad, [self._own(c, idx, width) for c in caches]
 
     @staticmethod
-    def _own(cache: BatchKVCache, idx: int) -> tuple[np.ndarray, np.ndarray]:
+    def _own(cache: BatchKVCache, idx: int, width: int = 1) -> tuple[np.ndarray, np.ndarray]:
         held = getattr(cache, "_mlxcel_kv", None)
-        if held is not None and held[0] is cache.keys and held[1] is cache.values and held[2].shape[2] > idx:
+        # Held views are current only if nothing else wrote past our last step (mlx-lm's forward
+        # may have moved the buffer); a trim back (rejected draft positions) keeps them.
+        if (held is not None and held[0] is cache.keys and held[1] is cache.values
+                and held[2].shape[2] >= idx + width and getattr(cache, "_mlxcel_idx", -1) >= idx):
             return held[2], held[3]
         arrays = []
         for old in (cache.keys, cache.values):
             rows, heads, _, dim = old.shape
-            new = mx.zeros((rows, heads, (idx // KV_STEP + 1) * KV_STEP, dim), old.dtype)
+            new = mx.zeros((rows, heads, ((idx + width - 1) // KV_STEP + 1) * KV_STEP, dim), old.dtype)
             view = np.asarray(new)  # evaluates `new`: a fresh buffer only this cache holds
             view[:, :, :idx] = np.asarray(old[:, :, :idx])
             arrays.append((new, view))
@@ -173,11 +193,12 @@ class _KvWriter:
         return kview, vview
 
     @staticmethod
-    def end(caches: list, positions: np.ndarray) -> None:
-        offset = mx.array((positions + 1).astype(np.int32))
+    def end(caches: list, positions: np.ndarray, width: int = 1) -> None:
+        offset = mx.array((positions + width).astype(np.int32))
         for cache in caches:
-            cache._idx += 1
+            cache._idx += width
             cache.offset = offset
+            cache._mlxcel_idx = cache._idx
 
 
 def decoder_for(model, threads: int = 1) -> Optional[CpuDecoder]:

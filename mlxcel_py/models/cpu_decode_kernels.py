@@ -124,40 +124,45 @@ def rope(qkv, cos, sin, num_heads, head_dim):  # pragma: no cover - jitted
 
 
 @njit(fastmath=True, cache=True, nogil=True)
-def write_kv(qkv, keys, values, idx, heads):  # pragma: no cover - jitted
-    """Store each row's new k and v (the parts of qkv after the q heads) at position idx."""
+def write_kv(qkv, keys, values, idx, heads, width=1):  # pragma: no cover - jitted
+    """Store row r = b * width + j's new k and v (the parts of qkv after the q heads) at
+    position idx + j of cache row b (width 1: one new token per row)."""
     kv_heads, dim = keys.shape[1], keys.shape[3]
     k0, v0 = heads * dim, (heads + kv_heads) * dim
-    for b in range(qkv.shape[0]):
+    for r in range(qkv.shape[0]):
+        b, j = r // width, r % width
         for kv in range(kv_heads):
             for d in range(dim):
-                keys[b, kv, idx, d] = qkv[b, k0 + kv * dim + d]
-                values[b, kv, idx, d] = qkv[b, v0 + kv * dim + d]
+                keys[b, kv, idx + j, d] = qkv[r, k0 + kv * dim + d]
+                values[b, kv, idx + j, d] = qkv[r, v0 + kv * dim + d]
 
 
 @njit(fastmath=True, cache=True, nogil=True)
-def attend(qkv, keys, values, end, left_pad, heads, scale):  # pragma: no cover - jitted
-    """One query per row against keys/values[b, kv, left_pad[b]:end]; q is the head of qkv."""
-    rows, kv_heads, _, dim = keys.shape
+def attend(qkv, keys, values, end, left_pad, heads, scale, width=1):  # pragma: no cover - jitted
+    """Row r = b * width + j's query against keys/values[b, kv, left_pad[b]:end + j] (causal
+    within a verified span; width 1: one query per row); q is the head of qkv."""
+    kv_heads, dim = keys.shape[1], keys.shape[3]
+    rows = qkv.shape[0]
     group = heads // kv_heads
     out = np.empty((rows, heads * dim), dtype=np.float32)
-    scores = np.empty(end, dtype=np.float32)
-    for b in range(rows):
+    scores = np.empty(end + width, dtype=np.float32)
+    for r in range(rows):
+        b, stop = r // width, end + r % width
         start = left_pad[b]
         for h in range(heads):
             kv, q0 = h // group, h * dim
             top = np.float32(-np.inf)
-            for j in range(start, end):
+            for j in range(start, stop):
                 s = np.float32(0.0)
                 for d in range(dim):
-                    s += qkv[b, q0 + d] * keys[b, kv, j, d]
+                    s += qkv[r, q0 + d] * keys[b, kv, j, d]
                 s *= scale
                 scores[j] = s
                 top = max(top, s)
             total = np.float32(0.0)
-            acc = out[b, q0 : q0 + dim]
+            acc = out[r, q0 : q0 + dim]
             acc[:] = 0.0
-            for j in range(start, end):
+            for j in range(start, stop):
                 p = np.exp(scores[j] - top)
                 total += p
                 for d in range(dim):
@@ -188,14 +193,15 @@ def product(x, w):  # pragma: no cover - jitted
 
 @njit(fastmath=True, cache=True, nogil=True)
 def layer_step(h, norm1, wqkv, wo, norm2, wgu, wd, keys, values, idx, left_pad, cos, sin,
-               heads, scale, eps):  # pragma: no cover - jitted
-    """One llama layer for one new token per row: h (B, hidden) updated in place, and the
-    row's k/v written at position `idx` of keys/values (B, kv_heads, capacity, head_dim)."""
+               heads, scale, eps, width=1):  # pragma: no cover - jitted
+    """One llama layer for `width` new tokens per row: h (B * width, hidden) updated in place,
+    and row b's k/v written at positions idx..idx + width - 1 of keys/values (B, kv_heads,
+    capacity, head_dim). Width 1 is a decode step; more, a draft's verify forward."""
     kv_heads, dim = keys.shape[1], keys.shape[3]
     qkv = product(rms_norm(h, norm1, eps), wqkv)
     rope(qkv, cos, sin, heads + kv_heads, dim)
-    write_kv(qkv, keys, values, idx, heads)
-    h += product(attend(qkv, keys, values, idx + 1, left_pad, heads, scale), wo)
+    write_kv(qkv, keys, values, idx, heads, width)
+    h += product(attend(qkv, keys, values, idx + 1, left_pad, heads, scale, width), wo)
     h += product(silu_mul(product(rms_norm(h, norm2, eps), wgu)), wd)
 
 
@@ -208,4 +214,7 @@ def warm_up() -> None:
     trig = np.zeros((1, 2), f32)
     layer_step(h, h[0], np.zeros((16, 8), f32), w, h[0], np.zeros((16, 8), f32), w, kv, kv.copy(), 0,
                np.zeros(1, np.int64), trig, trig, 2, 0.5, 1e-5)
+    h2, trig2 = np.zeros((2, 8), f32), np.zeros((2, 2), f32)  # a verify span of 2 tokens
+    layer_step(h2, h[0], np.zeros((16, 8), f32), w, h[0], np.zeros((16, 8), f32), w, kv, kv.copy(), 0,
+               np.zeros(1, np.int64), trig2, trig2, 2, 0.5, 1e-5, 2)
     linear(rms_norm(h, h[0], 1e-5), w)

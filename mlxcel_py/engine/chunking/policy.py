@@ -28,7 +28,7 @@ def check_count(name: str, value: object) -> int:
 class TickState:
     """What the scheduler knows when it plans the prefill piece of this tick."""
 
-    num_decoding: int = 0  # sequences in this tick's decode step
+    num_decoding: int = 0  # rows of this tick's decode step (each verified draft token one more)
     decode_context: int = 0  # KV positions over those sequences
     prefill_context: int = 0  # the prefilling prompt's cursor: tokens already in its KV
     remaining: Optional[int] = None  # prompt tokens left to prefill (None: unknown)

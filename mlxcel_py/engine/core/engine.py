@@ -27,8 +27,8 @@ def tick_shape(steps: Iterable[Step]) -> TickShape:
     """What a tick's records computed, for the cost model: its decode rows and its prefill piece."""
     tokens = context = rows = row_context = 0
     for step in steps:
-        if step.decode:
-            rows, row_context = len(step.decode), step.decode_context
+        if step.decode:  # a verified draft token costs about a row (docs/SPECULATIVE.md)
+            rows, row_context = len(step.decode) + sum(len(d) for d in step.drafts), step.decode_context
         if step.prefill is not None:
             tokens, context = len(step.prefill.tokens), step.prefill.start
     return TickShape(tokens, context, rows, row_context)

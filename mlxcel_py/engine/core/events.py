@@ -73,6 +73,8 @@ class Timings:
     decode_ms: float
     prompt_tps: float
     decode_tps: float
+    draft_n: int = 0  # prompt-lookup draft tokens verified (llama-server's timings.draft_n)
+    draft_n_accepted: int = 0
 
 
 @dataclass(frozen=True, slots=True)

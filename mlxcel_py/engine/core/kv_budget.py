@@ -21,3 +21,10 @@ class KVBudget:
 
     def release(self, seq_id: int) -> None:
         self.num_used -= self._used.pop(seq_id, 0)
+
+    def give_back(self, seq_id: int, num_tokens: int) -> None:
+        """Return part of a reservation (a verify step's rejected draft positions)."""
+        held = self._used.get(seq_id, 0)
+        num_tokens = min(num_tokens, held)
+        self._used[seq_id] = held - num_tokens
+        self.num_used -= num_tokens

@@ -14,6 +14,7 @@ from typing import Callable, Optional
 from ...errors import PromptTooLongError
 from ..chunking.pieces import next_piece
 from ..chunking.policy import ChunkPolicy, TickState
+from .drafting import DraftConfig, draft_for
 from .events import Embedding, Event, Finished, PromptProgress, TokenDelta, TokenLogprobs
 from .kv_budget import KVBudget
 from .prompt_cache import PromptCache
@@ -51,11 +52,13 @@ class Scheduler:
         eos_token_ids: frozenset[int],
         prompt_cache: Optional[PromptCache] = None,
         clock: Clock = time.perf_counter,
+        drafting: Optional[DraftConfig] = None,
     ):
         self.policy, self.clock = policy, clock
         self.num_slots, self.slot_context, self.max_queue = num_slots, slot_context, max_queue
         self.make_stream, self.eos_token_ids = make_stream, eos_token_ids
         self.prompt_cache = prompt_cache
+        self.drafting = drafting if drafting is not None and drafting.enabled else None
         self.budget = KVBudget(num_slots * slot_context)
         self.waiting: deque[Sequence] = deque()
         self.prefilling: Optional[Sequence] = None
@@ -64,7 +67,9 @@ class Scheduler:
         self._retired: list[Retire] = []
         self._free_slots = list(range(num_slots))
         self._next_id = 0
-        self.counters = {"finished": 0, "prompt": 0, "cached": 0, "generated": 0, "decode_steps": 0}
+        self._num_drafted = 0  # draft tokens in this tick's decode step: the piece's chunk counts them
+        self.counters = {"finished": 0, "prompt": 0, "cached": 0, "generated": 0, "decode_steps": 0,
+                         "drafted": 0, "draft_accepted": 0}
         self.pieces_by_chunk: dict[int, int] = {}
 
     # -- requests in ----------------------------------------------------------------------
@@ -102,11 +107,15 @@ class Scheduler:
 
     def schedule_decode(self) -> Optional[Step]:
         """One decode step for the whole active batch (and the retirements pending since the last step)."""
+        self._num_drafted = 0
         if not (self.running or self._retired):
             return None
-        for seq in self.running:  # one KV position per sequence; a slot's context caps it
-            self.budget.reserve(seq.seq_id, 1)
-        return self._step(decode=tuple(s.seq_id for s in self.running), decode_context=self._decode_context())
+        drafts = tuple(self._draft(s) for s in self.running)
+        self._num_drafted = sum(len(d) for d in drafts)
+        for seq, draft in zip(self.running, drafts):  # one KV position per token in; a slot's context caps it
+            self.budget.reserve(seq.seq_id, 1 + len(draft))
+        return self._step(decode=tuple(s.seq_id for s in self.running), decode_context=self._decode_context(),
+                          drafts=drafts if any(drafts) else ())
 
     def schedule_prefill(self) -> Optional[Step]:
         """The parked prefill's next piece, cut with the chunk for the state right now."""
@@ -114,7 +123,8 @@ class Scheduler:
         if seq is None:
             return None
         chunk = self.policy.chunk_for(TickState(
-            num_decoding=len(self.running), decode_context=self._decode_context(),
+            num_decoding=len(self.running) + self._num_drafted if self.running else 0,
+            decode_context=self._decode_context(),
             prefill_context=seq.prefill_offset, remaining=seq.prompt_len - seq.prefill_offset,
         ))
         piece = next_piece(seq.prompt_len, seq.adopted, seq.boundary, seq.prefill_offset, chunk)
@@ -141,10 +151,19 @@ class Scheduler:
         if step.decode:
             self.counters["decode_steps"] += 1
             by_id = {s.seq_id: s for s in self.running}
+            none = ((),) * len(step.decode)
             logprobs = out.decoded_logprobs or (None,) * len(step.decode)
             failed = dict(out.failed)
-            for seq_id, token, lp in zip(step.decode, out.decoded, logprobs):
-                events += self._emit_token(by_id[seq_id], token, lp, failed.get(seq_id))
+            for seq_id, token, lp, draft, more in zip(step.decode, out.decoded, logprobs, step.drafts or none,
+                                                      out.decoded_extra or none):
+                seq = by_id[seq_id]
+                if draft:
+                    self._verified(seq, draft, more)
+                events += self._emit_token(seq, token, lp, failed.get(seq_id))
+                for extra in more:  # the accepted draft tokens, then the target's; a finish ends the run
+                    if seq.finish_reason is not None:
+                        break
+                    events += self._emit_token(seq, extra)
             self.running = [s for s in self.running if s.finish_reason is None]
         if step.prefill is not None:
             events += self._prefilled(step.prefill, out)
@@ -152,10 +171,26 @@ class Scheduler:
 
     # -- helpers ---------------------------------------------------------------------------
     def _step(self, decode: tuple[int, ...] = (), prefill: Optional[PrefillPiece] = None,
-              decode_context: int = 0) -> Step:
+              decode_context: int = 0, drafts: tuple[tuple[int, ...], ...] = ()) -> Step:
         retired, self._retired = tuple(self._retired), []
         dropped = self.prompt_cache.take_dropped() if self.prompt_cache is not None else ()
-        return Step(retired, decode, prefill, dropped, decode_context)
+        return Step(retired, decode, prefill, dropped, decode_context, drafts)
+
+    def _draft(self, seq: Sequence) -> tuple[int, ...]:
+        """Prompt-lookup draft for one row; none for grammars and logprobs (see docs/SPECULATIVE.md)."""
+        if self.drafting is None:
+            return ()
+        p = seq.request.sampling
+        eligible = p.constraint is None and not p.logprobs
+        history = seq.request.prompt_ids + tuple(seq.output_ids)
+        return draft_for(self.drafting, seq.draft, history, seq.max_tokens - len(seq.output_ids), eligible)
+
+    def _verified(self, seq: Sequence, draft: tuple[int, ...], accepted: tuple[int, ...]) -> None:
+        """Book one verify: the EMA, the counters, and the KV reserved for the rejected positions."""
+        seq.draft.observe(len(draft), len(accepted))
+        self.counters["drafted"] += len(draft)
+        self.counters["draft_accepted"] += len(accepted)
+        self.budget.give_back(seq.seq_id, len(draft) - len(accepted))
 
     def _prefilled(self, piece: PrefillPiece, out: StepOutput) -> list[Event]:
         seq = self.prefilling
@@ -258,7 +293,8 @@ class Scheduler:
             slots=tuple(slots), num_waiting=len(self.waiting), slot_context=self.slot_context,
             max_queue=self.max_queue, num_requests_finished=c["finished"], num_prompt_tokens=c["prompt"],
             num_cached_prompt_tokens=c["cached"], num_generated_tokens=c["generated"],
-            num_decode_steps=c["decode_steps"], prefill_pieces_by_chunk=tuple(sorted(self.pieces_by_chunk.items())),
+            num_decode_steps=c["decode_steps"], num_draft_tokens=c["drafted"],
+            num_draft_accepted=c["draft_accepted"], prefill_pieces_by_chunk=tuple(sorted(self.pieces_by_chunk.items())),
             num_kv_tokens=self.budget.num_used,
             prompt_cache_entries=len(self.prompt_cache) if self.prompt_cache else 0,
             prompt_cache_bytes=self.prompt_cache.nbytes if self.prompt_cache else 0,

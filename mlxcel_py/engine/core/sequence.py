@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from .drafting import DraftState
 from .events import Timings, Usage
 from .prompt_cache import CacheHit
 from .request import Request
@@ -31,6 +32,7 @@ class Sequence:
     prefill_started: Optional[float] = None
     first_token_at: Optional[float] = None
     finished_at: Optional[float] = None
+    draft: DraftState = field(default_factory=DraftState)
 
     @property
     def prompt_len(self) -> int:
@@ -68,4 +70,6 @@ class Sequence:
             decode_ms=decode_s * 1000.0,
             prompt_tps=forwarded / prefill_s if prefill_s > 0 else 0.0,
             decode_tps=n_decoded / decode_s if decode_s > 0 else 0.0,
+            draft_n=self.draft.num_drafted,
+            draft_n_accepted=self.draft.num_accepted,
         )

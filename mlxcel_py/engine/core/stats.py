@@ -45,6 +45,8 @@ class EngineStats:
     num_cached_prompt_tokens: int = 0  # prompt tokens adopted from the prompt cache
     num_generated_tokens: int = 0
     num_decode_steps: int = 0
+    num_draft_tokens: int = 0  # prompt-lookup draft tokens verified
+    num_draft_accepted: int = 0  # ... and accepted
     prefill_pieces_by_chunk: tuple[tuple[int, int], ...] = ()  # (chunk, count), sorted
     num_kv_tokens: int = 0
     prompt_cache_entries: int = 0

@@ -71,6 +71,9 @@ class Step:
     prefill: Optional[PrefillPiece] = None
     drop_snapshots: tuple[int, ...] = ()
     decode_context: int = 0  # KV positions the decode rows attend over (the cost model's row context)
+    # Per decode row, draft tokens to verify after its last token (prompt lookup); () when no row drafts.
+    # A runner may ignore them (decode one token per row): the scheduler then sees nothing accepted.
+    drafts: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +89,9 @@ class StepOutput:
     prompt_logprobs: tuple[Optional[TokenLogprobs], ...] = ()
     failed: tuple[tuple[int, str], ...] = ()  # (seq id, why): sequences whose sampling failed, to end with "error"
     embedding: Optional[Any] = None  # an embedding sequence's terminal piece: its pooled vector (numpy float32)
+    # Per decode row, the tokens after `decoded[i]` that its verified draft let the step emit (each one
+    # an accepted draft token, the last one the target's own); () when no row drafted.
+    decoded_extra: tuple[tuple[int, ...], ...] = ()
 
 
 class Runner(Protocol):
@@ -95,6 +101,8 @@ class Runner(Protocol):
 
     # The grammar compiler constrained sequences need (thread-safe); None: constraints refused.
     compiler: Optional["ConstraintCompiler"] = None
+    # Whether decode rows' drafts are verified; False: the engine does not draft (nothing would be accepted).
+    verifies_drafts: bool = False
 
     def execute(self, step: Step) -> StepOutput:
         """Run one record in its order (retire, decode, prefill, drop snapshots); ends in a sync."""

@@ -37,7 +37,10 @@ class RankLostError(EngineError):
 class ShardRunner(ModelRunner):
     """A `ModelRunner` over this rank's shard whose sampled tokens are rank 0's, on every rank.
 
-    No CPU decode step: it holds whole weights and knows no collectives."""
+    No CPU decode step: it holds whole weights and knows no collectives. Drafts are ignored (each row
+    decodes one token): verifying them samples outside `_sample`, which the ranks share."""
+
+    verifies_drafts = False
 
     def __init__(self, model, link: Link, compiler: Optional[ConstraintCompiler] = None, *,
                  kernels: Optional[ContextManager[Any]] = None):

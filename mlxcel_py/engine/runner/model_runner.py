@@ -20,9 +20,11 @@ from ..core.events import TokenLogprobs
 from .logits import sequence_logprobs
 from .pooling import Pooler, hidden_fn
 from .sampling import SampledToken, SequenceSampler, sample_step
+from .verify import roll_back, verify_inputs, verify_row
 from ..core.step import PrefillPiece, Retire, Runner, Step, StepOutput
 
 DecodeFn = Callable[[list[int], list], mx.array]  # (last tokens, batch KV) -> (B, V) logits
+VerifyFn = Callable[[list[list[int]], list], mx.array]  # (B rows of W tokens, batch KV) -> (B, W, V) logits
 
 
 def _project_fn(model) -> Optional[Callable[[mx.array], mx.array]]:
@@ -77,12 +79,16 @@ class ModelRunner(Runner):
     `kernels`: the loader's scope for its CPU prefill kernels (models/cpu_kernels.py), entered
     around every forward."""
 
+    verifies_drafts = True  # a runner whose sampling must match other ranks' sets False: drafts ignored
+
     def __init__(self, model, compiler: Optional[ConstraintCompiler] = None, *,
-                 decode: Optional[DecodeFn] = None, kernels: Optional[ContextManager[Any]] = None):
+                 decode: Optional[DecodeFn] = None, kernels: Optional[ContextManager[Any]] = None,
+                 verify: Optional[VerifyFn] = None):
         self.model = model
         self.compiler = compiler  # grammars for constrained sequences (built lazily per model)
         self._project = _project_fn(model)
         self._fast_decode = decode
+        self._fast_verify = verify  # the CPU decode step's span form; None: verify through mlx-lm
         self._kernels = kernels if kernels is not None else contextlib.nullcontext()
         self._seqs: dict[int, SequenceState] = {}
         self._snapshots: dict[int, list[KVCache]] = {}
@@ -93,7 +99,7 @@ class ModelRunner(Runner):
         """Run one record in its order: retire, decode, prefill, drop snapshots."""
         if step.retire:
             self._retire(step.retire)
-        decoded = self._decode(step.decode) if step.decode else []
+        decoded, extra = self._decode(step.decode, step.drafts) if step.decode else ([], ())
         first, prompt, embedding = None, (), None
         if step.prefill is not None and self._pools(step.prefill):
             embedding = self._embed_piece(step.prefill)
@@ -108,7 +114,7 @@ class ModelRunner(Runner):
         return StepOutput(
             tuple(s.token_id for s in decoded), first.token_id if first else None,
             logprobs if any(lp is not None for lp in logprobs) else (), first.logprobs if first else None, prompt,
-            tuple(failed), embedding,
+            tuple(failed), embedding, extra,
         )
 
     # -- prefill ----------------------------------------------------------------------------
@@ -215,10 +221,13 @@ class ModelRunner(Runner):
         self._rows.append(seq_id)
 
     # -- decode -----------------------------------------------------------------------------
-    def _decode(self, seq_ids: tuple[int, ...]) -> list[SampledToken]:
+    def _decode(self, seq_ids: tuple[int, ...], drafts: tuple[tuple[int, ...], ...] = ()
+                ) -> tuple[list[SampledToken], tuple[tuple[int, ...], ...]]:
         if tuple(self._rows) != seq_ids:
             self._reorder(seq_ids)
         last = [self._seqs[s].last_token for s in seq_ids]
+        if drafts and self.verifies_drafts:
+            return self._verify(seq_ids, last, drafts)
         if self._fast_decode is not None:  # the CPU decode step (models/cpu_decode.py), same contract
             logits = self._fast_decode(last, self._batch)
         else:
@@ -227,7 +236,30 @@ class ModelRunner(Runner):
         sampled = self._sample(logits, seq_ids)
         for seq_id, s in zip(seq_ids, sampled):
             self._seqs[seq_id].last_token = s.token_id
-        return sampled
+        return sampled, ()
+
+    def _verify(self, seq_ids: tuple[int, ...], last: list[int], drafts: tuple[tuple[int, ...], ...]
+                ) -> tuple[list[SampledToken], tuple[tuple[int, ...], ...]]:
+        """One forward over every row's [last token + draft] (engine/runner/verify.py); the KV of
+        what was not accepted is rolled back. Drafted rows carry no grammar and no logprobs."""
+        inputs = verify_inputs(last, drafts)
+        if self._fast_verify is not None:  # writes in place into the buffers the CPU decode step owns
+            logits = self._fast_verify(inputs.tolist(), self._batch)
+        else:
+            with self._kernels:
+                logits = self.model(inputs, cache=self._batch)
+        firsts: dict[int, SampledToken] = {}
+        plain = [i for i, draft in enumerate(drafts) if not draft]  # grammars, logprobs: the usual sampler
+        if plain:
+            rows = self._sample(logits[mx.array(plain), 0, :], [seq_ids[i] for i in plain])
+            firsts = dict(zip(plain, rows))
+        runs = [[firsts[i].token_id] if i in firsts else verify_row(logits[i], draft, self._seqs[s].sampler)
+                for i, (s, draft) in enumerate(zip(seq_ids, drafts))]
+        roll_back(self._batch, inputs.shape[1], [len(run) for run in runs])
+        for seq_id, run in zip(seq_ids, runs):
+            self._seqs[seq_id].last_token = run[-1]
+        sampled = [firsts.get(i) or SampledToken(run[0]) for i, run in enumerate(runs)]
+        return sampled, tuple(tuple(run[1:]) for run in runs)
 
     def _reorder(self, seq_ids: tuple[int, ...]) -> None:
         if sorted(seq_ids) != sorted(self._rows):
@@ -263,8 +295,12 @@ class ModelRunner(Runner):
 
     def _extract(self, row: int, num_tokens: int) -> list[KVCache]:
         kv = [layer.extract(row) for layer in self._batch]
-        if kv[0].offset != num_tokens:  # the scheduler's count and the KV disagree: a bug, not bad input
+        if kv[0].offset < num_tokens:  # the scheduler's count and the KV disagree: a bug, not bad input
             raise RuntimeError(f"snapshot of {num_tokens} tokens asked, but the row holds {kv[0].offset}")
+        if kv[0].offset > num_tokens:  # a verified draft ran past the finish: its tail is not the reply
+            for c in kv:
+                c.keys, c.values = c.keys[..., :num_tokens, :], c.values[..., :num_tokens, :]
+                c.offset = num_tokens
         mx.eval([(c.keys, c.values) for c in kv])
         return kv
 

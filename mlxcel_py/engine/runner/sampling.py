@@ -62,7 +62,7 @@ class SequenceSampler:
         """Sample a (1, V) row of log-probabilities; returns a (1,) token array."""
         if self.greedy:
             return mx.argmax(logprobs, axis=-1)
-        return self._draw(self._final_logits(logprobs))
+        return mx.random.categorical(self._target(logprobs), key=self._subkey())
 
     def sample_with_distribution(self, logprobs: mx.array) -> tuple[mx.array, mx.array]:
         """The token and the log-probabilities it was drawn from, after the filters and temperature
@@ -71,10 +71,29 @@ class SequenceSampler:
             token = mx.argmax(logprobs, axis=-1)
             hit = mx.arange(logprobs.shape[-1])[None, :] == token[:, None]
             return token, mx.where(hit, mx.array(0.0, logprobs.dtype), mx.array(-mx.inf, logprobs.dtype))
-        scaled = self._final_logits(logprobs)
-        return self._draw(scaled), scaled - mx.logsumexp(scaled, axis=-1, keepdims=True)
+        scaled = self._target(logprobs)
+        token = mx.random.categorical(scaled, key=self._subkey())
+        return token, scaled - mx.logsumexp(scaled, axis=-1, keepdims=True)
 
-    def _final_logits(self, logprobs: mx.array) -> mx.array:
+    def choose(self, row: mx.array, draft: Optional[int]) -> tuple[int, bool]:
+        """The token at one verified position of processed (1, V) logits, and whether it is `draft`.
+
+        Sampled rows use speculative sampling for a point-mass draft: keep d with probability
+        p(d), else draw from p without d (renormalized), so the token follows p exactly."""
+        if self.greedy:
+            token = int(mx.argmax(row, axis=-1).item())
+            return token, token == draft
+        target = self._target(row - mx.logsumexp(row, axis=-1, keepdims=True))
+        if draft is None:
+            return int(mx.random.categorical(target, key=self._subkey()).item()), False
+        p_draft = mx.softmax(target, axis=-1)[0, draft].item()
+        if mx.random.uniform(key=self._subkey()).item() < p_draft:
+            return draft, True
+        without = mx.where(mx.arange(target.shape[-1]) == draft, -mx.inf, target)
+        return int(mx.random.categorical(without, key=self._subkey()).item()), False
+
+    def _target(self, logprobs: mx.array) -> mx.array:
+        """The filtered, temperature-scaled logits the categorical draw uses."""
         p = self.params
         if 0.0 < p.top_p < 1.0:
             logprobs = apply_top_p(logprobs, p.top_p)
@@ -84,11 +103,12 @@ class SequenceSampler:
             logprobs = apply_top_k(logprobs, p.top_k)
         return logprobs * (1.0 / p.temperature)
 
-    def _draw(self, scaled: mx.array) -> mx.array:
+    def _subkey(self) -> Optional[mx.array]:
+        """The next key of a seeded request's stream; None: MLX's global generator."""
         if self._key is None:
-            return mx.random.categorical(scaled)
+            return None
         self._key, sub = mx.random.split(self._key)
-        return mx.random.categorical(scaled, key=sub)
+        return sub
 
     def extend_prompt(self, tokens: Sequence[int]) -> None:
         """A prefill piece's prompt tokens, for the repetition penalty (which reads the prompt too)."""

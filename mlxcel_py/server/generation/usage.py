@@ -6,9 +6,11 @@ from ...engine import Finished
 
 
 def timings_json(f: Finished) -> dict:
-    """llama-server's `timings` block (prompt_n counts the tokens actually prefilled)."""
+    """llama-server's `timings` block (prompt_n counts the tokens actually prefilled); draft_n and
+    draft_n_accepted only when the request drafted, as llama-server's."""
     t, u = f.timings, f.usage
     prompt_n = u.prompt_tokens - u.cached_tokens
+    drafts = {"draft_n": t.draft_n, "draft_n_accepted": t.draft_n_accepted} if t.draft_n else {}
     return {
         "cache_n": u.cached_tokens,
         "prompt_n": prompt_n, "prompt_ms": t.prefill_ms,
@@ -16,4 +18,5 @@ def timings_json(f: Finished) -> dict:
         "predicted_n": u.completion_tokens, "predicted_ms": t.decode_ms,
         "predicted_per_token_ms": t.decode_ms / u.completion_tokens if u.completion_tokens else 0.0,
         "predicted_per_second": t.decode_tps,
+        **drafts,
     }

@@ -25,6 +25,8 @@ _COUNTERS = (
     ("mlxcel_cached_prompt_tokens", "num_cached_prompt_tokens", "Prompt tokens reused from the prompt cache."),
     ("mlxcel_generated_tokens", "num_generated_tokens", "Tokens generated."),
     ("mlxcel_decode_steps", "num_decode_steps", "Batched decode steps."),
+    ("mlxcel_draft_tokens", "num_draft_tokens", "Prompt-lookup draft tokens verified (--lookup-ngram)."),
+    ("mlxcel_draft_accepted_tokens", "num_draft_accepted", "Draft tokens accepted."),
 )
 _GAUGES = (
     ("mlxcel_queue_depth", lambda s: s.num_waiting, "Requests waiting for a slot."),

@@ -1,0 +1,165 @@
+"""Decode tok/s at one stream with and without prompt lookup (--lookup-ngram), in process.
+
+    .venv/bin/python bench/bench_speculative.py [--ngram 3] [--draft-max 16] [--rounds 3] [--max-tokens 160]
+
+Two prompts on the default model (SmolLM2-135M-Instruct), greedy: `rewrite` (copy a given
+paragraph, the case prompt lookup is for) and `chat` (free text, where the adaptive pause
+must keep the loss small). The arms alternate within each round, so load swings hit both.
+Prints the CPU (model, avx2/avx512f) and the load first, then per prompt the median decode
+tok/s of each arm (the timings' decode_tps), drafted/accepted tokens, and whether the output
+was token-identical; last, the cost of one verify forward of k+1 tokens against a CPU decode step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from mlxcel_py.models.blas import preload_blas  # noqa: E402
+
+preload_blas(os.environ.get("MLXCEL_BLAS", "auto"))  # before anything imports MLX: its matmuls ~10x faster
+
+PARAGRAPH = (
+    "The city library opened its doors in 1902 with four thousand books and a single reading room. "
+    "Over the next century it grew into a network of twelve branches, each with its own children's "
+    "corner, a local history shelf and a quiet room for study. Volunteers still run the Saturday "
+    "story hour, and the oldest branch keeps the original oak tables, worn smooth by generations of readers."
+)
+PROMPTS = {
+    "rewrite": "Repeat the following paragraph exactly, word for word, with no other text:\n\n" + PARAGRAPH,
+    "chat": "Write a short story about a dragon who learns to cook soup for the village.",
+}
+
+
+def machine() -> list[str]:
+    """The CPU model, its avx2/avx512f flags and the load average, for the record."""
+    lines = []
+    try:
+        cpu = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        model = next((ln.split(":", 1)[1].strip() for ln in cpu.splitlines() if ln.startswith("Model name")), "?")
+        flags = next((ln for ln in cpu.splitlines() if ln.startswith("Flags")), "").split()
+        lines.append(f"cpu: {model}; cores {os.cpu_count()}; avx2 {'avx2' in flags}; avx512f {'avx512f' in flags}")
+    except (OSError, subprocess.SubprocessError) as exc:
+        lines.append(f"cpu: lscpu failed ({exc})")
+    lines.append("uptime: " + subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    return lines
+
+
+def run_once(loaded, prompt_ids, ngram: int, draft_max: int, max_tokens: int):
+    """(decode tok/s, tokens, drafted, accepted) of one greedy request on a fresh one-slot engine."""
+    from mlxcel_py.config import resolve
+    from mlxcel_py.engine import Finished, Request, SamplingParams, TokenDelta, build_engine
+
+    cfg = resolve("generate", env={}, lookup_ngram=ngram or None, draft_max=draft_max, max_tokens=max_tokens)
+    engine = build_engine(cfg.engine, loaded)
+    engine.add_request(Request("r", tuple(prompt_ids), SamplingParams(max_tokens=max_tokens, ignore_eos=True)))
+    tokens, done = [], None
+    while engine.has_work():
+        for e in engine.step():
+            if isinstance(e, TokenDelta):
+                tokens.append(e.token_id)
+            elif isinstance(e, Finished):
+                done = e
+    engine.close()
+    return done.timings.decode_tps, tokens, done.timings.draft_n, done.timings.draft_n_accepted
+
+
+def verify_costs(loaded, context: int = 300, reps: int = 10) -> list[str]:
+    """Median ms of a CPU decode step and of a verify forward of k+1 tokens at `context` positions."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import make_prompt_cache
+
+    model = loaded.model
+    cache = make_prompt_cache(model)
+    mx.eval(model(mx.array([[5] * context]), cache=cache))
+    batch = [layer.merge([layer]) for layer in cache]
+
+    def timed(fn) -> float:
+        times = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - start) * 1000)
+        return statistics.median(times)
+
+    def decode():
+        mx.eval(loaded.cpu_decode([7], batch))
+        for layer in batch:
+            layer.trim(1)
+
+    def verify(width, fast):
+        def run():
+            if fast:
+                mx.eval(loaded.cpu_decode.verify([[7] * width], batch))
+            else:
+                with loaded.cpu_kernels or _null():
+                    mx.eval(model(mx.array([[7] * width]), cache=batch))
+            for layer in batch:
+                layer.trim(width)
+        return run
+
+    lines = []
+    if loaded.cpu_decode is not None:
+        timed(decode)  # warm
+        lines.append(f"decode step (CPU fast path), context {context}: {timed(decode):.1f} ms")
+        for k in (2, 4, 8, 16):
+            lines.append(f"verify of 1+{k} tokens (CPU span step): {timed(verify(1 + k, True)):.1f} ms")
+    for k in (0, 4, 16):
+        lines.append(f"verify of 1+{k} tokens (mlx-lm forward): {timed(verify(1 + k, False)):.1f} ms")
+    return lines
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ngram", type=int, default=3)
+    parser.add_argument("--draft-max", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=160)
+    parser.add_argument("--threads", type=int, default=1, help="1 on a shared machine (docs/CPU_FAST_PATH.md)")
+    args = parser.parse_args()
+    for line in machine():
+        print(line, flush=True)
+    from mlxcel_py.models import default_model_path, load_model
+
+    loaded = load_model(str(default_model_path()), threads=args.threads)
+    warm = loaded.tokenizer.encode("warm up " * 8)
+    run_once(loaded, warm, 0, args.draft_max, 8)
+    run_once(loaded, warm, args.ngram, args.draft_max, 8)  # compiles the span kernels
+    for name, text in PROMPTS.items():
+        ids = loaded.tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
+        rates = {"plain": [], "lookup": []}
+        outputs, drafts = {}, (0, 0)
+        for _ in range(args.rounds):
+            for arm, ngram in (("plain", 0), ("lookup", args.ngram)):
+                tps, tokens, drafted, accepted = run_once(loaded, ids, ngram, args.draft_max, args.max_tokens)
+                rates[arm].append(tps)
+                outputs[arm] = tokens
+                if arm == "lookup":
+                    drafts = (drafted, accepted)
+        plain, spec = statistics.median(rates["plain"]), statistics.median(rates["lookup"])
+        print(f"{name}: prompt {len(ids)} tokens, {args.max_tokens} generated; plain {plain:.1f} tok/s "
+              f"({min(rates['plain']):.1f}-{max(rates['plain']):.1f}), lookup {spec:.1f} tok/s "
+              f"({min(rates['lookup']):.1f}-{max(rates['lookup']):.1f}); x{spec / plain:.2f}; drafted {drafts[0]} "
+              f"accepted {drafts[1]}; identical {outputs['plain'] == outputs['lookup']}", flush=True)
+    for line in verify_costs(loaded):
+        print(line, flush=True)
+    print("uptime: " + subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+
+
+if __name__ == "__main__":
+    main()

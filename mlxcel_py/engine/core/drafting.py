@@ -1,0 +1,90 @@
+"""Prompt-lookup drafting (llama.cpp's `lookup` idea), in plain Python: the scheduler proposes
+draft tokens per decode row and the runner verifies them in the decode step.
+
+A draft is the continuation of the most recent earlier occurrence of the sequence's last
+`ngram` tokens (prompt + output so far). Per sequence, the draft length follows the
+acceptance (doubled after a draft accepted whole, cut to what was accepted plus one after a
+rejection), and an acceptance EMA pauses drafting where drafts keep being rejected, with a
+pause that doubles each time, so a stream that never repeats its context pays for a few
+rejected verifies and then almost none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+EMA_WEIGHT = 0.5  # weight of the newest verify in the acceptance EMA
+ACCEPT_FLOOR = 0.3  # below this EMA the drafts do not pay for their verify forward
+BASE_PAUSE = 8  # decode steps without drafting after the first pause; doubles per pause
+MAX_PAUSE = 512
+FIRST_LIMIT = 4  # a verify's cost grows with its width (docs/SPECULATIVE.md): start short, double on success
+
+
+@dataclass(frozen=True, slots=True)
+class DraftConfig:
+    """--lookup-ngram N (0: off), --draft-max, --draft-min (llama-server's names and defaults)."""
+
+    ngram: int = 0
+    draft_max: int = 16
+    draft_min: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.ngram > 0 and self.draft_max > 0
+
+
+def lookup(tokens: Sequence[int], ngram: int, max_len: int) -> tuple[int, ...]:
+    """What followed the most recent earlier occurrence of the last `ngram` tokens, up to `max_len`."""
+    n = len(tokens)
+    if ngram <= 0 or max_len <= 0 or n <= ngram:
+        return ()
+    key = list(tokens[n - ngram:])
+    first = key[0]
+    for start in range(n - ngram - 1, -1, -1):  # newest first; bounded by the context
+        if tokens[start] == first and list(tokens[start:start + ngram]) == key:
+            follow = start + ngram
+            return tuple(tokens[follow:min(follow + max_len, n)])
+    return ()
+
+
+@dataclass(slots=True)
+class DraftState:
+    """One sequence's drafting: its counters, acceptance EMA and pause (mutable, scheduler-owned)."""
+
+    num_drafted: int = 0
+    num_accepted: int = 0
+    ema: float = 1.0
+    paused_for: int = 0  # decode steps left without drafting
+    next_pause: int = BASE_PAUSE
+    limit: int = FIRST_LIMIT  # the draft length this sequence may propose now (at most --draft-max)
+
+    def propose(self, config: DraftConfig, tokens: Sequence[int], room: int) -> tuple[int, ...]:
+        """The draft for this step (empty: plain decode); `room`: tokens the sequence may still emit."""
+        if self.paused_for > 0:
+            self.paused_for -= 1
+            return ()
+        draft = lookup(tokens, config.ngram, min(config.draft_max, self.limit, room - 1))
+        return draft if len(draft) >= max(config.draft_min, 1) else ()
+
+    def observe(self, num_drafted: int, num_accepted: int) -> None:
+        """Fold one verify into the EMA; pause drafting when it falls below the floor."""
+        if num_drafted == 0:
+            return
+        self.num_drafted += num_drafted
+        self.num_accepted += num_accepted
+        self.ema = (1 - EMA_WEIGHT) * self.ema + EMA_WEIGHT * (num_accepted / num_drafted)
+        self.limit = 2 * self.limit if num_accepted == num_drafted else num_accepted + 1
+        if self.ema < ACCEPT_FLOOR:
+            self.paused_for, self.ema = self.next_pause, 1.0
+            self.next_pause = min(2 * self.next_pause, MAX_PAUSE)
+        elif num_accepted == num_drafted:
+            self.next_pause = BASE_PAUSE  # a fully accepted draft: the stream repeats again
+
+
+def draft_for(config: Optional[DraftConfig], state: DraftState, history: Sequence[int], room: int,
+              eligible: bool) -> tuple[int, ...]:
+    """The draft of one decode row, or () when drafting is off or not allowed for it."""
+    if config is None or not config.enabled or not eligible:
+        return ()
+    return state.propose(config, history, room)

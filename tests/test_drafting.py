@@ -1,0 +1,140 @@
+"""Prompt-lookup drafting in the scheduler, on the fake runner: exact draft traces, what is
+accepted, the adaptive pause, and the counters in timings and stats."""
+
+from mlxcel_py.engine import Finished, Request, SamplingParams, TokenDelta
+from mlxcel_py.engine.core.drafting import DraftConfig, DraftState, lookup
+
+from fakes import make_engine
+
+
+def run_all(engine, limit=500):
+    events = []
+    for _ in range(limit):
+        if not engine.has_work():
+            return events
+        events += engine.step()
+    raise AssertionError("did not finish")
+
+
+def tokens(events, rid="A"):
+    return [e.token_id for e in events if isinstance(e, TokenDelta) and e.request_id == rid]
+
+
+def test_lookup_takes_the_most_recent_earlier_occurrence():
+    seq = (1, 2, 3, 9, 1, 2, 4, 5, 1, 2)
+    assert lookup(seq, 2, 8) == (4, 5, 1, 2)
+    assert lookup(seq, 2, 1) == (4,)
+    assert lookup(seq, 3, 8) == ()
+    assert lookup((1, 2), 2, 8) == ()
+
+
+def test_draft_min_and_the_room_left_bound_a_draft():
+    state = DraftState()
+    history = (1, 2, 3, 4, 1, 2)
+    assert state.propose(DraftConfig(2, 16, 0), history, room=10) == (3, 4, 1, 2)
+    assert state.propose(DraftConfig(2, 16, 5), history, room=10) == ()
+    assert state.propose(DraftConfig(2, 16, 0), history, room=3) == (3, 4)  # room - 1: one is the target's
+    assert state.propose(DraftConfig(2, 16, 0), history, room=1) == ()
+
+
+def test_verify_accepts_the_agreeing_prefix_plus_the_targets_token():
+    engine, runner = make_engine(drafting=DraftConfig(ngram=2, draft_max=3))
+    engine.add_request(Request("A", (3, 4, 5, 6, 7, 3, 4), SamplingParams(max_tokens=6)))
+    runner.script[1] = [5, 6, 7, 9, 8, 8]
+    events = run_all(engine)
+    # After 5, the last 2-gram (4, 5) is followed by 6, 7, 3 earlier: 6 and 7 agree, 3 does not (9).
+    assert [s.drafts for s in runner.steps if s.decode] == [((6, 7, 3),), (), ()]
+    assert tokens(events) == [5, 6, 7, 9, 8, 8]
+    done = [e for e in events if isinstance(e, Finished)][0]
+    assert (done.timings.draft_n, done.timings.draft_n_accepted) == (3, 2)
+    assert done.usage.completion_tokens == 6
+    stats = engine.stats()
+    assert (stats.num_draft_tokens, stats.num_draft_accepted, stats.num_decode_steps) == (3, 2, 3)
+    assert stats.num_kv_tokens == 0
+
+
+def test_a_finish_inside_an_accepted_run_drops_the_rest():
+    engine, runner = make_engine(drafting=DraftConfig(ngram=1, draft_max=4))
+    engine.add_request(Request("A", (1, 2, 3, 4, 5, 1), SamplingParams(max_tokens=3)))
+    runner.script[1] = [2, 3, 4, 5, 6]
+    events = run_all(engine)
+    # room: 2 tokens left after the first, so the draft is one token (3) and the run [3, 4] ends it.
+    assert [s.drafts for s in runner.steps if s.decode] == [((3,),)]
+    assert tokens(events) == [2, 3, 4]
+
+
+def test_grammar_and_logprob_rows_never_draft():
+    engine, runner = make_engine(drafting=DraftConfig(ngram=1))
+    engine.add_request(Request("A", (1, 1, 1), SamplingParams(max_tokens=4, logprobs=True)))
+    run_all(engine)
+    assert all(s.drafts == () for s in runner.steps)
+
+
+def test_drafting_pauses_when_drafts_keep_being_rejected():
+    # A runner that refuses drafts (as the distributed ones) rejects them all: two verifies
+    # bring the EMA under the floor, then 8 plain steps, two verifies, 16 plain steps, ...
+    engine, runner = make_engine(drafting=DraftConfig(ngram=1, draft_max=2))
+    runner.verifies = False
+    engine.add_request(Request("A", (5, 5, 5, 5), SamplingParams(max_tokens=40)))
+    events = run_all(engine)
+    trace = "".join("D" if s.drafts else "." for s in runner.steps if s.decode)
+    assert trace == "." + "DD" + "." * 8 + "DD" + "." * 16 + "DD" + "." * 8  # the last run ends at the length
+    assert tokens(events) == [1] * 40
+
+
+def test_a_fully_accepted_draft_resets_the_pause():
+    state = DraftState()
+    state.observe(4, 0)
+    state.observe(4, 0)
+    assert (state.paused_for, state.next_pause) == (8, 16)
+    state.paused_for = 0
+    state.observe(4, 4)
+    assert (state.next_pause, state.ema) == (8, 1.0)
+
+
+def test_the_draft_length_doubles_on_success_and_shrinks_to_the_accepted_run():
+    engine, runner = make_engine(drafting=DraftConfig(ngram=2, draft_max=16))
+    text = tuple(range(3, 40))
+    engine.add_request(Request("A", text + text[:2], SamplingParams(max_tokens=34)))
+    runner.script[1] = runner_tokens(text)  # the copy, then a divergence
+    events = run_all(engine)
+    lengths = [len(s.drafts[0]) if s.drafts else 0 for s in runner.steps if s.decode]
+    # 4 accepted -> 8 accepted -> 16 (rejected after 3: the 99) -> no 2-gram match any more
+    assert lengths[:3] == [4, 8, 16] and set(lengths[3:]) == {0}
+    assert tokens(events) == runner_tokens(text)
+
+
+def runner_tokens(text):
+    return list(text[2:20]) + [99] + list(range(100, 115))  # the copy, then a divergence
+
+
+def test_a_verify_steps_draft_tokens_count_as_rows_for_the_chunk_and_the_cost_model():
+    from mlxcel_py.engine.core.engine import tick_shape
+    from mlxcel_py.engine.core.step import Step
+
+    assert tick_shape([Step(decode=(1, 2), drafts=((5, 6), ()), decode_context=30)]).rows == 4
+
+    class Recording:
+        alone, contended = 2048, 512
+
+        def __init__(self):
+            self.states = []
+
+        def chunk_for(self, state):
+            self.states.append(state.num_decoding)
+            return 512
+
+        def observe(self, sample):
+            pass
+
+        def stats(self):
+            return None
+
+    engine, runner = make_engine(drafting=DraftConfig(ngram=2, draft_max=3))
+    engine.scheduler.policy = policy = Recording()
+    engine.add_request(Request("A", (3, 4, 5, 6, 7, 3, 4), SamplingParams(max_tokens=6)))
+    runner.script[1] = [5, 6, 7, 9, 8, 8]
+    engine.step()  # A's prefill (nothing decoding)
+    engine.add_request(Request("B", tuple(range(100, 1100)), SamplingParams(max_tokens=1)))
+    engine.step()  # A verifies a draft of 3, then B's first piece is planned
+    assert policy.states == [0, 1 + 3]
