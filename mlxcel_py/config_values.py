@@ -57,3 +57,15 @@ def check_range(label: str, value: Optional[float], low: float, high: Optional[f
     if value is not None and (value < low or (high is not None and value > high)):
         bounds = f"at least {low}" if high is None else f"between {low} and {high}"
         raise ConfigError(f"{label} must be {bounds} (got {value})", flag=label)
+
+
+def choice(value: Optional[str], flag: str, env: Mapping[str, str], name: str, choices: tuple[str, ...],
+           default: str) -> str:
+    """The flag's value, else variable `name`'s, else `default`; ConfigError naming the source unless in `choices`."""
+    raw, label = flag_or_env(value, flag, env, name)
+    if raw is None:
+        return default
+    text = raw.strip().lower()
+    if text not in choices:
+        raise ConfigError(f"{label} must be one of {', '.join(choices)} (got {raw!r})", flag=label)
+    return text

@@ -136,21 +136,29 @@ class NativeDecoder(CpuDecoder):
         return quantized, sum(len(p.parts) for p in prods) - quantized
 
 
-def native_decoder_for(model, path: Path, threads: int = 1) -> Optional[NativeDecoder]:
-    """A NativeDecoder over the GGUF at `path` for a supported model, else None (decode stays in mlx-lm)."""
-    from .gguf import model_args
-    from .gguf_arch import arch_for
-    from .gguf_file import read_gguf
-
+def native_decoder_for(model, path: Path, threads: int = 1) -> Optional[CpuDecoder]:
+    """A NativeDecoder over the GGUF at `path` for a supported model; the float32 CpuDecoder when
+    no matrix has a block kernel (an F32/F16 file); None when unsupported (decode stays in mlx-lm)."""
     why = supported(model)
     if why is not None:
         log.info("decode stays in mlx-lm: %s", why)
         return None
-    gguf = read_gguf(path)
-    arch = arch_for(gguf.metadata, path.name)
-    _, args = model_args(gguf, arch)
     warm_up()
-    decoder = NativeDecoder(model, _Blocks(gguf, arch, args), threads)
+    decoder = NativeDecoder(model, blocks_of(model, path), threads)
     quantized, fallback = decoder.counts()
+    if not quantized:
+        log.info("native CPU decode: no block weights in %s, decoding over float32", path.name)
+        return CpuDecoder(model, threads)
     log.info("native CPU decode: %d products over GGUF blocks, %d float32", quantized, fallback)
     return decoder
+
+
+def blocks_of(model, path: Path) -> _Blocks:
+    """The GGUF's tensors at `path` by mlx-lm name, for NativeDecoder."""
+    from .gguf import model_args
+    from .gguf_arch import arch_for
+    from .gguf_file import read_gguf
+
+    gguf = read_gguf(path)
+    arch = arch_for(gguf.metadata, path.name)
+    return _Blocks(gguf, arch, model_args(gguf, arch)[1])
