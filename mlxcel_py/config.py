@@ -14,7 +14,7 @@ from .engine.chunking.fixed import PrefillChunkPolicy
 from .engine.core.request import MAX_TOKENS_LIMIT, SamplingParams
 from .config_values import check_range, choice, env_count, flag_or_env, parse_count
 from .errors import ConfigError, RequestError
-from .models.loader import CPU_WEIGHTS, CPU_WEIGHTS_DEFAULT
+from .models.loader import CPU_WEIGHTS
 from .serve_config import (
     DEFAULT_MAX_BODY_BYTES, DistributedConfig, ServerConfig, distributed_config, server_config, server_summary,
 )
@@ -105,7 +105,7 @@ def resolve_prefill_chunk_size(
 class ModelSpec:
     path: Optional[str] = None  # None = the embedded default model
     threads: Optional[int] = None  # CPU compute threads (decode kernels, OpenBLAS); None = every core
-    cpu_weights: str = CPU_WEIGHTS_DEFAULT  # CPU decode step over the GGUF's blocks ("native") or float32
+    cpu_weights: Optional[str] = None  # "native" (GGUF blocks) | "f32"; None: native on AVX2 (loader.default_cpu_weights)
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,7 +268,7 @@ def resolve(
     dist = distributed_config(command, env, distributed, distributed_timeout)
     threads, threads_label = _count_flag(threads, "--threads", env, "LLAMA_ARG_THREADS")
     check_range(threads_label, threads, 1, MAX_THREADS)
-    weights = choice(cpu_weights, "--cpu-weights", env, "MLXCEL_CPU_WEIGHTS", CPU_WEIGHTS, CPU_WEIGHTS_DEFAULT)
+    weights = choice(cpu_weights, "--cpu-weights", env, "MLXCEL_CPU_WEIGHTS", CPU_WEIGHTS, None)
     return AppConfig(command, ModelSpec(model, threads, weights), engine, sampling, chunk, blas, server, dist)
 
 
@@ -280,7 +280,8 @@ def startup_summary(cfg: AppConfig) -> list[str]:
     cache = eng.prompt_cache
     lines = [
         f"model {cfg.model.path or 'embedded SmolLM2-135M-Instruct'}",
-        f"threads {cfg.model.threads or 'every core'} cpu_weights {cfg.model.cpu_weights}",
+        f"threads {cfg.model.threads or 'every core'}",
+        f"cpu_weights {cfg.model.cpu_weights or 'auto'}",
         f"slots {eng.num_slots} ctx_size {ctx} max_queue {eng.max_queue}",
         f"prefill_chunk_size {eng.policy.describe()}{source}",
         f"itl_budget_ms {eng.itl_budget_ms if eng.itl_budget_ms is not None else 'off'}",

@@ -60,7 +60,7 @@ def check_range(label: str, value: Optional[float], low: float, high: Optional[f
 
 
 def choice(value: Optional[str], flag: str, env: Mapping[str, str], name: str, choices: tuple[str, ...],
-           default: str) -> str:
+           default: Optional[str]) -> Optional[str]:
     """The flag's value, else variable `name`'s, else `default`; ConfigError naming the source unless in `choices`."""
     raw, label = flag_or_env(value, flag, env, name)
     if raw is None:

@@ -8,6 +8,7 @@ import pytest
 from mlxcel_py.config import resolve, startup_summary
 from mlxcel_py.errors import ConfigError
 from mlxcel_py.models import cpu_decode, load_model
+from mlxcel_py.models.loader import default_cpu_weights
 from mlxcel_py.models.cpu_decode_native import NativeDecoder, blocks_of, native_decoder_for
 from mlxcel_py.models.quant import int8_ir, products
 
@@ -25,8 +26,8 @@ DEFAULT_INT8 = 1.5  # the default model (SmolLM2-135M Q4_1), random-token prompt
 
 def _pair(name):
     path = FIXTURES / f"{name}.gguf"
-    lm = load_model(str(path), threads=1)
-    assert isinstance(lm.cpu_decode, cpu_decode.CpuDecoder)  # rope_freqs (FactorRoPE) llamas decode on the CPU too
+    lm = load_model(str(path), threads=1, cpu_weights="f32")
+    assert type(lm.cpu_decode) is cpu_decode.CpuDecoder  # rope_freqs (FactorRoPE) llamas decode on the CPU too
     return lm, native_decoder_for(lm.model, path, 1)
 
 
@@ -44,7 +45,7 @@ def _gap(lm, native, steps=6):
 
 
 def test_float32_decode_of_a_rope_freqs_gguf_matches_mlx_lm():
-    lm = load_model(str(FIXTURES / "llama-q8_0.gguf"), threads=1)
+    lm = load_model(str(FIXTURES / "llama-q8_0.gguf"), threads=1, cpu_weights="f32")
     assert compare(lm.model, lm.cpu_decode, [prompt(9, 0), prompt(20, 1)], 6) < 1e-4
 
 
@@ -67,7 +68,7 @@ def test_native_int8_products_are_within_the_stated_tolerance(name):
 
 def test_float_weights_fall_back_to_float32_products_to_float32_products(tmp_path):
     path = write_tiny_gguf(tmp_path / "tiny.gguf")
-    lm = load_model(str(path), threads=1)
+    lm = load_model(str(path), threads=1, cpu_weights="f32")
     assert type(native_decoder_for(lm.model, path, 1)) is cpu_decode.CpuDecoder  # nothing to read as blocks
     native = NativeDecoder(lm.model, blocks_of(lm.model, path), 1)
     assert native.counts() == (0, LAYERS * (3 + 1 + 2 + 1) + 1)  # F32 tensors: unfused float32 products
@@ -75,14 +76,19 @@ def test_float_weights_fall_back_to_float32_products_to_float32_products(tmp_pat
     assert worst < EXACT and same
 
 
-def test_loader_installs_the_native_decoder_when_asked():
-    lm = load_model(str(FIXTURES / "llama-q8_0.gguf"), threads=1, cpu_weights="native")
+def test_loader_installs_the_native_decoder_by_default_on_avx2_and_when_asked():
+    path = str(FIXTURES / "llama-q8_0.gguf")
+    lm = load_model(path, threads=1, cpu_weights="native")
     assert isinstance(lm.cpu_decode, NativeDecoder)
     assert lm.description.endswith("decode over GGUF blocks")
+    assert type(load_model(path, threads=1, cpu_weights="f32").cpu_decode) is cpu_decode.CpuDecoder
+    assert default_cpu_weights() == ("native" if int8_ir.HAS_AVX2 else "f32")
+    assert isinstance(load_model(path, threads=1).cpu_decode, NativeDecoder) == int8_ir.HAS_AVX2
 
 
 def test_cpu_weights_flag_and_env_resolve_and_refuse_bad_values():
-    assert resolve("generate", env={}).model.cpu_weights == "f32"
+    assert resolve("generate", env={}).model.cpu_weights is None  # the loader's default_cpu_weights()
+    assert "cpu_weights auto" in " ".join(startup_summary(resolve("serve", env={})))
     assert resolve("generate", env={"MLXCEL_CPU_WEIGHTS": "Native"}).model.cpu_weights == "native"
     assert resolve("serve", cpu_weights="f32", env={"MLXCEL_CPU_WEIGHTS": "native"}).model.cpu_weights == "f32"
     assert "cpu_weights native" in " ".join(startup_summary(resolve("run", cpu_weights="native", env={})))
@@ -104,7 +110,7 @@ def _greedy(lm, decode, ids, steps):
 def test_default_model_native_greedy_tokens_equal_float32s():
     from mlxcel_py.models import default_model_path
 
-    lm = load_model(None, threads=1)
+    lm = load_model(None, threads=1, cpu_weights="f32")
     native = native_decoder_for(lm.model, Path(default_model_path()), 1)
     ids = lm.tokenizer.encode("The capital of France is Paris. The capital of Germany is")
     assert _greedy(lm, native, ids, 16) == _greedy(lm, lm.cpu_decode, ids, 16)
