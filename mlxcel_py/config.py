@@ -14,8 +14,9 @@ from typing import Literal, Mapping, Optional
 from .engine.chunking.fixed import PrefillChunkPolicy
 from .engine.core.drafting import DraftConfig
 from .engine.core.request import MAX_TOKENS_LIMIT, SamplingParams
-from .config_values import check_range, drafting_config, env_count, flag_or_env, parse_count
+from .config_values import check_range, choice, drafting_config, env_count, flag_or_env, parse_count
 from .errors import ConfigError, RequestError
+from .models.loader import CPU_WEIGHTS
 from .serve_config import (
     DEFAULT_MAX_BODY_BYTES, DistributedConfig, ServerConfig, distributed_config, server_config, server_summary,
 )
@@ -106,6 +107,7 @@ def resolve_prefill_chunk_size(
 class ModelSpec:
     path: Optional[str] = None  # None = the embedded default model
     threads: Optional[int] = None  # CPU compute threads (decode kernels, OpenBLAS); None = every core
+    cpu_weights: Optional[str] = None  # "native" (GGUF blocks) | "f32"; None: native on AVX2 (loader.default_cpu_weights)
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +231,7 @@ def resolve(
     slots: Optional[bool] = None,
     tags: Optional[str] = None,
     threads: Optional[int] = None,
+    cpu_weights: Optional[str] = None,
     chat_template: Optional[str] = None,
     chat_template_file: Optional[str] = None,
     chat_template_kwargs: Optional[str] = None,
@@ -275,7 +278,8 @@ def resolve(
     dist = distributed_config(command, env, distributed, distributed_timeout)
     threads, threads_label = _count_flag(threads, "--threads", env, "LLAMA_ARG_THREADS")
     check_range(threads_label, threads, 1, MAX_THREADS)
-    return AppConfig(command, ModelSpec(model, threads), engine, sampling, chunk, blas, server, dist)
+    weights = choice(cpu_weights, "--cpu-weights", env, "MLXCEL_CPU_WEIGHTS", CPU_WEIGHTS, None)
+    return AppConfig(command, ModelSpec(model, threads, weights), engine, sampling, chunk, blas, server, dist)
 
 
 def startup_summary(cfg: AppConfig) -> list[str]:
@@ -287,6 +291,7 @@ def startup_summary(cfg: AppConfig) -> list[str]:
     lines = [
         f"model {cfg.model.path or 'embedded SmolLM2-135M-Instruct'}",
         f"threads {cfg.model.threads or 'every core'}",
+        f"cpu_weights {cfg.model.cpu_weights or 'auto'}",
         f"slots {eng.num_slots} ctx_size {ctx} max_queue {eng.max_queue}",
         f"prefill_chunk_size {eng.policy.describe()}{source}",
         f"itl_budget_ms {eng.itl_budget_ms if eng.itl_budget_ms is not None else 'off'}",

@@ -76,3 +76,15 @@ def drafting_config(env: Mapping[str, str], ngram: Optional[int], draft_max: Opt
     if config.draft_min > config.draft_max:
         raise ConfigError(f"{min_label} {config.draft_min} exceeds {max_label} {config.draft_max}", flag=min_label)
     return config
+
+
+def choice(value: Optional[str], flag: str, env: Mapping[str, str], name: str, choices: tuple[str, ...],
+           default: Optional[str]) -> Optional[str]:
+    """The flag's value, else variable `name`'s, else `default`; ConfigError naming the source unless in `choices`."""
+    raw, label = flag_or_env(value, flag, env, name)
+    if raw is None:
+        return default
+    text = raw.strip().lower()
+    if text not in choices:
+        raise ConfigError(f"{label} must be one of {', '.join(choices)} (got {raw!r})", flag=label)
+    return text

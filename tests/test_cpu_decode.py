@@ -156,7 +156,7 @@ def test_unsupported_models_keep_mlx_lms_decode():
 def default_model():
     from mlxcel_py.models import load_model
 
-    return load_model(None)
+    return load_model(None, cpu_weights="f32")  # compared with mlx-lm to float32 rounding
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ from rich.console import Console
 from ..logs import setup_logging
 from .common import resolve_or_exit
 from .options import (
+    CpuWeightsOpt,
     BatchSizeOpt, CtxSizeOpt, ItlBudgetOpt, LookupNgramOpt, DraftMaxOpt, DraftMinOpt, LogLevelOpt, MaxTokensOpt, MinPOpt, ModelOpt, ThreadsOpt, PrefillChunkOpt,
     PromptCacheOpt, RepeatPenaltyOpt, SeedOpt, TempOpt, TopKOpt, TopPOpt,
 )
@@ -24,6 +25,7 @@ MarkdownOpt = Annotated[
 def run(
     model: ModelOpt = None,
     threads: ThreadsOpt = None,
+    cpu_weights: CpuWeightsOpt = None,
     system: SystemOpt = None,
     max_tokens: MaxTokensOpt = None,
     temp: TempOpt = None,
@@ -45,7 +47,7 @@ def run(
 ) -> None:
     """Chat with a model. Type /help for the commands; piped stdin is read one message per line."""
     cfg = resolve_or_exit(
-        "run", model=model, threads=threads,
+        "run", model=model, threads=threads, cpu_weights=cpu_weights,
         max_tokens=max_tokens, temp=temp, top_p=top_p, top_k=top_k, min_p=min_p,
         repeat_penalty=repeat_penalty, seed=seed, ctx_size=ctx_size, prefill_chunk_size=prefill_chunk_size,
         batch_size=batch_size, itl_budget_ms=itl_budget_ms, lookup_ngram=lookup_ngram, draft_max=draft_max, draft_min=draft_min, prompt_cache=prompt_cache, log_level=log_level,

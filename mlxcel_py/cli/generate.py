@@ -14,6 +14,7 @@ from ..errors import MlxcelError
 from ..logs import setup_logging
 from .common import fail, resolve_or_exit
 from .options import (
+    CpuWeightsOpt,
     BatchSizeOpt, CtxSizeOpt, ItlBudgetOpt, LookupNgramOpt, DraftMaxOpt, DraftMinOpt, LogLevelOpt, MaxTokensOpt, MinPOpt, ModelOpt, ThreadsOpt, PrefillChunkOpt,
     RepeatPenaltyOpt, SeedOpt, TempOpt, TopKOpt, TopPOpt,
 )
@@ -30,6 +31,7 @@ def generate(
     prompt: PromptArg = None,
     model: ModelOpt = None,
     threads: ThreadsOpt = None,
+    cpu_weights: CpuWeightsOpt = None,
     system: Annotated[Optional[str], typer.Option("--system", "-s", help="System prompt.")] = None,
     raw: Annotated[bool, typer.Option("--raw", help="Send the prompt as is, without the chat template.")] = False,
     max_tokens: MaxTokensOpt = None,
@@ -50,7 +52,7 @@ def generate(
 ) -> None:
     """Generate a completion for one prompt; text to stdout, speed stats to stderr."""
     cfg = resolve_or_exit(
-        "generate", model=model, threads=threads,
+        "generate", model=model, threads=threads, cpu_weights=cpu_weights,
         max_tokens=max_tokens, temp=temp, top_p=top_p, top_k=top_k, min_p=min_p,
         repeat_penalty=repeat_penalty, seed=seed, ctx_size=ctx_size, prefill_chunk_size=prefill_chunk_size,
         batch_size=batch_size, itl_budget_ms=itl_budget_ms, lookup_ngram=lookup_ngram, draft_max=draft_max, draft_min=draft_min, log_level=log_level,

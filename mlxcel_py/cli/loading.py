@@ -27,6 +27,7 @@ def load_or_exit(cfg: AppConfig, console: Console | None = None) -> "LoadedModel
     console = console or Console(stderr=True)
     try:
         with console.status("Loading model...") as status:
-            return load_model(cfg.model.path, on_progress=lambda msg: status.update(msg), threads=cfg.model.threads)
+            return load_model(cfg.model.path, on_progress=lambda msg: status.update(msg), threads=cfg.model.threads,
+                              cpu_weights=cfg.model.cpu_weights)
     except MlxcelError as exc:  # ModelLoadError
         fail(str(exc))

@@ -28,6 +28,14 @@ ThreadsOpt = Annotated[
         "machine; use 1 where other work shares the cores); env LLAMA_ARG_THREADS.",
     ),
 ]
+CpuWeightsOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--cpu-weights",
+        help="CPU decode step of a GGUF: native (over the file's quantized blocks) or f32 (float32 copies). "
+        "Default: native on AVX2 CPUs (measured faster), else f32; env MLXCEL_CPU_WEIGHTS.",
+    ),
+]
 PrefillChunkOpt = Annotated[
     Optional[int],
     typer.Option(

