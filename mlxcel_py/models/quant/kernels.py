@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .unpack import BF16, F16, F32, LANES, f16, unpack_row
+from .unpack import BF16, F16, F32, f16, unpack_row
 
 
 @njit(cache=True, nogil=True)
