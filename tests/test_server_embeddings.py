@@ -158,13 +158,21 @@ def test_pooling_none_gives_per_token_rows_on_embedding_and_a_400_on_v1():
         with running.client() as c:
             rows = c.post("/embedding", json={"content": TEXTS[2]}).json()[0]["embedding"]
             refused = c.post("/v1/embeddings", json={"input": TEXTS[2]})
+            ollama_new = c.post("/api/embed", json={"model": "m", "input": TEXTS[2]})
+            ollama_old = c.post("/api/embeddings", json={"model": "m", "prompt": TEXTS[2]})
     finally:
         stop_server(running)
     from mlxcel_py.models import encode_text
 
     assert len(rows) == len(encode_text(tiny_model().tokenizer, TEXTS[2]))
     assert all(abs(np.linalg.norm(r) - 1) < 1e-5 for r in rows)
-    assert refused.status_code == 400 and "pooling 'none'" in error_of(refused)["message"]
+    assert refused.status_code == 400 and error_of(refused)["code"] == "invalid_pooling"
+    assert error_of(refused)["message"] == ("pooling 'none' gives one vector per token, which /v1/embeddings cannot "
+                                            "return; use /embedding, or serve with --pooling mean|cls|last")
+    assert (ollama_new.status_code, ollama_new.json()) == (400, {"error": (
+        "pooling 'none' gives one vector per token, which /api/embed cannot return; serve with --pooling mean|cls|last")})
+    assert (ollama_old.status_code, ollama_old.json()) == (400, {
+        "error": "pooling 'none' gives one vector per token, which /api/embeddings cannot return"})
 
 
 def test_the_ggufs_pooling_type_is_the_default_and_the_flag_wins(tmp_path):

@@ -11,11 +11,10 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from ...engine import Embedding
-from ...errors import FieldError
+from ...errors import FieldError, RequestError
 from ..generation.fanout import GenerationGroup, collect_all, submit_all
 from ..generation.submit import CLIENT_CLOSED
 from ..http.body import parse_body, read_body
-from ..http.errors import APIError
 from ..runtime import Runtime, runtime
 from .prepare import EmbedPlan, input_ids, plan
 from .schemas import EmbeddingRequest, NativeEmbeddingRequest, OllamaEmbeddingsRequest, OllamaEmbedRequest
@@ -45,14 +44,19 @@ async def _body(request: Request, rt: Runtime, schema, curl: bool = False):
     return body
 
 
+def _one_vector_each(job: EmbedPlan, route: str, advice: str = "") -> EmbedPlan:
+    """`job`, unless its pooling is "none", whose one vector per token `route` cannot return."""
+    if job.pooling == "none":
+        raise RequestError(f"pooling 'none' gives one vector per token, which {route} cannot return{advice}",
+                           code="invalid_pooling")
+    return job
+
+
 def _openai_plan(rt: Runtime, body: EmbeddingRequest) -> EmbedPlan:
     if body.dimensions is not None:
         raise FieldError("dimensions is not supported: this model's embeddings have one width", param="dimensions")
-    job = plan(rt, input_ids(body.input, rt, "input"))
-    if job.pooling == "none":
-        raise APIError(400, "pooling 'none' gives one vector per token, which /v1/embeddings cannot return; "
-                            "use /embedding, or serve with --pooling mean|cls|last", code="invalid_pooling")
-    return job
+    return _one_vector_each(plan(rt, input_ids(body.input, rt, "input")), "/v1/embeddings",
+                            "; use /embedding, or serve with --pooling mean|cls|last")
 
 
 async def openai_embeddings(request: Request) -> Response:
@@ -102,10 +106,7 @@ def _ollama_plan(rt: Runtime, body: OllamaEmbedRequest) -> Optional[EmbedPlan]:
     if not inputs:
         return None
     job = plan(rt, input_ids(inputs, rt, "input", truncate=body.truncate is not False))
-    if job.pooling == "none":
-        raise APIError(400, "pooling 'none' gives one vector per token, which /api/embed cannot return; "
-                            "serve with --pooling mean|cls|last", code="invalid_pooling")
-    return job
+    return _one_vector_each(job, "/api/embed", "; serve with --pooling mean|cls|last")
 
 
 async def ollama_embed(request: Request) -> Response:
@@ -132,9 +133,7 @@ async def ollama_embeddings(request: Request) -> Response:
     if not body.prompt:
         return JSONResponse({"embedding": []})
     job = await rt.off_loop(lambda: plan(rt, input_ids(body.prompt, rt, "prompt", truncate=True)))
-    if job.pooling == "none":
-        raise APIError(400, "pooling 'none' gives one vector per token, which /api/embeddings cannot return",
-                       code="invalid_pooling")
+    job = _one_vector_each(job, "/api/embeddings")
     vectors = await _vectors(request, rt, job, arrived, "prompt")
     if vectors is None:
         return Response(status_code=CLIENT_CLOSED)
