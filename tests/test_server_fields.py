@@ -43,12 +43,12 @@ CHANGING = {
     "modalities": ["text", "audio"], "audio": {"voice": "alloy", "format": "wav"},
     "web_search_options": {}, "moderation": {"model": "omni-moderation-latest"}, "verbosity": "low",
     "reasoning_effort": "high", "typical_p": 0.5, "mirostat": 2, "dynatemp_range": 0.5, "dry_multiplier": 0.8,
-    "xtc_probability": 0.5,
+    "xtc_probability": 0.5, "post_sampling_probs": True,
 }
 # Values of those fields that change nothing, and fields that are ignored: all accepted.
 INERT = {
     "response_format": {"type": "text"}, "tools": [], "tool_choice": "none", "functions": [], "function_call": "auto",
-    "logprobs": False, "top_logprobs": 0, "n_probs": 0, "logit_bias": {}, "presence_penalty": 0,
+    "logprobs": False, "top_logprobs": 0, "n_probs": 0, "post_sampling_probs": False, "logit_bias": {}, "presence_penalty": 0,
     "frequency_penalty": 0.0, "grammar": "", "modalities": ["text"], "verbosity": "medium",
     "reasoning_effort": "medium", "typical_p": 1.0, "mirostat": 0, "dynatemp_range": 0, "dry_multiplier": 0,
     "xtc_probability": 0, "user": "u-1", "metadata": {"k": "v"}, "store": True, "service_tier": "auto",

@@ -138,6 +138,7 @@ class GenerationRequest(Body):
     grammar: Optional[str] = None
     json_schema: Optional[Object] = None
     n_probs: Optional[int] = None
+    post_sampling_probs: Optional[bool] = None  # llama-server's; honoured on /completion only
     typical_p: Optional[float] = None
     mirostat: Optional[int] = None
     dynatemp_range: Optional[float] = None
