@@ -48,7 +48,8 @@ CHANGING = {
 # Values of those fields that change nothing, and fields that are ignored: all accepted.
 INERT = {
     "response_format": {"type": "text"}, "tools": [], "tool_choice": "none", "functions": [], "function_call": "auto",
-    "logprobs": False, "top_logprobs": 0, "n_probs": 0, "post_sampling_probs": False, "logit_bias": {}, "presence_penalty": 0,
+    "logprobs": False, "top_logprobs": 0, "n_probs": 0, "post_sampling_probs": False, "logit_bias": {},
+    "presence_penalty": 0,
     "frequency_penalty": 0.0, "grammar": "", "modalities": ["text"], "verbosity": "medium",
     "reasoning_effort": "medium", "typical_p": 1.0, "mirostat": 0, "dynatemp_range": 0, "dry_multiplier": 0,
     "xtc_probability": 0, "user": "u-1", "metadata": {"k": "v"}, "store": True, "service_tier": "auto",
