@@ -49,7 +49,9 @@ def build_engine(config: "EngineConfig", loaded: "LoadedModel", runner: Optional
         if draft is not None:
             from .runner.draft_model import DraftModel
 
-            drafter = DraftModel(draft.model, draft.cpu_kernels)
+            quick = draft.cpu_decode
+            drafter = DraftModel(draft.model, draft.cpu_kernels, decode=quick,
+                                 verify=quick.verify if quick is not None else None)
             drafting = dataclasses.replace(drafting, model=True)
         runner = ModelRunner(loaded.model, compiler_for(loaded), decode=fast, kernels=loaded.cpu_kernels,
                              verify=fast.verify if fast is not None else None, draft=drafter)

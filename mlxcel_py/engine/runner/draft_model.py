@@ -7,13 +7,15 @@ in (decoded or accepted) that the draft has not seen yet. A step that drafts fee
 its pending tokens and last token in one padded forward, then greedy single-token steps, and
 trims its own proposals back off, so the draft's KV only ever holds tokens the target kept.
 A prompt-cache hit gives the draft nothing: it prefills the adopted prefix with the first piece.
+On the CPU the steps go through the draft's own numba decode step (models/cpu_decode.py), as the
+target's do: mlx-lm's one-token forward costs several times more there.
 """
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any, ContextManager, Optional, Sequence
+from typing import Any, Callable, ContextManager, Optional, Sequence
 
 import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache
@@ -32,9 +34,12 @@ class _Prefill:
 class DraftModel:
     """Proposes greedy drafts for decode rows; every method runs on the engine thread."""
 
-    def __init__(self, model, kernels: Optional[ContextManager[Any]] = None):
+    def __init__(self, model, kernels: Optional[ContextManager[Any]] = None,
+                 decode: Optional[Callable[[list[int], list], mx.array]] = None,
+                 verify: Optional[Callable[[list[list[int]], list], mx.array]] = None):
         self.model = model
         self._kernels = kernels if kernels is not None else contextlib.nullcontext()
+        self._decode_fn, self._verify_fn = decode, verify  # the draft's CPU decode step; None: mlx-lm
         self._prefills: dict[int, _Prefill] = {}
         self._rows: list[int] = []
         self._pending: dict[int, list[int]] = {}
@@ -64,6 +69,18 @@ class DraftModel:
             self._rows.append(seq_id)
             self._pending[seq_id] = []
 
+    def _forward_rows(self, rows: list[list[int]]) -> mx.array:
+        """(B, W, V) logits of equal-width rows over the draft batch, through the fast path when there is one."""
+        if self._verify_fn is not None:
+            return self._verify_fn(rows, self._batch)
+        return self.model(mx.array(rows), cache=self._batch)
+
+    def _step(self, tokens: list[int]) -> mx.array:
+        """(B, V) logits of one token per row."""
+        if self._decode_fn is not None:
+            return self._decode_fn(tokens, self._batch)
+        return self.model(mx.array(tokens)[:, None], cache=self._batch)[:, -1, :]
+
     def _inner(self, tokens: mx.array, cache: list) -> mx.array:
         inner = getattr(self.model, "model", None)
         return inner(tokens, cache=cache) if inner is not None else self.model(tokens, cache=cache)
@@ -75,17 +92,17 @@ class DraftModel:
         feeds = [self._pending[s] + [t] for s, t in zip(seq_ids, last)]
         steps = max(lengths)
         width = max(len(f) for f in feeds)
-        inputs = mx.array([f + [f[-1]] * (width - len(f)) for f in feeds])
+        rows = [f + [f[-1]] * (width - len(f)) for f in feeds]
         with self._kernels:
-            logits = self.model(inputs, cache=self._batch)
+            logits = self._forward_rows(rows)
             ends = mx.array([len(f) - 1 for f in feeds])
             token = mx.argmax(logits[mx.arange(len(feeds)), ends], axis=-1)
+            mx.eval(token)
             roll_back(self._batch, width, [len(f) for f in feeds])
-            proposed = [token]
+            proposed = [token.tolist()]
             for _ in range(steps - 1):
-                token = mx.argmax(self.model(token[:, None], cache=self._batch)[:, -1, :], axis=-1)
-                proposed.append(token)
-            columns = mx.stack(proposed, axis=1).tolist()
+                proposed.append(mx.argmax(self._step(proposed[-1]), axis=-1).tolist())
+        columns = [list(row) for row in zip(*proposed)]
         if steps > 1:  # the proposals fed back in are not tokens the target kept
             for layer in self._batch:
                 layer.trim(steps - 1)
@@ -107,9 +124,8 @@ class DraftModel:
         width = max(len(f) for f in feeds)
         if min(len(f) for f in feeds) == 0:  # a row with nothing to feed gets its own last token back later
             return
-        inputs = mx.array([f + [f[-1]] * (width - len(f)) for f in feeds])
         with self._kernels:
-            self._inner(inputs, self._batch)
+            mx.eval(self._forward_rows([f + [f[-1]] * (width - len(f)) for f in feeds]))
         roll_back(self._batch, width, [len(f) for f in feeds])
         mx.eval([c.state for c in self._batch])
         for s in seq_ids:
