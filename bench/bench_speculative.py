@@ -1,6 +1,10 @@
 """Decode tok/s at one stream with and without prompt lookup (--lookup-ngram), in process.
 
     .venv/bin/python bench/bench_speculative.py [--ngram 3] [--draft-max 16] [--rounds 3] [--max-tokens 160]
+                                                [--draft-model PATH|self]
+
+`--draft-model` adds a third arm drafting with that model (`self`: the default model drafting
+for itself, the ceiling of acceptance at the cost of a second forward of the same size).
 
 Two prompts on the default model (SmolLM2-135M-Instruct), greedy: `rewrite` (copy a given
 paragraph, the case prompt lookup is for) and `chat` (free text, where the adaptive pause
@@ -52,13 +56,13 @@ def machine() -> list[str]:
     return lines
 
 
-def run_once(loaded, prompt_ids, ngram: int, draft_max: int, max_tokens: int):
+def run_once(loaded, prompt_ids, ngram: int, draft_max: int, max_tokens: int, draft=None):
     """(decode tok/s, tokens, drafted, accepted) of one greedy request on a fresh one-slot engine."""
     from mlxcel_py.config import resolve
     from mlxcel_py.engine import Finished, Request, SamplingParams, TokenDelta, build_engine
 
     cfg = resolve("generate", env={}, lookup_ngram=ngram or None, draft_max=draft_max, max_tokens=max_tokens)
-    engine = build_engine(cfg.engine, loaded)
+    engine = build_engine(cfg.engine, loaded, draft=draft)
     engine.add_request(Request("r", tuple(prompt_ids), SamplingParams(max_tokens=max_tokens, ignore_eos=True)))
     tokens, done = [], None
     while engine.has_work():
@@ -131,31 +135,37 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=160)
     parser.add_argument("--threads", type=int, default=1, help="1 on a shared machine (docs/CPU_FAST_PATH.md)")
+    parser.add_argument("--draft-model", help="a third arm drafting with this model ('self': the default model)")
     args = parser.parse_args()
     for line in machine():
         print(line, flush=True)
-    from mlxcel_py.models import default_model_path, load_model
+    from mlxcel_py.models import default_model_path, load_draft, load_model
 
     loaded = load_model(str(default_model_path()), threads=args.threads)
+    arms = [("plain", 0, None), ("lookup", args.ngram, None)]
+    if args.draft_model:
+        path = str(default_model_path()) if args.draft_model == "self" else args.draft_model
+        arms.append(("draft", 0, load_draft(path, loaded, threads=args.threads)))
     warm = loaded.tokenizer.encode("warm up " * 8)
-    run_once(loaded, warm, 0, args.draft_max, 8)
-    run_once(loaded, warm, args.ngram, args.draft_max, 8)  # compiles the span kernels
+    for _, ngram, draft in arms:  # compiles the span kernels
+        run_once(loaded, warm, ngram, args.draft_max, 8, draft)
     for name, text in PROMPTS.items():
         ids = loaded.tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
-        rates = {"plain": [], "lookup": []}
-        outputs, drafts = {}, (0, 0)
+        rates = {arm: [] for arm, _, _ in arms}
+        outputs, drafts = {}, {}
         for _ in range(args.rounds):
-            for arm, ngram in (("plain", 0), ("lookup", args.ngram)):
-                tps, tokens, drafted, accepted = run_once(loaded, ids, ngram, args.draft_max, args.max_tokens)
+            for arm, ngram, draft in arms:
+                tps, tokens, drafted, accepted = run_once(loaded, ids, ngram, args.draft_max, args.max_tokens, draft)
                 rates[arm].append(tps)
-                outputs[arm] = tokens
-                if arm == "lookup":
-                    drafts = (drafted, accepted)
-        plain, spec = statistics.median(rates["plain"]), statistics.median(rates["lookup"])
-        print(f"{name}: prompt {len(ids)} tokens, {args.max_tokens} generated; plain {plain:.1f} tok/s "
-              f"({min(rates['plain']):.1f}-{max(rates['plain']):.1f}), lookup {spec:.1f} tok/s "
-              f"({min(rates['lookup']):.1f}-{max(rates['lookup']):.1f}); x{spec / plain:.2f}; drafted {drafts[0]} "
-              f"accepted {drafts[1]}; identical {outputs['plain'] == outputs['lookup']}", flush=True)
+                outputs[arm], drafts[arm] = tokens, (drafted, accepted)
+        plain = statistics.median(rates["plain"])
+        parts = [f"plain {plain:.1f} tok/s ({min(rates['plain']):.1f}-{max(rates['plain']):.1f})"]
+        for arm, _, _ in arms[1:]:
+            spec = statistics.median(rates[arm])
+            parts.append(f"{arm} {spec:.1f} tok/s ({min(rates[arm]):.1f}-{max(rates[arm]):.1f}) x{spec / plain:.2f} "
+                         f"drafted {drafts[arm][0]} accepted {drafts[arm][1]} "
+                         f"identical {outputs['plain'] == outputs[arm]}")
+        print(f"{name}: prompt {len(ids)} tokens, {args.max_tokens} generated; " + "; ".join(parts), flush=True)
     for line in verify_costs(loaded):
         print(line, flush=True)
     print("uptime: " + subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())

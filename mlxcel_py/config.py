@@ -108,6 +108,7 @@ class ModelSpec:
     path: Optional[str] = None  # None = the embedded default model
     threads: Optional[int] = None  # CPU compute threads (decode kernels, OpenBLAS); None = every core
     cpu_weights: Optional[str] = None  # "native" (GGUF blocks) | "f32"; None: native on AVX2 (loader.default_cpu_weights)
+    draft: Optional[str] = None  # --draft-model: speculative decoding's draft (same vocabulary)
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +242,7 @@ def resolve(
     lookup_ngram: Optional[int] = None,
     draft_max: Optional[int] = None,
     draft_min: Optional[int] = None,
+    draft_model: Optional[str] = None,
     env: Optional[Mapping[str, str]] = None,
 ) -> AppConfig:
     """Merge flags (None = not given) with the environment into one frozen AppConfig; raises ConfigError."""
@@ -279,7 +281,18 @@ def resolve(
     threads, threads_label = _count_flag(threads, "--threads", env, "LLAMA_ARG_THREADS")
     check_range(threads_label, threads, 1, MAX_THREADS)
     weights = choice(cpu_weights, "--cpu-weights", env, "MLXCEL_CPU_WEIGHTS", CPU_WEIGHTS, None)
-    return AppConfig(command, ModelSpec(model, threads, weights), engine, sampling, chunk, blas, server, dist)
+    draft = _draft_model(draft_model, env, dist)
+    return AppConfig(command, ModelSpec(model, threads, weights, draft), engine, sampling, chunk, blas, server, dist)
+
+
+def _draft_model(flag: Optional[str], env: Mapping[str, str], dist: Optional[DistributedConfig]) -> Optional[str]:
+    """--draft-model / -md (llama-server's LLAMA_ARG_MODEL_DRAFT); not beside --distributed."""
+    value, label = flag_or_env(flag, "--draft-model", env, "LLAMA_ARG_MODEL_DRAFT")
+    if value is not None and not value.strip():
+        raise ConfigError(f"{label} must not be empty", flag=label)
+    if value is not None and dist is not None:
+        raise ConfigError(f"{label} cannot be used with --distributed: the ranks do not verify drafts", flag=label)
+    return value
 
 
 def startup_summary(cfg: AppConfig) -> list[str]:
@@ -295,7 +308,8 @@ def startup_summary(cfg: AppConfig) -> list[str]:
         f"slots {eng.num_slots} ctx_size {ctx} max_queue {eng.max_queue}",
         f"prefill_chunk_size {eng.policy.describe()}{source}",
         f"itl_budget_ms {eng.itl_budget_ms if eng.itl_budget_ms is not None else 'off'}",
-        f"lookup_ngram {eng.drafting.ngram or 'off'} draft_max {eng.drafting.draft_max} draft_min {eng.drafting.draft_min}",
+        f"lookup_ngram {eng.drafting.ngram or 'off'} draft_model {cfg.model.draft or 'none'} "
+        f"draft_max {eng.drafting.draft_max} draft_min {eng.drafting.draft_min}",
         f"prompt_cache {'on' if cache.enabled else 'off'} max_bytes={cache.max_bytes} "
         f"max_entries={cache.max_entries} min_prefix={cache.min_prefix}",
         f"sampling temp={s.temperature} top_p={s.top_p} top_k={s.top_k} min_p={s.min_p} "

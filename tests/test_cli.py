@@ -27,7 +27,7 @@ def capture(monkeypatch):
     """Stop each command where it hands its engine config over; return the policies seen."""
     seen = {}
 
-    def fake_build(config, loaded, runner=None):
+    def fake_build(config, loaded, runner=None, draft=None):
         seen["engine"] = config
         raise Captured
 

@@ -349,7 +349,7 @@ def test_lookup_ngram_and_draft_bounds_resolve_from_flags_and_env():
     cfg = resolve("serve", env={"MLXCEL_LOOKUP_NGRAM": "3", "LLAMA_ARG_DRAFT_MAX": "8", "LLAMA_ARG_DRAFT_MIN": "2"})
     assert cfg.engine.drafting == DraftConfig(3, 8, 2)
     assert resolve("generate", lookup_ngram=2, draft_max=4, env={"LLAMA_ARG_DRAFT_MAX": "8"}).engine.drafting == DraftConfig(2, 4, 0)
-    assert "lookup_ngram 3 draft_max 8 draft_min 2" in startup_summary(cfg)
+    assert "lookup_ngram 3 draft_model none draft_max 8 draft_min 2" in startup_summary(cfg)
     with pytest.raises(ConfigError, match="--draft-min 9 exceeds --draft-max 8"):
         resolve("serve", lookup_ngram=3, draft_max=8, draft_min=9, env={})
     with pytest.raises(ConfigError, match="--draft-max must be between 1 and 256"):

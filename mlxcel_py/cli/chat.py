@@ -12,7 +12,7 @@ from ..logs import setup_logging
 from .common import resolve_or_exit
 from .options import (
     CpuWeightsOpt,
-    BatchSizeOpt, CtxSizeOpt, ItlBudgetOpt, LookupNgramOpt, DraftMaxOpt, DraftMinOpt, LogLevelOpt, MaxTokensOpt, MinPOpt, ModelOpt, ThreadsOpt, PrefillChunkOpt,
+    BatchSizeOpt, CtxSizeOpt, ItlBudgetOpt, LookupNgramOpt, DraftMaxOpt, DraftMinOpt, DraftModelOpt, LogLevelOpt, MaxTokensOpt, MinPOpt, ModelOpt, ThreadsOpt, PrefillChunkOpt,
     PromptCacheOpt, RepeatPenaltyOpt, SeedOpt, TempOpt, TopKOpt, TopPOpt,
 )
 
@@ -41,6 +41,7 @@ def run(
     lookup_ngram: LookupNgramOpt = None,
     draft_max: DraftMaxOpt = None,
     draft_min: DraftMinOpt = None,
+    draft_model: DraftModelOpt = None,
     prompt_cache: PromptCacheOpt = True,
     markdown: MarkdownOpt = True,
     log_level: LogLevelOpt = None,
@@ -50,22 +51,23 @@ def run(
         "run", model=model, threads=threads, cpu_weights=cpu_weights,
         max_tokens=max_tokens, temp=temp, top_p=top_p, top_k=top_k, min_p=min_p,
         repeat_penalty=repeat_penalty, seed=seed, ctx_size=ctx_size, prefill_chunk_size=prefill_chunk_size,
-        batch_size=batch_size, itl_budget_ms=itl_budget_ms, lookup_ngram=lookup_ngram, draft_max=draft_max, draft_min=draft_min, prompt_cache=prompt_cache, log_level=log_level,
+        batch_size=batch_size, itl_budget_ms=itl_budget_ms, lookup_ngram=lookup_ngram, draft_max=draft_max, draft_min=draft_min, draft_model=draft_model, prompt_cache=prompt_cache, log_level=log_level,
     )
     setup_logging(log_level or "warning")  # a chat shows answers, not engine logs, unless asked
     interactive = sys.stdin.isatty() and sys.stdout.isatty()
     err = Console(stderr=True, highlight=False)
-    from .loading import load_or_exit  # preloads the BLAS before anything imports MLX
+    from .loading import load_draft_or_exit, load_or_exit  # preloads the BLAS before anything imports MLX
 
     try:
         loaded = load_or_exit(cfg, err)
+        draft = load_draft_or_exit(cfg, loaded, err)
     except KeyboardInterrupt:  # Ctrl-C while loading: leave quietly, like Ctrl-C at the prompt
         raise typer.Exit(130) from None
     from ..engine import engine_session
     from .chat_render import ChatRenderer
     from .repl import ChatSession, Repl, stream_reader, terminal_reader
 
-    with engine_session(cfg.engine, loaded) as worker:
+    with engine_session(cfg.engine, loaded, draft=draft) as worker:
         session = ChatSession(worker, loaded.tokenizer, cfg.sampling, system=system)
         renderer = ChatRenderer(Console(highlight=False), err, interactive=interactive, markdown=markdown)
         renderer.banner(loaded.name)

@@ -15,7 +15,7 @@ from ..logs import setup_logging
 from .common import fail, resolve_or_exit
 from .options import (
     CpuWeightsOpt,
-    BatchSizeOpt, CtxSizeOpt, ItlBudgetOpt, LookupNgramOpt, DraftMaxOpt, DraftMinOpt, LogLevelOpt, MaxTokensOpt, MinPOpt, ModelOpt, ThreadsOpt, PrefillChunkOpt,
+    BatchSizeOpt, CtxSizeOpt, ItlBudgetOpt, LookupNgramOpt, DraftMaxOpt, DraftMinOpt, DraftModelOpt, LogLevelOpt, MaxTokensOpt, MinPOpt, ModelOpt, ThreadsOpt, PrefillChunkOpt,
     RepeatPenaltyOpt, SeedOpt, TempOpt, TopKOpt, TopPOpt,
 )
 
@@ -48,6 +48,7 @@ def generate(
     lookup_ngram: LookupNgramOpt = None,
     draft_max: DraftMaxOpt = None,
     draft_min: DraftMinOpt = None,
+    draft_model: DraftModelOpt = None,
     log_level: LogLevelOpt = None,
 ) -> None:
     """Generate a completion for one prompt; text to stdout, speed stats to stderr."""
@@ -55,7 +56,7 @@ def generate(
         "generate", model=model, threads=threads, cpu_weights=cpu_weights,
         max_tokens=max_tokens, temp=temp, top_p=top_p, top_k=top_k, min_p=min_p,
         repeat_penalty=repeat_penalty, seed=seed, ctx_size=ctx_size, prefill_chunk_size=prefill_chunk_size,
-        batch_size=batch_size, itl_budget_ms=itl_budget_ms, lookup_ngram=lookup_ngram, draft_max=draft_max, draft_min=draft_min, log_level=log_level,
+        batch_size=batch_size, itl_budget_ms=itl_budget_ms, lookup_ngram=lookup_ngram, draft_max=draft_max, draft_min=draft_min, draft_model=draft_model, log_level=log_level,
     )
     if prompt is None:
         prompt = "" if sys.stdin.isatty() else sys.stdin.read()
@@ -67,10 +68,11 @@ def generate(
 
 def run_generate(cfg: AppConfig, prompt: str, *, system: Optional[str], raw: bool) -> "Finished":
     """Load, generate, print; returns the final event (tests read its usage and timings)."""
-    from .loading import load_or_exit  # preloads the BLAS before anything imports MLX
+    from .loading import load_draft_or_exit, load_or_exit  # preloads the BLAS before anything imports MLX
 
     err = Console(stderr=True, highlight=False)
     loaded = load_or_exit(cfg, err)
+    draft = load_draft_or_exit(cfg, loaded, err)
     from ..engine import Request, engine_session
     from ..models import encode_chat, encode_text
 
@@ -81,7 +83,7 @@ def run_generate(cfg: AppConfig, prompt: str, *, system: Optional[str], raw: boo
             messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
             chat = encode_chat(loaded.tokenizer, messages)
             ids, boundary = chat.ids, chat.history_boundary
-        with engine_session(cfg.engine, loaded) as worker:
+        with engine_session(cfg.engine, loaded, draft=draft) as worker:
             done = _stream(worker.submit(Request(f"gen-{uuid.uuid4().hex[:8]}", tuple(ids), cfg.sampling, boundary)))
         stats = worker.stats()  # the last tick's snapshot, taken once the thread has stopped
     except MlxcelError as exc:

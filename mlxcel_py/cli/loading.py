@@ -31,3 +31,18 @@ def load_or_exit(cfg: AppConfig, console: Console | None = None) -> "LoadedModel
                               cpu_weights=cfg.model.cpu_weights)
     except MlxcelError as exc:  # ModelLoadError
         fail(str(exc))
+
+
+def load_draft_or_exit(cfg: AppConfig, target: "LoadedModel", console: Console | None = None) -> "LoadedModel | None":
+    """The --draft-model (None when not asked); exit 1 when it cannot load or draft for `target`."""
+    if cfg.model.draft is None:
+        return None
+    from ..models import load_draft
+
+    console = console or Console(stderr=True)
+    try:
+        with console.status("Loading the draft model...") as status:
+            return load_draft(cfg.model.draft, target, on_progress=lambda msg: status.update(msg),
+                              threads=cfg.model.threads, cpu_weights=cfg.model.cpu_weights)
+    except MlxcelError as exc:
+        fail(str(exc))

@@ -71,6 +71,12 @@ DraftMinOpt = Annotated[
     typer.Option("--draft-min", help="Fewest draft tokens worth verifying (llama-server); env LLAMA_ARG_DRAFT_MIN. "
                  "Default: 0."),
 ]
+DraftModelOpt = Annotated[
+    Optional[str],
+    typer.Option("--draft-model", "-md", help="Speculative decoding with a draft model (a GGUF file, mlx-lm directory "
+                 "or Hugging Face id with the target's vocabulary), verified in the decode step (docs/SPECULATIVE.md); "
+                 "env LLAMA_ARG_MODEL_DRAFT. Default: none."),
+]
 TempOpt = Annotated[Optional[float], typer.Option("--temp", help="Sampling temperature; 0 is greedy.")]
 TopPOpt = Annotated[Optional[float], typer.Option("--top-p", help="Nucleus sampling: keep the top-p probability mass.")]
 TopKOpt = Annotated[Optional[int], typer.Option("--top-k", help="Keep the k most likely tokens; 0 keeps all.")]

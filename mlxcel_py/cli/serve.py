@@ -7,7 +7,7 @@ from .common import fail, resolve_or_exit
 from .options import (
     CpuWeightsOpt,
     AliasOpt, ApiKeyOpt, ChatTemplateFileOpt, ChatTemplateKwargsOpt, ChatTemplateOpt, BatchSizeOpt, CacheMaxBytesOpt, CacheMaxEntriesOpt, CacheMinPrefixOpt, CorsOriginsOpt, CtxSizeOpt,
-    DistributedOpt, DistributedTimeoutOpt, HostOpt, ItlBudgetOpt, LookupNgramOpt, DraftMaxOpt, DraftMinOpt, LogLevelOpt, MaxBodyBytesOpt, MaxQueueOpt,
+    DistributedOpt, DistributedTimeoutOpt, HostOpt, ItlBudgetOpt, LookupNgramOpt, DraftMaxOpt, DraftMinOpt, DraftModelOpt, LogLevelOpt, MaxBodyBytesOpt, MaxQueueOpt,
     MaxTokensOpt, MinPOpt, ModelOpt, NoWebuiOpt, PoolingOpt, ReasoningBudgetOpt, ReasoningFormatOpt, ThreadsOpt, ParallelOpt, PortOpt, PrefillChunkOpt, PromptCacheOpt, RepeatPenaltyOpt, SeedOpt,
     ShutdownGraceOpt, TempOpt, TopKOpt, TopPOpt, MetricsOpt, SlotsOpt, TagsOpt,
 )
@@ -27,6 +27,7 @@ def serve(
     lookup_ngram: LookupNgramOpt = None,
     draft_max: DraftMaxOpt = None,
     draft_min: DraftMinOpt = None,
+    draft_model: DraftModelOpt = None,
     max_queue: MaxQueueOpt = None,
     prompt_cache: PromptCacheOpt = True,
     cache_max_bytes: CacheMaxBytesOpt = None,
@@ -67,7 +68,7 @@ def serve(
         cache_min_prefix=cache_min_prefix, temp=temp, top_p=top_p, top_k=top_k, min_p=min_p,
         repeat_penalty=repeat_penalty, seed=seed, max_tokens=max_tokens, api_key=api_key,
         log_level=log_level, model_alias=alias, itl_budget_ms=itl_budget_ms, max_body_bytes=max_body_bytes,
-        lookup_ngram=lookup_ngram, draft_max=draft_max, draft_min=draft_min,
+        lookup_ngram=lookup_ngram, draft_max=draft_max, draft_min=draft_min, draft_model=draft_model,
         shutdown_grace=shutdown_grace, distributed=distributed, distributed_timeout=distributed_timeout,
         cors_origins=cors_origins, no_webui=no_webui, metrics=metrics, slots=slots, tags=tags,
         chat_template=chat_template, chat_template_file=chat_template_file,

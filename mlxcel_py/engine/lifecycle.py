@@ -7,6 +7,7 @@ one code path. Nothing here imports MLX at import time (the BLAS preload comes f
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from typing import TYPE_CHECKING, Iterator, Optional
 
@@ -32,19 +33,31 @@ def slot_context(ctx_size: int | None, num_slots: int, model_context: int) -> in
     return max(1, min(ctx_size // num_slots, model_context))
 
 
-def build_engine(config: "EngineConfig", loaded: "LoadedModel", runner: Optional[Runner] = None) -> Engine:
+def build_engine(config: "EngineConfig", loaded: "LoadedModel", runner: Optional[Runner] = None,
+                 draft: Optional["LoadedModel"] = None) -> Engine:
     """The engine for a loaded model; every front end builds it through here.
 
     `runner`: one built by the caller (rank 0's distributed runner); default a local ModelRunner
-    with the CPU decode step and prefill kernels the loader chose."""
+    with the CPU decode step and prefill kernels the loader chose. `draft`: the --draft-model."""
     from .runner.model_runner import ModelRunner, kv_bytes_per_token  # the only import of the model-calling code
 
     per_slot = slot_context(config.ctx_size, config.num_slots, loaded.context_length)
+    drafting = config.drafting
     if runner is None:
         fast = loaded.cpu_decode
+        drafter = None
+        if draft is not None:
+            from .runner.draft_model import DraftModel
+
+            quick = draft.cpu_decode
+            drafter = DraftModel(draft.model, draft.cpu_kernels, decode=quick,
+                                 verify=quick.verify if quick is not None else None)
+            drafting = dataclasses.replace(drafting, model=True)
         runner = ModelRunner(loaded.model, compiler_for(loaded), decode=fast, kernels=loaded.cpu_kernels,
-                             verify=fast.verify if fast is not None else None)
-    drafting = config.drafting if config.drafting.enabled else None
+                             verify=fast.verify if fast is not None else None, draft=drafter)
+    elif draft is not None:
+        log.warning("--draft-model is off: this runner (%s) drafts no tokens", type(runner).__name__)
+    drafting = drafting if drafting.enabled else None
     if drafting is not None and not runner.verifies_drafts:
         log.warning("--lookup-ngram is off: this runner (%s) does not verify drafts", type(runner).__name__)
         drafting = None
@@ -70,16 +83,18 @@ def build_engine(config: "EngineConfig", loaded: "LoadedModel", runner: Optional
     else:
         log.info("prompt cache: off")
     if drafting is not None:
-        log.info("prompt lookup: %d-gram, drafts of %d..%d tokens", drafting.ngram, max(drafting.draft_min, 1),
-                 drafting.draft_max)
+        sources = ([f"prompt lookup ({drafting.ngram}-gram)"] if drafting.ngram else []) + (
+            ["draft model"] if drafting.model else [])
+        log.info("speculative decoding: %s, drafts of %d..%d tokens", " then ".join(sources),
+                 max(drafting.draft_min, 1), drafting.draft_max)
     return Engine(scheduler, runner, itl_budget_ms=config.itl_budget_ms, vocab_size=loaded.logits_width)
 
 
 @contextlib.contextmanager
-def engine_session(config: "EngineConfig", loaded: "LoadedModel",
-                   runner: Optional[Runner] = None) -> Iterator[EngineWorker]:
+def engine_session(config: "EngineConfig", loaded: "LoadedModel", runner: Optional[Runner] = None,
+                   draft: Optional["LoadedModel"] = None) -> Iterator[EngineWorker]:
     """Build the engine, run its worker thread for the body, and stop it however the body ends."""
-    worker = EngineWorker(build_engine(config, loaded, runner)).start()
+    worker = EngineWorker(build_engine(config, loaded, runner, draft)).start()
     try:
         yield worker
     finally:

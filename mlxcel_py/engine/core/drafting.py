@@ -1,10 +1,11 @@
-"""Prompt-lookup drafting (llama.cpp's `lookup` idea), in plain Python: the scheduler proposes
-draft tokens per decode row and the runner verifies them in the decode step.
+"""Drafting for speculative decoding, in plain Python: the scheduler proposes per decode row
+either prompt-lookup tokens (llama.cpp's `lookup` idea) or a length for the runner's draft
+model (`--draft-model`) to fill, and the runner verifies them in the decode step.
 
 A draft is the continuation of the most recent earlier occurrence of the sequence's last
 `ngram` tokens (prompt + output so far). Per sequence, the draft length follows the
 acceptance (doubled after a draft accepted whole, cut to what was accepted plus one after a
-rejection), and an acceptance EMA pauses drafting where drafts keep being rejected, with a
+rejection; a lookup draft is preferred, the draft model fills rows lookup finds nothing for), and an acceptance EMA pauses drafting where drafts keep being rejected, with a
 pause that doubles each time, so a stream that never repeats its context pays for a few
 rejected verifies and then almost none.
 """
@@ -23,15 +24,17 @@ FIRST_LIMIT = 4  # a verify's cost grows with its width (docs/SPECULATIVE.md): s
 
 @dataclass(frozen=True, slots=True)
 class DraftConfig:
-    """--lookup-ngram N (0: off), --draft-max, --draft-min (llama-server's names and defaults)."""
+    """--lookup-ngram N (0: off), --draft-max, --draft-min (llama-server's names and defaults);
+    `model`: a draft model is loaded (--draft-model), so rows may ask it for a draft."""
 
     ngram: int = 0
     draft_max: int = 16
     draft_min: int = 0
+    model: bool = False
 
     @property
     def enabled(self) -> bool:
-        return self.ngram > 0 and self.draft_max > 0
+        return (self.ngram > 0 or self.model) and self.draft_max > 0
 
 
 def lookup(tokens: Sequence[int], ngram: int, max_len: int) -> tuple[int, ...]:
@@ -60,12 +63,19 @@ class DraftState:
     limit: int = FIRST_LIMIT  # the draft length this sequence may propose now (at most --draft-max)
 
     def propose(self, config: DraftConfig, tokens: Sequence[int], room: int) -> tuple[int, ...]:
-        """The draft for this step (empty: plain decode); `room`: tokens the sequence may still emit."""
+        """The lookup draft for this step (empty: plain decode); `room`: tokens the sequence may still emit."""
+        return self.plan(config, tokens, room)[0]
+
+    def plan(self, config: DraftConfig, tokens: Sequence[int], room: int) -> tuple[tuple[int, ...], int]:
+        """(lookup draft, draft-model length) for this step; at most one is non-empty."""
         if self.paused_for > 0:
             self.paused_for -= 1
-            return ()
-        draft = lookup(tokens, config.ngram, min(config.draft_max, self.limit, room - 1))
-        return draft if len(draft) >= max(config.draft_min, 1) else ()
+            return (), 0
+        limit, floor = min(config.draft_max, self.limit, room - 1), max(config.draft_min, 1)
+        draft = lookup(tokens, config.ngram, limit) if config.ngram > 0 else ()
+        if len(draft) >= floor:
+            return draft, 0
+        return (), limit if config.model and limit >= floor else 0
 
     def observe(self, num_drafted: int, num_accepted: int) -> None:
         """Fold one verify into the EMA; pause drafting when it falls below the floor."""
@@ -83,8 +93,8 @@ class DraftState:
 
 
 def draft_for(config: Optional[DraftConfig], state: DraftState, history: Sequence[int], room: int,
-              eligible: bool) -> tuple[int, ...]:
-    """The draft of one decode row, or () when drafting is off or not allowed for it."""
+              eligible: bool) -> tuple[tuple[int, ...], int]:
+    """One decode row's (lookup draft, draft-model length); ((), 0) when drafting is off or not allowed."""
     if config is None or not config.enabled or not eligible:
-        return ()
-    return state.propose(config, history, room)
+        return (), 0
+    return state.plan(config, history, room)

@@ -110,12 +110,13 @@ class Scheduler:
         self._num_drafted = 0
         if not (self.running or self._retired):
             return None
-        drafts = tuple(self._draft(s) for s in self.running)
-        self._num_drafted = sum(len(d) for d in drafts)
-        for seq, draft in zip(self.running, drafts):  # one KV position per token in; a slot's context caps it
-            self.budget.reserve(seq.seq_id, 1 + len(draft))
+        plans = [self._draft(s) for s in self.running]
+        drafts, lengths = tuple(p[0] for p in plans), tuple(p[1] for p in plans)
+        self._num_drafted = sum(len(d) + n for d, n in plans)
+        for seq, (draft, n) in zip(self.running, plans):  # one KV position per token in; a slot's context caps it
+            self.budget.reserve(seq.seq_id, 1 + len(draft) + n)
         return self._step(decode=tuple(s.seq_id for s in self.running), decode_context=self._decode_context(),
-                          drafts=drafts if any(drafts) else ())
+                          drafts=drafts if any(drafts) else (), draft_lengths=lengths if any(lengths) else ())
 
     def schedule_prefill(self) -> Optional[Step]:
         """The parked prefill's next piece, cut with the chunk for the state right now."""
@@ -154,11 +155,12 @@ class Scheduler:
             none = ((),) * len(step.decode)
             logprobs = out.decoded_logprobs or (None,) * len(step.decode)
             failed = dict(out.failed)
-            for seq_id, token, lp, draft, more in zip(step.decode, out.decoded, logprobs, step.drafts or none,
-                                                      out.decoded_extra or none):
+            lengths = step.draft_lengths or (0,) * len(step.decode)
+            for seq_id, token, lp, draft, n, more in zip(step.decode, out.decoded, logprobs, step.drafts or none,
+                                                         lengths, out.decoded_extra or none):
                 seq = by_id[seq_id]
-                if draft:
-                    self._verified(seq, draft, more)
+                if draft or n:
+                    self._verified(seq, len(draft) + n, more)
                 events += self._emit_token(seq, token, lp, failed.get(seq_id))
                 for extra in more:  # the accepted draft tokens, then the target's; a finish ends the run
                     if seq.finish_reason is not None:
@@ -171,26 +173,27 @@ class Scheduler:
 
     # -- helpers ---------------------------------------------------------------------------
     def _step(self, decode: tuple[int, ...] = (), prefill: Optional[PrefillPiece] = None,
-              decode_context: int = 0, drafts: tuple[tuple[int, ...], ...] = ()) -> Step:
+              decode_context: int = 0, drafts: tuple[tuple[int, ...], ...] = (),
+              draft_lengths: tuple[int, ...] = ()) -> Step:
         retired, self._retired = tuple(self._retired), []
         dropped = self.prompt_cache.take_dropped() if self.prompt_cache is not None else ()
-        return Step(retired, decode, prefill, dropped, decode_context, drafts)
+        return Step(retired, decode, prefill, dropped, decode_context, drafts, draft_lengths)
 
-    def _draft(self, seq: Sequence) -> tuple[int, ...]:
-        """Prompt-lookup draft for one row; none for grammars and logprobs (see docs/SPECULATIVE.md)."""
+    def _draft(self, seq: Sequence) -> tuple[tuple[int, ...], int]:
+        """One row's (lookup draft, draft-model length); none for grammars and logprobs (docs/SPECULATIVE.md)."""
         if self.drafting is None:
-            return ()
+            return (), 0
         p = seq.request.sampling
         eligible = p.constraint is None and not p.logprobs
         history = seq.request.prompt_ids + tuple(seq.output_ids)
         return draft_for(self.drafting, seq.draft, history, seq.max_tokens - len(seq.output_ids), eligible)
 
-    def _verified(self, seq: Sequence, draft: tuple[int, ...], accepted: tuple[int, ...]) -> None:
-        """Book one verify: the EMA, the counters, and the KV reserved for the rejected positions."""
-        seq.draft.observe(len(draft), len(accepted))
-        self.counters["drafted"] += len(draft)
+    def _verified(self, seq: Sequence, drafted: int, accepted: tuple[int, ...]) -> None:
+        """Book one verify of `drafted` tokens: the EMA, the counters, the KV reserved for the rejected ones."""
+        seq.draft.observe(drafted, len(accepted))
+        self.counters["drafted"] += drafted
         self.counters["draft_accepted"] += len(accepted)
-        self.budget.give_back(seq.seq_id, len(draft) - len(accepted))
+        self.budget.give_back(seq.seq_id, drafted - len(accepted))
 
     def _prefilled(self, piece: PrefillPiece, out: StepOutput) -> list[Event]:
         seq = self.prefilling

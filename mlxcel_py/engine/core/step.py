@@ -74,6 +74,9 @@ class Step:
     # Per decode row, draft tokens to verify after its last token (prompt lookup); () when no row drafts.
     # A runner may ignore them (decode one token per row): the scheduler then sees nothing accepted.
     drafts: tuple[tuple[int, ...], ...] = ()
+    # Per decode row, how many tokens the runner's draft model proposes for it (--draft-model); () when none.
+    # A row has a lookup draft or a draft-model length, never both.
+    draft_lengths: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ import mlx.core as mx
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
 from .constraints import ConstraintCompiler
+from .draft_model import DraftModel
 from ..core.events import TokenLogprobs
 from .logits import sequence_logprobs
 from .pooling import Pooler, hidden_fn
@@ -77,13 +78,13 @@ class ModelRunner(Runner):
 
     `decode`: the loader's CPU decode step (models/cpu_decode.py; None: mlx-lm's forward);
     `kernels`: the loader's scope for its CPU prefill kernels (models/cpu_kernels.py), entered
-    around every forward."""
+    around every forward; `draft`: the draft model of --draft-model (engine/runner/draft_model.py)."""
 
     verifies_drafts = True  # a runner whose sampling must match other ranks' sets False: drafts ignored
 
     def __init__(self, model, compiler: Optional[ConstraintCompiler] = None, *,
                  decode: Optional[DecodeFn] = None, kernels: Optional[ContextManager[Any]] = None,
-                 verify: Optional[VerifyFn] = None):
+                 verify: Optional[VerifyFn] = None, draft: Optional[DraftModel] = None):
         self.model = model
         self.compiler = compiler  # grammars for constrained sequences (built lazily per model)
         self._project = _project_fn(model)
@@ -94,12 +95,13 @@ class ModelRunner(Runner):
         self._snapshots: dict[int, list[KVCache]] = {}
         self._rows: list[int] = []  # the decode batch's row order
         self._batch: Optional[list] = None
+        self.draft = draft
 
     def execute(self, step: Step) -> StepOutput:
         """Run one record in its order: retire, decode, prefill, drop snapshots."""
         if step.retire:
             self._retire(step.retire)
-        decoded, extra = self._decode(step.decode, step.drafts) if step.decode else ([], ())
+        decoded, extra = self._decode(step.decode, step.drafts, step.draft_lengths) if step.decode else ([], ())
         first, prompt, embedding = None, (), None
         if step.prefill is not None and self._pools(step.prefill):
             embedding = self._embed_piece(step.prefill)
@@ -130,6 +132,8 @@ class ModelRunner(Runner):
                 logits, prompt = self._score_piece(piece, state)
             else:
                 logits = self._forward_prefill(mx.array(piece.tokens)[None], cache, piece.terminal)
+        if self.draft is not None:
+            self.draft.prefill(piece.seq_id, piece.tokens, piece.terminal)
         if piece.snapshot_id is not None:
             self._snapshots[piece.snapshot_id] = _copy_kv(cache, piece.end)
         if not piece.terminal:
@@ -194,6 +198,8 @@ class ModelRunner(Runner):
             matcher = self.compiler.matcher(constraint)  # compiled (and cached) when the request was checked
         sampler = SequenceSampler(begin.sampling, prompt_ids=begin.history, matcher=matcher)
         self._seqs[piece.seq_id] = SequenceState(sampler, prefill_cache=cache)
+        if self.draft is not None and begin.pooling is None:
+            self.draft.begin(piece.seq_id, begin.history)
 
     def _forward_prefill(self, tokens: mx.array, cache: list, terminal: bool) -> Optional[mx.array]:
         """Run one piece; the (1, V) logits of its last position when terminal, else only the KV."""
@@ -221,12 +227,26 @@ class ModelRunner(Runner):
         self._rows.append(seq_id)
 
     # -- decode -----------------------------------------------------------------------------
-    def _decode(self, seq_ids: tuple[int, ...], drafts: tuple[tuple[int, ...], ...] = ()
-                ) -> tuple[list[SampledToken], tuple[tuple[int, ...], ...]]:
+    def _decode(self, seq_ids: tuple[int, ...], drafts: tuple[tuple[int, ...], ...] = (),
+                lengths: tuple[int, ...] = ()) -> tuple[list[SampledToken], tuple[tuple[int, ...], ...]]:
         if tuple(self._rows) != seq_ids:
             self._reorder(seq_ids)
         last = [self._seqs[s].last_token for s in seq_ids]
-        if drafts and self.verifies_drafts:
+        if self.draft is None:
+            return self._decode_rows(seq_ids, last, drafts)
+        fed = bool(lengths) and self.verifies_drafts
+        if fed:  # the draft model fills the rows that asked (a row has a lookup draft or a length)
+            proposed = self.draft.propose(seq_ids, last, lengths)
+            drafts = tuple(d or p for d, p in zip(drafts or ((),) * len(seq_ids), proposed))
+        sampled, extra = self._decode_rows(seq_ids, last, drafts)
+        runs = [[s.token_id, *more] for s, more in zip(sampled, extra or ((),) * len(seq_ids))]
+        taken = [run[:-1] if fed else [t, *run[:-1]] for t, run in zip(last, runs)]
+        self.draft.decoded(seq_ids, taken, fed)
+        return sampled, extra
+
+    def _decode_rows(self, seq_ids: tuple[int, ...], last: list[int], drafts: tuple[tuple[int, ...], ...]
+                     ) -> tuple[list[SampledToken], tuple[tuple[int, ...], ...]]:
+        if drafts and any(drafts) and self.verifies_drafts:
             return self._verify(seq_ids, last, drafts)
         if self._fast_decode is not None:  # the CPU decode step (models/cpu_decode.py), same contract
             logits = self._fast_decode(last, self._batch)
@@ -277,6 +297,8 @@ class ModelRunner(Runner):
     def _retire(self, retire: tuple[Retire, ...]) -> None:
         """Free finished or aborted sequences; store the snapshots asked for first."""
         drop: set[int] = set()
+        if self.draft is not None:
+            self.draft.retire([work.seq_id for work in retire])
         for work in retire:
             state = self._seqs.pop(work.seq_id, None)
             if (state is not None and state.prefill_cache is not None) or work.seq_id not in self._rows:
@@ -322,4 +344,6 @@ class ModelRunner(Runner):
         self._seqs.clear()
         self._snapshots.clear()
         self._batch, self._rows = None, []
+        if self.draft is not None:
+            self.draft.close()
         mx.synchronize()

@@ -141,6 +141,14 @@ def _in_daemon_thread(loop: asyncio.AbstractEventLoop, fn: Callable[[], Any]) ->
     return future
 
 
+def _with_draft(loaded, spec):
+    """(target, draft): the --draft-model loaded after the target, in the loading thread."""
+    from ...models import load_draft
+
+    return loaded, load_draft(spec.draft, loaded, on_progress=log.info, threads=spec.threads,
+                              cpu_weights=spec.cpu_weights)
+
+
 async def _serve(server: GracefulServer, socks: list[socket.socket], config: AppConfig, urls: str,
                  cluster=None) -> None:
     """Serve `config`; with a `cluster` (rank 0 of several) the model is sharded and the runner leads."""
@@ -148,11 +156,14 @@ async def _serve(server: GracefulServer, socks: list[socket.socket], config: App
     from ...models import load_model
 
     serving = asyncio.ensure_future(server.serve(sockets=socks))
+    spec = config.model
     if cluster is None:
-        spec = config.model
         load = lambda: load_model(spec.path, on_progress=log.info, threads=spec.threads, cpu_weights=spec.cpu_weights)  # noqa: E731
     else:
         load = lambda: cluster.load(config)  # noqa: E731
+    if spec.draft is not None:  # the resolver refused a draft beside --distributed
+        load_target = load
+        load = lambda: _with_draft(load_target(), spec)  # noqa: E731
     loading = _in_daemon_thread(asyncio.get_running_loop(), load)
     await asyncio.wait({serving, loading}, return_when=asyncio.FIRST_COMPLETED)
     if not loading.done():  # stopped by a signal while loading
@@ -161,9 +172,9 @@ async def _serve(server: GracefulServer, socks: list[socket.socket], config: App
         return
     ready = False
     try:
-        loaded = loading.result()
+        loaded, draft = loading.result() if spec.draft is not None else (loading.result(), None)
         runner = None if cluster is None else cluster.leader_runner(loaded)
-        with engine_session(config.engine, loaded, runner) as worker:
+        with engine_session(config.engine, loaded, runner, draft) as worker:
             server.runtime.attach(worker, loaded)
             if cluster is not None:
                 cluster.watch(runner, server.runtime, worker)
