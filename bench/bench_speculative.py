@@ -1,7 +1,7 @@
 """Decode tok/s at one stream with and without prompt lookup (--lookup-ngram), in process.
 
     .venv/bin/python bench/bench_speculative.py [--ngram 3] [--draft-max 16] [--rounds 3] [--max-tokens 160]
-                                                [--draft-model PATH|self]
+                                                [--draft-model PATH|self] [--streams 4]
 
 `--draft-model` adds a third arm drafting with that model (`self`: the default model drafting
 for itself, the ceiling of acceptance at the cost of a second forward of the same size).
@@ -56,23 +56,34 @@ def machine() -> list[str]:
     return lines
 
 
-def run_once(loaded, prompt_ids, ngram: int, draft_max: int, max_tokens: int, draft=None):
-    """(decode tok/s, tokens, drafted, accepted) of one greedy request on a fresh one-slot engine."""
+def run_once(loaded, prompt_ids, ngram: int, draft_max: int, max_tokens: int, draft=None, streams: int = 1):
+    """(decode tok/s, tokens, drafted, accepted) of `streams` identical greedy requests on a fresh engine
+    of that many slots: one stream's tok/s is its timings' decode_tps; several streams' is the sum of
+    their tokens over the time from the last first token to the last finish (all decoding together)."""
     from mlxcel_py.config import resolve
     from mlxcel_py.engine import Finished, Request, SamplingParams, TokenDelta, build_engine
 
-    cfg = resolve("generate", env={}, lookup_ngram=ngram or None, draft_max=draft_max, max_tokens=max_tokens)
+    cfg = resolve("serve", env={}, parallel=streams, lookup_ngram=ngram or None, draft_max=draft_max,
+                  max_tokens=max_tokens)
     engine = build_engine(cfg.engine, loaded, draft=draft)
-    engine.add_request(Request("r", tuple(prompt_ids), SamplingParams(max_tokens=max_tokens, ignore_eos=True)))
-    tokens, done = [], None
+    for i in range(streams):
+        engine.add_request(Request(f"r{i}", tuple(prompt_ids), SamplingParams(max_tokens=max_tokens, ignore_eos=True)))
+    tokens, done, first, counted = [], [], {}, 0
     while engine.has_work():
         for e in engine.step():
             if isinstance(e, TokenDelta):
-                tokens.append(e.token_id)
+                if e.request_id == "r0":
+                    tokens.append(e.token_id)
+                first.setdefault(e.request_id, time.perf_counter())
+                counted += 1 if len(first) == streams else 0
             elif isinstance(e, Finished):
-                done = e
+                done.append(e)
+    end = time.perf_counter()
     engine.close()
-    return done.timings.decode_tps, tokens, done.timings.draft_n, done.timings.draft_n_accepted
+    drafted = sum(d.timings.draft_n for d in done)
+    accepted = sum(d.timings.draft_n_accepted for d in done)
+    tps = done[0].timings.decode_tps if streams == 1 else counted / (end - max(first.values()))
+    return tps, tokens, drafted, accepted
 
 
 def verify_costs(loaded, context: int = 300, reps: int = 10) -> list[str]:
@@ -136,6 +147,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=160)
     parser.add_argument("--threads", type=int, default=1, help="1 on a shared machine (docs/CPU_FAST_PATH.md)")
     parser.add_argument("--draft-model", help="a third arm drafting with this model ('self': the default model)")
+    parser.add_argument("--streams", type=int, default=1, help="concurrent identical requests (slots)")
     args = parser.parse_args()
     for line in machine():
         print(line, flush=True)
@@ -155,7 +167,8 @@ def main() -> None:
         outputs, drafts = {}, {}
         for _ in range(args.rounds):
             for arm, ngram, draft in arms:
-                tps, tokens, drafted, accepted = run_once(loaded, ids, ngram, args.draft_max, args.max_tokens, draft)
+                tps, tokens, drafted, accepted = run_once(loaded, ids, ngram, args.draft_max, args.max_tokens, draft,
+                                                          args.streams)
                 rates[arm].append(tps)
                 outputs[arm], drafts[arm] = tokens, (drafted, accepted)
         plain = statistics.median(rates["plain"])
@@ -165,7 +178,8 @@ def main() -> None:
             parts.append(f"{arm} {spec:.1f} tok/s ({min(rates[arm]):.1f}-{max(rates[arm]):.1f}) x{spec / plain:.2f} "
                          f"drafted {drafts[arm][0]} accepted {drafts[arm][1]} "
                          f"identical {outputs['plain'] == outputs[arm]}")
-        print(f"{name}: prompt {len(ids)} tokens, {args.max_tokens} generated; " + "; ".join(parts), flush=True)
+        print(f"{name}: {args.streams} stream(s), prompt {len(ids)} tokens, {args.max_tokens} generated each; "
+              + "; ".join(parts), flush=True)
     for line in verify_costs(loaded):
         print(line, flush=True)
     print("uptime: " + subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())

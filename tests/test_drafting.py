@@ -112,7 +112,8 @@ def test_a_verify_steps_draft_tokens_count_as_rows_for_the_chunk_and_the_cost_mo
     from mlxcel_py.engine.core.engine import tick_shape
     from mlxcel_py.engine.core.step import Step
 
-    assert tick_shape([Step(decode=(1, 2), drafts=((5, 6), ()), decode_context=30)]).rows == 4
+    assert tick_shape([Step(decode=(1, 2), drafts=((5, 6), ()), decode_context=30)]).rows == 6  # 2 rows x 3
+    assert tick_shape([Step(decode=(1, 2, 3), draft_lengths=(0, 4, 1), decode_context=30)]).rows == 15
 
     class Recording:
         alone, contended = 2048, 512
@@ -138,3 +139,19 @@ def test_a_verify_steps_draft_tokens_count_as_rows_for_the_chunk_and_the_cost_mo
     engine.add_request(Request("B", tuple(range(100, 1100)), SamplingParams(max_tokens=1)))
     engine.step()  # A verifies a draft of 3, then B's first piece is planned
     assert policy.states == [0, 1 + 3]
+
+
+def test_a_steps_padded_draft_positions_are_held_to_draft_max():
+    # Four rows copying their prompt: alone a row would verify a draft of 4 (the first length);
+    # together every row is padded to the widest, so each is cut to draft_max 8 // 4 = 2 tokens.
+    engine, runner = make_engine(drafting=DraftConfig(ngram=2, draft_max=8), num_slots=4)
+    text = tuple(range(10, 90))
+    for seq_id, rid in enumerate("ABCD", start=1):
+        engine.add_request(Request(rid, text + text[:2], SamplingParams(max_tokens=60)))
+        runner.script[seq_id] = list(text[2:62])
+    events = run_all(engine)
+    drafting = [s for s in runner.steps if s.decode and s.drafts]
+    assert all(max(len(d) for d in s.drafts) <= max(1, 8 // len(s.decode)) for s in drafting)
+    first_four = next(s for s in drafting if len(s.decode) == 4)
+    assert [len(d) for d in first_four.drafts] == [2, 2, 2, 2]
+    assert all(tokens(events, rid) == list(text[2:62]) for rid in "ABCD")

@@ -27,8 +27,9 @@ def tick_shape(steps: Iterable[Step]) -> TickShape:
     """What a tick's records computed, for the cost model: its decode rows and its prefill piece."""
     tokens = context = rows = row_context = 0
     for step in steps:
-        if step.decode:  # a verified draft token costs about a row (docs/SPECULATIVE.md)
-            rows, row_context = len(step.decode) + sum(len(d) for d in step.drafts), step.decode_context
+        if step.decode:  # a verified position costs about a row, and rows are padded to the widest draft
+            widest = max([len(d) for d in step.drafts] + list(step.draft_lengths) + [0])
+            rows, row_context = len(step.decode) * (1 + widest), step.decode_context
         if step.prefill is not None:
             tokens, context = len(step.prefill.tokens), step.prefill.start
     return TickShape(tokens, context, rows, row_context)

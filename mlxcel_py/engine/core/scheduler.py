@@ -110,9 +110,10 @@ class Scheduler:
         self._num_drafted = 0
         if not (self.running or self._retired):
             return None
-        plans = [self._draft(s) for s in self.running]
+        plans = self._capped([self._draft(s) for s in self.running])
         drafts, lengths = tuple(p[0] for p in plans), tuple(p[1] for p in plans)
-        self._num_drafted = sum(len(d) + n for d, n in plans)
+        widest = max((len(d) + n for d, n in plans), default=0)
+        self._num_drafted = len(plans) * widest  # every row is padded to the widest draft
         for seq, (draft, n) in zip(self.running, plans):  # one KV position per token in; a slot's context caps it
             self.budget.reserve(seq.seq_id, 1 + len(draft) + n)
         return self._step(decode=tuple(s.seq_id for s in self.running), decode_context=self._decode_context(),
@@ -187,6 +188,19 @@ class Scheduler:
         eligible = p.constraint is None and not p.logprobs
         history = seq.request.prompt_ids + tuple(seq.output_ids)
         return draft_for(self.drafting, seq.draft, history, seq.max_tokens - len(seq.output_ids), eligible)
+
+    def _capped(self, plans: list[tuple[tuple[int, ...], int]]) -> list[tuple[tuple[int, ...], int]]:
+        """Every row of a verify is padded to the widest draft, so a step's padded draft positions
+        (rows x width) are held to --draft-max: one lone row's largest verify (docs/SPECULATIVE.md)."""
+        if self.drafting is None or len(plans) < 2:
+            return plans
+        cap = max(1, self.drafting.draft_max // len(plans))
+        floor = max(self.drafting.draft_min, 1)
+        out = []
+        for draft, n in plans:
+            draft, n = draft[:cap], min(n, cap)
+            out.append((draft if len(draft) >= floor else (), n if n >= floor else 0))
+        return out
 
     def _verified(self, seq: Sequence, drafted: int, accepted: tuple[int, ...]) -> None:
         """Book one verify of `drafted` tokens: the EMA, the counters, the KV reserved for the rejected ones."""
