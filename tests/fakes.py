@@ -89,7 +89,7 @@ class FakeRunner(Runner):
 
 
 def make_engine(
-    *, chunk=None, num_slots=4, slot_context=16384, max_queue=8, cache=False, drafting=None
+    *, chunk=None, num_slots=4, slot_context=16384, max_queue=8, cache=False, drafting=None, clock=None
 ) -> tuple[Engine, FakeRunner]:
     runner = FakeRunner()
     scheduler = Scheduler(
@@ -101,6 +101,7 @@ def make_engine(
         eos_token_ids=frozenset({EOS}),
         prompt_cache=PromptCache(1 << 30, 8, 4, bytes_per_token=1) if cache else None,
         drafting=drafting,
+        **({"clock": clock} if clock is not None else {}),
     )
     return Engine(scheduler, runner), runner
 

@@ -1,10 +1,16 @@
 """Prompt-lookup drafting in the scheduler, on the fake runner: exact draft traces, what is
-accepted, the adaptive pause, and the counters in timings and stats."""
+accepted, the adaptive pause, the per-step cap, the draft gate, and the counters in timings and stats."""
 
 from mlxcel_py.engine import Finished, Request, SamplingParams, TokenDelta
 from mlxcel_py.engine.core.drafting import DraftConfig, DraftState, lookup
 
-from fakes import make_engine
+from fakes import make_engine as fake_engine
+
+
+def make_engine(**kw):
+    """The fake engine under a frozen clock: no step takes time, so the draft gate never judges
+    and the traces below are the per-row drafting alone (the gate has its own tests)."""
+    return fake_engine(clock=lambda: 0.0, **kw)
 
 
 def run_all(engine, limit=500):
@@ -155,3 +161,55 @@ def test_a_steps_padded_draft_positions_are_held_to_draft_max():
     first_four = next(s for s in drafting if len(s.decode) == 4)
     assert [len(d) for d in first_four.drafts] == [2, 2, 2, 2]
     assert all(tokens(events, rid) == list(text[2:62]) for rid in "ABCD")
+
+
+def test_the_gate_stops_a_batch_size_whose_verify_steps_lose():
+    from mlxcel_py.engine.core.drafting import GATE_PROBE, GATE_SAMPLES, DraftGate
+
+    gate = DraftGate()
+    step = 0
+    for _ in range(GATE_SAMPLES):  # verify steps: 4 rows, 6 tokens in 1 s
+        assert gate.allows(4, step)
+        gate.observe(4, step, 6, 1.0, drafted=True)
+        step += 1
+    assert not gate.allows(4, step)  # no plain rate yet: the next steps sample it
+    for _ in range(GATE_SAMPLES):  # plain steps: 4 tokens in 0.4 s (10 tok/s beats 6)
+        gate.observe(4, step, 4, 0.4, drafted=False)
+        step += 1
+    assert gate.allows(4, step)
+    gate.observe(4, step, 6, 1.0, drafted=True)  # judged: verify loses, off for GATE_PROBE steps
+    assert not gate.allows(4, step + 1) and not gate.allows(4, step + GATE_PROBE - 1)
+    assert gate.allows(4, step + GATE_PROBE)
+    assert gate.allows(1, step)  # another batch size has its own rates
+
+
+def test_the_gate_keeps_drafting_where_verify_steps_win():
+    from mlxcel_py.engine.core.drafting import GATE_SAMPLES, DraftGate
+
+    gate = DraftGate()
+    for step in range(GATE_SAMPLES):
+        gate.observe(1, step, 4, 0.2, drafted=True)  # 20 tok/s
+    for step in range(GATE_SAMPLES, 2 * GATE_SAMPLES):
+        gate.observe(1, step, 1, 0.1, drafted=False)  # 10 tok/s
+    assert all(gate.allows(1, step) for step in range(2 * GATE_SAMPLES, 2 * GATE_SAMPLES + 30))
+
+
+def test_the_engine_times_decode_steps_and_the_gate_turns_drafting_off():
+    # A runner whose verify steps cost 10 s and plain steps 1 s on a clock it advances itself:
+    # a row copying its prompt drafts at first, then the gate sees the loss and decodes plainly.
+    now = [0.0]
+    engine, runner = fake_engine(drafting=DraftConfig(ngram=2, draft_max=4), clock=lambda: now[0])
+    execute = runner.execute
+
+    def timed(step):
+        now[0] += 10.0 if step.drafts else 1.0
+        return execute(step)
+
+    runner.execute = timed
+    text = tuple(range(10, 200))
+    engine.add_request(Request("A", text + text[:2], SamplingParams(max_tokens=120)))
+    runner.script[1] = list(text[2:122])
+    events = run_all(engine)
+    trace = "".join("D" if s.drafts else "." for s in runner.steps if s.decode)
+    assert trace.startswith("DDD...D") and "D" not in trace[7:7 + 60], trace
+    assert tokens(events) == list(text[2:122])

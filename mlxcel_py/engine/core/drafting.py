@@ -98,3 +98,80 @@ def draft_for(config: Optional[DraftConfig], state: DraftState, history: Sequenc
     if config is None or not config.enabled or not eligible:
         return (), 0
     return state.plan(config, history, room)
+
+
+def cap_plans(config: DraftConfig, plans: list[tuple[tuple[int, ...], int]]) -> list[tuple[tuple[int, ...], int]]:
+    """Every row of a verify is padded to the widest draft, so a step's padded draft positions
+    (rows x width) are held to --draft-max, one lone row's largest verify: each row's draft is cut
+    to draft_max // rows (docs/SPECULATIVE.md)."""
+    if len(plans) < 2:
+        return plans
+    cap, floor = max(1, config.draft_max // len(plans)), max(config.draft_min, 1)
+    out = []
+    for draft, n in plans:
+        draft, n = draft[:cap], min(n, cap)
+        out.append((draft if len(draft) >= floor else (), n if n >= floor else 0))
+    return out
+
+
+RATE_WEIGHT = 0.3  # weight of the newest step in a batch size's tokens-per-second EMAs
+GATE_SAMPLES = 3  # steps of each kind, at one batch size, before the gate judges
+GATE_PROBE = 64  # decode steps between re-judgements at a size (plain steps sampled, drafting retried)
+GATE_MAX_OFF = 1024
+
+
+@dataclass(slots=True)
+class _SizeRates:
+    plain: float = 0.0  # EMA of tokens/s of steps without drafts
+    spec: float = 0.0  # ... of verify steps
+    n_plain: int = 0
+    n_spec: int = 0
+    off_until: int = -1  # decode step number until which this size does not draft
+    plain_until: int = -1  # ... until which it decodes plainly to sample the plain rate
+    off_for: int = GATE_PROBE
+
+
+class DraftGate:
+    """Per decode-batch size, whether verify steps emit more tokens per second than plain steps,
+    measured on this machine (a verify's cost per extra position differs by device and batch):
+    where they do not, that size stops drafting for a while, doubling while it keeps losing.
+    Plain steps are sampled for a few steps every GATE_PROBE when every row would draft."""
+
+    def __init__(self) -> None:
+        self._sizes: dict[int, _SizeRates] = {}
+
+    def allows(self, rows: int, step: int) -> bool:
+        """Whether a decode step of `rows` rows, the `step`-th, may carry drafts."""
+        r = self._sizes.setdefault(rows, _SizeRates())
+        if step < r.off_until or step < r.plain_until:
+            return False
+        if r.n_spec >= GATE_SAMPLES and r.n_plain < GATE_SAMPLES:  # no plain rate yet: sample one
+            r.plain_until = step + GATE_SAMPLES
+            return False
+        return True
+
+    def observe(self, rows: int, step: int, tokens: int, seconds: float, drafted: bool) -> None:
+        """Fold one decode step (tokens it emitted, its time) into its size's rates; judge the size."""
+        if seconds <= 0:
+            return
+        r = self._sizes.setdefault(rows, _SizeRates())
+        rate = tokens / seconds
+        if drafted:
+            r.spec = rate if r.n_spec == 0 else (1 - RATE_WEIGHT) * r.spec + RATE_WEIGHT * rate
+            r.n_spec += 1
+        else:
+            r.plain = rate if r.n_plain == 0 else (1 - RATE_WEIGHT) * r.plain + RATE_WEIGHT * rate
+            r.n_plain += 1
+        if not drafted or r.n_spec < GATE_SAMPLES or r.n_plain < GATE_SAMPLES:
+            return
+        if r.spec < r.plain:
+            r.off_until, r.n_spec = step + r.off_for, 0  # retried afresh after the pause
+            r.off_for = min(2 * r.off_for, GATE_MAX_OFF)
+        else:
+            r.off_for = GATE_PROBE
+            if r.n_spec % GATE_PROBE == 0:
+                r.n_plain = 0  # re-sample the plain rate now and then: contexts grow, load moves
+
+    def describe(self) -> str:
+        """Per size: 'rows: plain/spec tok/s' for the log and tests."""
+        return ", ".join(f"{n}: {r.plain:.1f}/{r.spec:.1f}" for n, r in sorted(self._sizes.items()))

@@ -77,7 +77,11 @@ class Engine:
         for schedule in (s.schedule_decode, s.schedule_prefill, s.schedule_retire):
             if (step := schedule()) is not None:
                 issued.append(step)
-                events += s.update(step, self.runner.execute(step))
+                began = s.clock()
+                out = self.runner.execute(step)
+                if step.decode:
+                    s.timed_decode(step, out, s.clock() - began)
+                events += s.update(step, out)
         elapsed = s.clock() - start
         shape = tick_shape(issued)
         if elapsed > 0 and (shape.tokens or shape.rows):

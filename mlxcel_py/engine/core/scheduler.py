@@ -14,7 +14,7 @@ from typing import Callable, Optional
 from ...errors import PromptTooLongError
 from ..chunking.pieces import next_piece
 from ..chunking.policy import ChunkPolicy, TickState
-from .drafting import DraftConfig, draft_for
+from .drafting import DraftConfig, DraftGate, cap_plans, draft_for
 from .events import Embedding, Event, Finished, PromptProgress, TokenDelta, TokenLogprobs
 from .kv_budget import KVBudget
 from .prompt_cache import PromptCache
@@ -59,6 +59,7 @@ class Scheduler:
         self.make_stream, self.eos_token_ids = make_stream, eos_token_ids
         self.prompt_cache = prompt_cache
         self.drafting = drafting if drafting is not None and drafting.enabled else None
+        self.gate = DraftGate() if self.drafting is not None else None  # drafting off where it loses, by size
         self.budget = KVBudget(num_slots * slot_context)
         self.waiting: deque[Sequence] = deque()
         self.prefilling: Optional[Sequence] = None
@@ -110,7 +111,10 @@ class Scheduler:
         self._num_drafted = 0
         if not (self.running or self._retired):
             return None
-        plans = self._capped([self._draft(s) for s in self.running])
+        if self.gate is not None and self.gate.allows(len(self.running), self.counters["decode_steps"]):
+            plans = cap_plans(self.drafting, [self._draft(s) for s in self.running])
+        else:
+            plans = [((), 0)] * len(self.running)
         drafts, lengths = tuple(p[0] for p in plans), tuple(p[1] for p in plans)
         widest = max((len(d) + n for d, n in plans), default=0)
         self._num_drafted = len(plans) * widest  # every row is padded to the widest draft
@@ -189,18 +193,12 @@ class Scheduler:
         history = seq.request.prompt_ids + tuple(seq.output_ids)
         return draft_for(self.drafting, seq.draft, history, seq.max_tokens - len(seq.output_ids), eligible)
 
-    def _capped(self, plans: list[tuple[tuple[int, ...], int]]) -> list[tuple[tuple[int, ...], int]]:
-        """Every row of a verify is padded to the widest draft, so a step's padded draft positions
-        (rows x width) are held to --draft-max: one lone row's largest verify (docs/SPECULATIVE.md)."""
-        if self.drafting is None or len(plans) < 2:
-            return plans
-        cap = max(1, self.drafting.draft_max // len(plans))
-        floor = max(self.drafting.draft_min, 1)
-        out = []
-        for draft, n in plans:
-            draft, n = draft[:cap], min(n, cap)
-            out.append((draft if len(draft) >= floor else (), n if n >= floor else 0))
-        return out
+    def timed_decode(self, step: Step, out: StepOutput, seconds: float) -> None:
+        """The engine's timing of a decode step: the draft gate compares verify and plain steps' rates."""
+        if self.gate is not None and step.decode:
+            tokens = len(step.decode) + sum(len(more) for more in out.decoded_extra)
+            self.gate.observe(len(step.decode), self.counters["decode_steps"], tokens, seconds,
+                              bool(step.drafts or step.draft_lengths))
 
     def _verified(self, seq: Sequence, drafted: int, accepted: tuple[int, ...]) -> None:
         """Book one verify of `drafted` tokens: the EMA, the counters, the KV reserved for the rejected ones."""
