@@ -1,0 +1,100 @@
+"""--context-shift over HTTP: llama-server's n_keep / n_discard on /completion and the OpenAI
+routes, a reply that runs past its slot (truncated, counted in timings, /slots and /metrics),
+and the 400s: a bad n_keep, and n_keep on a server without --context-shift."""
+
+import pytest
+
+from mlxcel_py.config import resolve
+from mlxcel_py.errors import ConfigError
+from server_helpers import GREEDY, error_of, start_server, stop_server
+
+PROMPT = [5 + (i * 7) % 290 for i in range(40)]  # token ids: no BOS, so n_keep counts from the first
+
+
+@pytest.fixture(scope="module")
+def shifting():
+    running = start_server(parallel=1, ctx_size=64, context_shift=True)
+    with running.client() as client:
+        yield client
+    stop_server(running)
+
+
+@pytest.fixture(scope="module")
+def plain():
+    running = start_server(parallel=1, ctx_size=64)
+    with running.client() as client:
+        yield client
+    stop_server(running)
+
+
+def completion(client, **fields):
+    body = {"prompt": PROMPT, "n_predict": 100, "ignore_eos": True, **GREEDY, **fields}
+    return client.post("/completion", json=body)
+
+
+def test_a_reply_past_the_slot_keeps_generating(shifting):
+    resp = completion(shifting, n_keep=4)
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert (body["tokens_predicted"], body["stop_type"], body["truncated"]) == (100, "limit", True)
+    timings = body["timings"]
+    # 40 + 100 tokens through a 64-token slot: shifts at KV 63, keeping 4 and discarding half the rest.
+    assert timings["context_shifts"] == 3 and timings["discarded_n"] == 29 + 29 + 29
+    assert body["tokens_cached"] == 40 + 100 - 1 - 87
+    assert (body["generation_settings"]["n_keep"], body["generation_settings"]["n_discard"]) == (4, 0)
+
+
+def test_n_discard_and_the_whole_prompt_kept(shifting):
+    body = completion(shifting, n_keep=-1, n_discard=8).json()
+    assert body["tokens_predicted"] == 100 and body["timings"]["discarded_n"] == 8 * body["timings"]["context_shifts"]
+
+
+def test_the_openai_routes_take_n_keep(shifting):
+    resp = shifting.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 90, "ignore_eos": True,
+                                                   "n_keep": 2, **GREEDY})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["usage"]["completion_tokens"] == 90 and body["choices"][0]["finish_reason"] == "length"
+    assert body["timings"]["context_shifts"] >= 1
+
+
+def test_slots_and_metrics_count_the_shifts(shifting):
+    completion(shifting, n_predict=80)
+    assert shifting.get("/slots").json()[0]["context_shifts"] == 0  # idle again
+    metrics = shifting.get("/metrics").text
+    shifts = next(line for line in metrics.splitlines() if line.startswith("mlxcel_context_shifts_total "))
+    assert float(shifts.split()[1]) >= 2
+
+
+@pytest.mark.parametrize("field, value", [("n_keep", -2), ("n_discard", -1)])
+def test_a_bad_value_is_a_400(shifting, field, value):
+    resp = completion(shifting, **{field: value})
+    assert resp.status_code == 400 and error_of(resp)["param"] == field
+
+
+def test_without_context_shift_the_slot_ends_the_reply(plain):
+    body = completion(plain).json()
+    assert (body["tokens_predicted"], body["stop_type"], body["truncated"]) == (64 - 40, "limit", True)
+    assert "context_shifts" not in body["timings"]
+    assert completion(plain, n_keep=0).status_code == 200
+
+
+@pytest.mark.parametrize("path", ["/completion", "/v1/completions", "/v1/chat/completions"])
+def test_without_context_shift_n_keep_is_refused(plain, path):
+    body = {"prompt": "Hi", "messages": [{"role": "user", "content": "Hi"}], "n_keep": 4, "max_tokens": 2}
+    if path == "/v1/chat/completions":
+        del body["prompt"]
+    else:
+        del body["messages"]
+    resp = plain.post(path, json=body)
+    assert resp.status_code == 400
+    error = error_of(resp)
+    assert error["param"] == "n_keep" and "--context-shift" in error["message"]
+
+
+def test_the_flag_and_its_environment_variable():
+    assert resolve("serve", env={}).engine.context_shift is False
+    assert resolve("serve", env={"LLAMA_ARG_CONTEXT_SHIFT": "1"}).engine.context_shift is True
+    assert resolve("serve", env={"LLAMA_ARG_CONTEXT_SHIFT": "1"}, context_shift=False).engine.context_shift is False
+    with pytest.raises(ConfigError, match="LLAMA_ARG_CONTEXT_SHIFT"):
+        resolve("serve", env={"LLAMA_ARG_CONTEXT_SHIFT": "maybe"})
