@@ -114,3 +114,47 @@ def test_the_shifted_row_against_a_fresh_prefill(lm, mode):
         assert error < 1e-4
     else:  # deeper layers still carry the dropped tokens' contribution
         assert error > 1e-3
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "qwen2yarn", "phi3long", "mistral", "gemma3"])
+def test_other_architectures_shift_token_exact(arch):
+    from gguf_fixtures import ARCH_FILES, fixture_model
+
+    model = fixture_model(ARCH_FILES[arch])
+    ids = prompt(40)
+    (tokens, done), = run(engine_for(model), [greedy("a", ids, 60, n_keep=3)]).values()
+    assert done.timings.context_shifts >= 1
+    assert tokens == reference(model.model, ids, 60, 3)
+
+
+class _Windowed:
+    """A model whose cache has a sliding-window layer (mlx-lm's gemma3 directories)."""
+
+    def make_cache(self):
+        from mlx_lm.models.cache import KVCache, RotatingKVCache
+
+        return [KVCache(), RotatingKVCache(max_size=8)]
+
+
+def test_sliding_window_layers_refuse_context_shift_at_startup():
+    from mlxcel_py.engine.lifecycle import _context_shift
+    from mlxcel_py.errors import ConfigError
+
+    runner = ModelRunner(_Windowed())
+    cfg = resolve("serve", env={}, parallel=1, ctx_size=CTX, context_shift=True).engine
+    with pytest.raises(ConfigError, match=r"--context-shift is not available for this model: its RotatingKVCache"):
+        _context_shift(cfg, runner)
+    assert _context_shift(dataclasses.replace(cfg, context_shift=False), runner) is False
+
+
+def test_a_runner_that_cannot_shift_is_refused():
+    from mlxcel_py.engine.core.step import Runner
+    from mlxcel_py.engine.lifecycle import _context_shift
+    from mlxcel_py.errors import ConfigError
+
+    class Remote(Runner):
+        pass
+
+    cfg = resolve("serve", env={}, parallel=1, ctx_size=CTX, context_shift=True).engine
+    with pytest.raises(ConfigError, match="Remote does not shift the KV cache"):
+        _context_shift(cfg, Remote())

@@ -274,7 +274,8 @@ class Scheduler:
         in_kv = seq.prompt_len + max(len(seq.output_ids) - (0 if drop_last else 1), 0)
         tokens = (seq.request.prompt_ids + tuple(seq.output_ids))[:in_kv]
         snapshot_id = None
-        # A shifted KV is not a prefill of any token list (its tail attended to what was dropped): no snapshot.
+        # No snapshot of a shifted KV: the next turn resends the whole history (past the slot), and a
+        # re-rotated tail ("rotate" mode) is not the prefill of any token list.
         if self._caching(seq) and seq.first_token_at is not None and reason != "abort" and not seq.shifts:
             snapshot_id = self.prompt_cache.insert(tokens)  # indexed now: the next admission may adopt it
         self._retired.append(Retire(seq.seq_id, snapshot_id, len(tokens) if snapshot_id is not None else 0))
