@@ -98,3 +98,27 @@ def test_the_flag_and_its_environment_variable():
     assert resolve("serve", env={"LLAMA_ARG_CONTEXT_SHIFT": "1"}, context_shift=False).engine.context_shift is False
     with pytest.raises(ConfigError, match="LLAMA_ARG_CONTEXT_SHIFT"):
         resolve("serve", env={"LLAMA_ARG_CONTEXT_SHIFT": "maybe"})
+
+
+def _runtime(shift: bool, bos=1):
+    from types import SimpleNamespace
+
+    engine = SimpleNamespace(context_shift=shift)
+    return SimpleNamespace(config=SimpleNamespace(engine=engine),
+                           loaded=SimpleNamespace(tokenizer=SimpleNamespace(bos_token_id=bos)))
+
+
+@pytest.mark.parametrize("n_keep, ids, want", [
+    (None, (1, 7, 8), 1),  # llama-server's n_keep does not count BOS, and keeps it
+    (4, (1, 7, 8), 5),
+    (4, (7, 8), 4),  # no BOS at the start (token ids sent as the prompt)
+    (-1, (1, 7, 8), -1),
+])
+def test_n_keep_counts_as_llama_server(n_keep, ids, want):
+    from types import SimpleNamespace
+
+    from mlxcel_py.server.generation.keep import keep_fields
+
+    got = keep_fields(SimpleNamespace(n_keep=n_keep, n_discard=None), _runtime(True), ids)
+    assert got == {"n_keep": want, "n_discard": 0}
+    assert keep_fields(SimpleNamespace(), _runtime(False), ids) == {}  # routes without the fields

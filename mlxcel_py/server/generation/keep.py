@@ -1,5 +1,6 @@
 """llama-server's context-shift fields, `n_keep` and `n_discard`, for every route that takes
-them (/completion and the OpenAI routes, as llama-server): the engine Request's fields.
+them (/completion and the OpenAI routes, as llama-server): the engine Request's fields. The
+other dialects have no such fields and get the defaults (a shift keeps the prompt's BOS).
 
 They apply only to a server started with --context-shift; elsewhere a value other than the
 default 0 is a 400 naming the field (nothing would be kept or discarded).
