@@ -99,7 +99,7 @@ class ModelRunner(Runner):
         self._shifter: Optional[ContextShifter] = None
 
     def execute(self, step: Step) -> StepOutput:
-        """Run one record in its order: retire, decode, prefill, drop snapshots."""
+        """Run one record in its order: retire, shift, decode, prefill, drop snapshots."""
         if step.retire:
             self._retire(step.retire)
         if step.shift:
