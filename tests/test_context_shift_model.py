@@ -158,3 +158,10 @@ def test_a_runner_that_cannot_shift_is_refused():
     cfg = resolve("serve", env={}, parallel=1, ctx_size=CTX, context_shift=True).engine
     with pytest.raises(ConfigError, match="Remote does not shift the KV cache"):
         _context_shift(cfg, Remote())
+
+
+def test_drafting_rows_shift_token_exact(lm):
+    ids = prompt(12) * 3  # a repeating prompt: prompt lookup drafts from it
+    (plain, _), = run(engine_for(lm), [greedy("a", ids, 80)]).values()
+    (drafted, done), = run(engine_for(lm, lookup_ngram=2, draft_max=8), [greedy("a", ids, 80)]).values()
+    assert drafted == plain and done.timings.context_shifts >= 2 and done.timings.draft_n > 0
