@@ -107,3 +107,12 @@ def test_a_drafting_row_never_drafts_past_its_slot():
     for step in runner.steps:
         assert all(len(d) + 1 <= 15 for d in step.drafts)
     assert any(s.shift for s in runner.steps)
+
+
+def test_a_request_may_opt_out_of_the_shift():
+    engine, runner = make_engine(slot_context=16, context_shift=True)
+    engine.add_request(shifted("A", 10, 30, context_shift=False))
+    events = run_all(engine)
+    done = [e for e in events if isinstance(e, Finished)][0]
+    assert done.finish_reason == "length" and done.usage.completion_tokens == 6
+    assert not any(c[0] == "shift" for c in runner.calls)

@@ -122,3 +122,20 @@ def test_n_keep_counts_as_llama_server(n_keep, ids, want):
     got = keep_fields(SimpleNamespace(n_keep=n_keep, n_discard=None), _runtime(True), ids)
     assert got == {"n_keep": want, "n_discard": 0}
     assert keep_fields(SimpleNamespace(), _runtime(False), ids) == {}  # routes without the fields
+
+
+def ollama(client, **fields):
+    body = {"model": "m", "prompt": "Hello there", "raw": True, "stream": False,
+            "options": {"num_predict": 100, "temperature": 0}, **fields}
+    return client.post("/api/generate", json=body)
+
+
+def test_ollama_shift(shifting, plain):
+    long = ollama(shifting)
+    assert long.status_code == 200, long.text
+    assert long.json()["eval_count"] == 100  # shifted past the 64-token slot (EOS aside: tiny model)
+    stopped = ollama(shifting, shift=False).json()
+    assert stopped["done_reason"] == "length" and stopped["eval_count"] < 64
+    refused = ollama(plain, shift=True)
+    assert refused.status_code == 400 and "--context-shift" in refused.text
+    assert ollama(plain, shift=False).status_code == 200

@@ -180,6 +180,7 @@ class Request:
     # tokens discarded after them per shift (0: half of the rest, as llama-server).
     n_keep: int = 0
     n_discard: int = 0
+    context_shift: bool = True  # False: this reply ends at its slot's end even under --context-shift (Ollama's shift)
 
     def __post_init__(self) -> None:
         if not self.prompt_ids:

@@ -80,7 +80,7 @@ class Scheduler:
         self._next_id += 1
         seq = Sequence(request=request, seq_id=self._next_id, arrival=self.clock())
         seq.max_tokens = request.sampling.max_tokens
-        if not self.context_shift:  # the slot's context ends the reply
+        if not self._shifting(seq):  # the slot's context ends the reply
             seq.max_tokens = min(seq.max_tokens, self.slot_context - seq.prompt_len)
         seq.stream = self.make_stream(request.sampling.stop)
         self.waiting.append(seq)
@@ -187,7 +187,7 @@ class Scheduler:
         if not self.context_shift:
             return ()
         records = []
-        for seq in self.running:
+        for seq in filter(self._shifting, self.running):
             plan = shift_plan(seq, self.slot_context)
             if plan is not None:
                 records.append(apply_shift(seq, *plan))
@@ -195,6 +195,9 @@ class Scheduler:
                 self.counters["context_shifts"] += 1
                 self.counters["discarded"] += plan[1]
         return tuple(records)
+
+    def _shifting(self, seq: Sequence) -> bool:
+        return self.context_shift and seq.request.context_shift
 
     def _draft(self, seq: Sequence) -> tuple[int, ...]:
         """Prompt-lookup draft for one row; none for grammars and logprobs (see docs/SPECULATIVE.md)."""
@@ -204,7 +207,7 @@ class Scheduler:
         eligible = p.constraint is None and not p.logprobs
         history = seq.request.prompt_ids + tuple(seq.output_ids)
         room = seq.max_tokens - len(seq.output_ids)
-        if self.context_shift:  # the slot, not max_tokens, bounds a shifting row
+        if self._shifting(seq):  # the slot, not max_tokens, bounds a shifting row
             room = min(room, draft_room(seq, self.slot_context))
         return draft_for(self.drafting, seq.draft, history, room, eligible)
 

@@ -23,6 +23,14 @@ def _bos(tokenizer: Any, ids: tuple[int, ...]) -> int:
     return 1 if bos is not None and ids and ids[0] == bos else 0
 
 
+def shift_field(shift: Optional[bool], rt: "Runtime") -> dict:
+    """Ollama's `shift`: false ends this reply at its slot's end; true needs --context-shift."""
+    if shift is True and not rt.config.engine.context_shift:
+        raise FieldError("shift true needs the server started with --context-shift (here a reply ends at its "
+                         "slot's end: done_reason \"length\")", param="shift", code="unsupported_parameter")
+    return {"context_shift": False} if shift is False else {}
+
+
 def keep_fields(req: Any, rt: "Runtime", ids: tuple[int, ...]) -> dict:
     """The engine Request's n_keep / n_discard for a body with llama-server's n_keep and n_discard."""
     n_keep: Optional[int] = getattr(req, "n_keep", None)
