@@ -139,3 +139,14 @@ def test_ollama_shift(shifting, plain):
     refused = ollama(plain, shift=True)
     assert refused.status_code == 400 and "--context-shift" in refused.text
     assert ollama(plain, shift=False).status_code == 200
+
+
+def test_a_conversation_past_the_slot_keeps_generating(shifting):
+    messages = [{"role": "user", "content": "Tell me a long story about a fox."}]
+    body = {"messages": messages, "max_tokens": 120, "ignore_eos": True, **GREEDY}
+    resp = shifting.post("/v1/chat/completions", json=body)
+    assert resp.status_code == 200, resp.text
+    reply = resp.json()
+    assert reply["usage"]["completion_tokens"] == 120 and reply["choices"][0]["finish_reason"] == "length"
+    assert reply["usage"]["prompt_tokens"] + 120 > 64 and reply["timings"]["context_shifts"] >= 2
+    assert reply["choices"][0]["message"]["content"]
