@@ -14,7 +14,7 @@ from typing import Literal, Mapping, Optional
 from .engine.chunking.fixed import PrefillChunkPolicy
 from .engine.core.drafting import DraftConfig
 from .engine.core.request import MAX_TOKENS_LIMIT, SamplingParams
-from .config_values import check_range, choice, drafting_config, env_count, flag_or_env, parse_count
+from .config_values import check_range, choice, drafting_config, env_bool, env_count, flag_or_env, parse_count
 from .errors import ConfigError, RequestError
 from .models.loader import CPU_WEIGHTS
 from .serve_config import (
@@ -128,6 +128,7 @@ class EngineConfig:
     prompt_cache: PromptCacheConfig = field(default_factory=PromptCacheConfig)
     itl_budget_ms: Optional[int] = None  # choose the chunk per tick by time (engine/chunking/budget.py)
     drafting: DraftConfig = field(default_factory=DraftConfig)  # prompt lookup (--lookup-ngram); off by default
+    context_shift: bool = False  # a full slot shifts its KV instead of ending the reply (--context-shift)
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +244,7 @@ def resolve(
     draft_max: Optional[int] = None,
     draft_min: Optional[int] = None,
     draft_model: Optional[str] = None,
+    context_shift: Optional[bool] = None,
     env: Optional[Mapping[str, str]] = None,
 ) -> AppConfig:
     """Merge flags (None = not given) with the environment into one frozen AppConfig; raises ConfigError."""
@@ -259,6 +261,8 @@ def resolve(
     budget = _itl_budget(itl_budget_ms, env, chunk)
     engine = _engine(command, env, chunk, parallel, ctx_size, max_queue, cache, budget)
     engine = dataclasses.replace(engine, drafting=drafting_config(env, lookup_ngram, draft_max, draft_min))
+    shift, _ = flag_or_env(context_shift, "--context-shift", env, "LLAMA_ARG_CONTEXT_SHIFT", parse=env_bool)
+    engine = dataclasses.replace(engine, context_shift=bool(shift))
     given = {"temperature": temp, "top_p": top_p, "top_k": top_k, "min_p": min_p}
     given |= {"repetition_penalty": repeat_penalty, "seed": seed, "max_tokens": max_tokens}
     sampling = _sampling(command, given)
@@ -310,6 +314,7 @@ def startup_summary(cfg: AppConfig) -> list[str]:
         f"itl_budget_ms {eng.itl_budget_ms if eng.itl_budget_ms is not None else 'off'}",
         f"lookup_ngram {eng.drafting.ngram or 'off'} draft_model {cfg.model.draft or 'none'} "
         f"draft_max {eng.drafting.draft_max} draft_min {eng.drafting.draft_min}",
+        f"context_shift {'on' if eng.context_shift else 'off'}",
         f"prompt_cache {'on' if cache.enabled else 'off'} max_bytes={cache.max_bytes} "
         f"max_entries={cache.max_entries} min_prefix={cache.min_prefix}",
         f"sampling temp={s.temperature} top_p={s.top_p} top_k={s.top_k} min_p={s.min_p} "

@@ -55,6 +55,9 @@ class FakeRunner(Runner):
                     self.snapshots[r.snapshot_id] = (r.seq_id, r.num_tokens)
                 self.rows.discard(r.seq_id)
         decoded, extra = (), ()
+        for shift in step.shift:  # a shifted row is one the batch holds, shifted before its decode
+            assert shift.seq_id in self.rows and shift.seq_id in step.decode, (shift, self.rows)
+            self.calls.append(("shift", shift.seq_id, shift.n_keep, shift.n_discard, len(shift.tokens)))
         if step.decode:
             assert set(step.decode) == self.rows, (self.rows, step.decode)
             self.calls.append(("decode", step.decode))
@@ -74,6 +77,9 @@ class FakeRunner(Runner):
             self.snapshots.pop(snapshot_id, None)
         return StepOutput(decoded, first, decoded_extra=extra)
 
+    def context_shift_support(self):
+        return None
+
     def _verify(self, seq_id: int, draft: tuple[int, ...]) -> list[int]:
         """The target's tokens (the script) for as long as the draft agrees, plus one: real verification."""
         run = [self._next(seq_id)]
@@ -89,7 +95,8 @@ class FakeRunner(Runner):
 
 
 def make_engine(
-    *, chunk=None, num_slots=4, slot_context=16384, max_queue=8, cache=False, drafting=None, clock=None
+    *, chunk=None, num_slots=4, slot_context=16384, max_queue=8, cache=False, drafting=None, clock=None,
+    context_shift=False
 ) -> tuple[Engine, FakeRunner]:
     runner = FakeRunner()
     scheduler = Scheduler(
@@ -101,6 +108,7 @@ def make_engine(
         eos_token_ids=frozenset({EOS}),
         prompt_cache=PromptCache(1 << 30, 8, 4, bytes_per_token=1) if cache else None,
         drafting=drafting,
+        context_shift=context_shift,
         **({"clock": clock} if clock is not None else {}),
     )
     return Engine(scheduler, runner), runner

@@ -213,3 +213,16 @@ def test_the_engine_times_decode_steps_and_the_gate_turns_drafting_off():
     trace = "".join("D" if s.drafts else "." for s in runner.steps if s.decode)
     assert trace.startswith("DDD...D") and "D" not in trace[7:7 + 60], trace
     assert tokens(events) == list(text[2:122])
+
+
+def test_a_closed_gate_still_lets_a_seeded_sampled_row_draft():
+    # Its output must not depend on the machine's timing: speculative sampling draws its RNG
+    # otherwise than plain decoding, so only its own (deterministic) drafting state decides.
+    engine, runner = make_engine(drafting=DraftConfig(ngram=2, draft_max=4))
+    engine.scheduler.gate.allows = lambda rows, step: False
+    text = tuple(range(10, 40))
+    engine.add_request(Request("S", text + text[:2], SamplingParams(max_tokens=8, temperature=0.7, seed=3)))
+    engine.add_request(Request("G", text + text[:2], SamplingParams(max_tokens=8)))
+    run_all(engine)
+    rows = [dict(zip(s.decode, s.drafts)) for s in runner.steps if s.decode and s.drafts]
+    assert rows and all(drafts.get(1) for drafts in rows) and not any(drafts.get(2) for drafts in rows)

@@ -36,6 +36,7 @@ HONOURED = {
     # issue 28: the chat template's fields (test_server_chat_templates.py)
     "chat_template_kwargs", "add_generation_prompt", "continue_final_message",
     "reasoning_format",  # test_server_reasoning.py
+    "n_keep", "n_discard",  # issue 29: with --context-shift (test_server_context_shift.py)
 }
 # A value that changes the output, per field not implemented yet: each must be a 400.
 CHANGING = {

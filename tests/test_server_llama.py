@@ -154,7 +154,7 @@ def test_every_field_is_honoured_refused_or_ignored():
 def test_inert_values_and_ignored_fields_change_nothing(http):
     inert = {"n": 1, "n_cmpl": 1, "presence_penalty": 0, "logit_bias": [], "grammar": "", "n_probs": 0,
              "typical_p": 1, "top_n_sigma": -1, "samplers": ["penalties", "top_p", "min_p", "top_k", "temperature"],
-             "id_slot": 1, "n_keep": 4, "n_cache_reuse": 256, "dry_base": 2.0, "post_sampling_probs": True,
+             "id_slot": 1, "n_keep": 0, "n_cache_reuse": 256, "dry_base": 2.0, "post_sampling_probs": True,
              "timings_per_token": False, "lora": [], "t_max_predict_ms": 0, "sse_ping_interval": 5}
     assert complete(http, **inert)["content"] == complete(http)["content"]
 

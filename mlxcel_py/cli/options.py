@@ -152,6 +152,12 @@ SlotsOpt = Annotated[
     typer.Option("--slots/--no-slots", help="The /slots monitoring endpoint (off: 501). Default on; "
                  "env LLAMA_ARG_ENDPOINT_SLOTS."),
 ]
+ContextShiftOpt = Annotated[
+    Optional[bool],
+    typer.Option("--context-shift/--no-context-shift", help="When a reply fills its slot's context, discard the "
+                 "oldest half of the tokens after n_keep and go on (llama-server's; the default off ends it with "
+                 "'length'). Env LLAMA_ARG_CONTEXT_SHIFT."),
+]
 MaxQueueOpt = Annotated[
     Optional[int], typer.Option("--max-queue", help="Requests that may wait for a slot. Default 64.")
 ]

@@ -9,7 +9,7 @@ from .options import (
     AliasOpt, ApiKeyOpt, ChatTemplateFileOpt, ChatTemplateKwargsOpt, ChatTemplateOpt, BatchSizeOpt, CacheMaxBytesOpt, CacheMaxEntriesOpt, CacheMinPrefixOpt, CorsOriginsOpt, CtxSizeOpt,
     DistributedOpt, DistributedTimeoutOpt, HostOpt, ItlBudgetOpt, LookupNgramOpt, DraftMaxOpt, DraftMinOpt, DraftModelOpt, LogLevelOpt, MaxBodyBytesOpt, MaxQueueOpt,
     MaxTokensOpt, MinPOpt, ModelOpt, NoWebuiOpt, PoolingOpt, ReasoningBudgetOpt, ReasoningFormatOpt, ThreadsOpt, ParallelOpt, PortOpt, PrefillChunkOpt, PromptCacheOpt, RepeatPenaltyOpt, SeedOpt,
-    ShutdownGraceOpt, TempOpt, TopKOpt, TopPOpt, MetricsOpt, SlotsOpt, TagsOpt,
+    ShutdownGraceOpt, TempOpt, TopKOpt, TopPOpt, MetricsOpt, SlotsOpt, TagsOpt, ContextShiftOpt,
 )
 
 
@@ -58,6 +58,7 @@ def serve(
     reasoning_budget: ReasoningBudgetOpt = None,
     tags: TagsOpt = None,
     pooling: PoolingOpt = None,
+    context_shift: ContextShiftOpt = None,
 ) -> None:
     """Serve the model over HTTP: the OpenAI, llama-server and Anthropic APIs (see docs/SERVER.md)."""
     cfg = resolve_or_exit(
@@ -73,7 +74,7 @@ def serve(
         cors_origins=cors_origins, no_webui=no_webui, metrics=metrics, slots=slots, tags=tags,
         chat_template=chat_template, chat_template_file=chat_template_file,
         chat_template_kwargs=chat_template_kwargs, reasoning_format=reasoning_format,
-        reasoning_budget=reasoning_budget, pooling=pooling,
+        reasoning_budget=reasoning_budget, pooling=pooling, context_shift=context_shift,
     )
     # Imported here: the server pulls in MLX, which must load after the BLAS preload.
     from ..server.http.serving import serve_forever

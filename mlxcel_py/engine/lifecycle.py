@@ -11,6 +11,7 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, Iterator, Optional
 
+from ..errors import ConfigError
 from .runner.constraints import compiler_for
 from .core.prompt_cache import PromptCache
 from .core.scheduler import Scheduler
@@ -31,6 +32,16 @@ def slot_context(ctx_size: int | None, num_slots: int, model_context: int) -> in
     if ctx_size is None:
         return model_context
     return max(1, min(ctx_size // num_slots, model_context))
+
+
+def _context_shift(config: "EngineConfig", runner: Runner) -> bool:
+    """--context-shift, refused at startup when the runner cannot shift this model's KV."""
+    if not config.context_shift:
+        return False
+    why = runner.context_shift_support()
+    if why is not None:
+        raise ConfigError(f"--context-shift is not available for this model: {why}", flag="--context-shift")
+    return True
 
 
 def build_engine(config: "EngineConfig", loaded: "LoadedModel", runner: Optional[Runner] = None,
@@ -74,6 +85,7 @@ def build_engine(config: "EngineConfig", loaded: "LoadedModel", runner: Optional
         eos_token_ids=frozenset(loaded.eos_token_ids),
         prompt_cache=cache,
         drafting=drafting,
+        context_shift=_context_shift(config, runner),
     )
     log.info("prefill_chunk_size %s%s", config.policy.describe(),
              " until the ITL-budget calibration ends" if config.itl_budget_ms is not None else "")

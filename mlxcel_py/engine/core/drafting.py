@@ -100,11 +100,11 @@ def draft_for(config: Optional[DraftConfig], state: DraftState, history: Sequenc
     return state.plan(config, history, room)
 
 
-def cap_plans(config: DraftConfig, plans: list[tuple[tuple[int, ...], int]]) -> list[tuple[tuple[int, ...], int]]:
+def cap_plans(config: Optional[DraftConfig], plans: list[tuple[tuple[int, ...], int]]) -> list[tuple[tuple[int, ...], int]]:
     """Every row of a verify is padded to the widest draft, so a step's padded draft positions
     (rows x width) are held to --draft-max, one lone row's largest verify: each row's draft is cut
     to draft_max // rows (docs/SPECULATIVE.md)."""
-    if len(plans) < 2:
+    if config is None or len(plans) < 2:
         return plans
     cap, floor = max(1, config.draft_max // len(plans)), max(config.draft_min, 1)
     out = []

@@ -75,6 +75,8 @@ class Timings:
     decode_tps: float
     draft_n: int = 0  # prompt-lookup draft tokens verified (llama-server's timings.draft_n)
     draft_n_accepted: int = 0
+    context_shifts: int = 0  # --context-shift: times its KV was shifted (llama-server reports `truncated`)
+    discarded_tokens: int = 0  # ... and the tokens those shifts dropped
 
 
 @dataclass(frozen=True, slots=True)

@@ -176,10 +176,19 @@ class Request:
     cache_prompt: bool = True
     # An embedding request: prefill only, then the pooled final hidden state instead of a token.
     pooling: Optional[str] = None
+    # Context shift (--context-shift): prompt tokens kept at the start (-1: the whole prompt), and the
+    # tokens discarded after them per shift (0: half of the rest, as llama-server).
+    n_keep: int = 0
+    n_discard: int = 0
+    context_shift: bool = True  # False: this reply ends at its slot's end even under --context-shift (Ollama's shift)
 
     def __post_init__(self) -> None:
         if not self.prompt_ids:
             raise RequestError("the prompt is empty")
+        for name, low in (("n_keep", -1), ("n_discard", 0)):
+            value = getattr(self, name)
+            _check(isinstance(value, int) and not isinstance(value, bool) and low <= value <= MAX_TOKENS_LIMIT,
+                   f"{name} must be an integer between {low} and {MAX_TOKENS_LIMIT} (got {value!r})", name)
         _check(self.pooling is None or self.pooling in POOLINGS,
                f"pooling must be one of {', '.join(POOLINGS)} (got {self.pooling!r})", "pooling")
 

@@ -14,6 +14,7 @@ from typing import Callable, Optional
 from ...errors import PromptTooLongError
 from ..chunking.pieces import next_piece
 from ..chunking.policy import ChunkPolicy, TickState
+from .context_shift import apply_shift, draft_room, shift_plan
 from .drafting import DraftConfig, DraftGate, cap_plans, draft_for
 from .events import Embedding, Event, Finished, PromptProgress, TokenDelta, TokenLogprobs
 from .kv_budget import KVBudget
@@ -21,7 +22,7 @@ from .prompt_cache import PromptCache
 from .request import Request
 from .sequence import Sequence
 from .stats import EngineStats, SlotInfo
-from .step import BeginSequence, PrefillPiece, Retire, Step, StepOutput
+from .step import BeginSequence, PrefillPiece, Retire, Shift, Step, StepOutput
 from .text_stream import TextStream
 
 Clock = Callable[[], float]
@@ -36,6 +37,11 @@ def check_fits(request: Request, slot_context: int) -> None:
             f"(prompt plus at least one generated token); shorten it or raise --ctx-size",
             n_prompt_tokens=n, n_ctx=slot_context,
         )
+
+
+def _seeded(seq: Sequence) -> bool:
+    p = seq.request.sampling
+    return p.seed is not None and p.temperature > 0
 
 
 class Scheduler:
@@ -53,6 +59,7 @@ class Scheduler:
         prompt_cache: Optional[PromptCache] = None,
         clock: Clock = time.perf_counter,
         drafting: Optional[DraftConfig] = None,
+        context_shift: bool = False,
     ):
         self.policy, self.clock = policy, clock
         self.num_slots, self.slot_context, self.max_queue = num_slots, slot_context, max_queue
@@ -60,6 +67,7 @@ class Scheduler:
         self.prompt_cache = prompt_cache
         self.drafting = drafting if drafting is not None and drafting.enabled else None
         self.gate = DraftGate() if self.drafting is not None else None  # drafting off where it loses, by size
+        self.context_shift = context_shift  # a full slot shifts its KV (context_shift.py) instead of ending
         self.budget = KVBudget(num_slots * slot_context)
         self.waiting: deque[Sequence] = deque()
         self.prefilling: Optional[Sequence] = None
@@ -70,14 +78,16 @@ class Scheduler:
         self._next_id = 0
         self._num_drafted = 0  # draft tokens in this tick's decode step: the piece's chunk counts them
         self.counters = {"finished": 0, "prompt": 0, "cached": 0, "generated": 0, "decode_steps": 0,
-                         "drafted": 0, "draft_accepted": 0}
+                         "drafted": 0, "draft_accepted": 0, "context_shifts": 0, "discarded": 0}
         self.pieces_by_chunk: dict[int, int] = {}
 
     # -- requests in ----------------------------------------------------------------------
     def add(self, request: Request) -> None:
         self._next_id += 1
         seq = Sequence(request=request, seq_id=self._next_id, arrival=self.clock())
-        seq.max_tokens = min(request.sampling.max_tokens, self.slot_context - seq.prompt_len)
+        seq.max_tokens = request.sampling.max_tokens
+        if not self._shifting(seq):  # the slot's context ends the reply
+            seq.max_tokens = min(seq.max_tokens, self.slot_context - seq.prompt_len)
         seq.stream = self.make_stream(request.sampling.stop)
         self.waiting.append(seq)
 
@@ -111,17 +121,19 @@ class Scheduler:
         self._num_drafted = 0
         if not (self.running or self._retired):
             return None
-        if self.gate is not None and self.gate.allows(len(self.running), self.counters["decode_steps"]):
-            plans = cap_plans(self.drafting, [self._draft(s) for s in self.running])
-        else:
-            plans = [((), 0)] * len(self.running)
+        shifts = self._shifts()
+        open_ = self.gate is None or self.gate.allows(len(self.running), self.counters["decode_steps"])
+        # A seeded sampled row drafts by its own state alone: speculative sampling draws its RNG
+        # otherwise than plain decoding, so a timing-driven gate would make its output vary.
+        plans = cap_plans(self.drafting, [self._draft(s) if open_ or _seeded(s) else ((), 0) for s in self.running])
         drafts, lengths = tuple(p[0] for p in plans), tuple(p[1] for p in plans)
         widest = max((len(d) + n for d, n in plans), default=0)
         self._num_drafted = len(plans) * widest  # every row is padded to the widest draft
         for seq, (draft, n) in zip(self.running, plans):  # one KV position per token in; a slot's context caps it
             self.budget.reserve(seq.seq_id, 1 + len(draft) + n)
         return self._step(decode=tuple(s.seq_id for s in self.running), decode_context=self._decode_context(),
-                          drafts=drafts if any(drafts) else (), draft_lengths=lengths if any(lengths) else ())
+                          drafts=drafts if any(drafts) else (), draft_lengths=lengths if any(lengths) else (),
+                          shift=shifts)
 
     def schedule_prefill(self) -> Optional[Step]:
         """The parked prefill's next piece, cut with the chunk for the state right now."""
@@ -179,10 +191,28 @@ class Scheduler:
     # -- helpers ---------------------------------------------------------------------------
     def _step(self, decode: tuple[int, ...] = (), prefill: Optional[PrefillPiece] = None,
               decode_context: int = 0, drafts: tuple[tuple[int, ...], ...] = (),
-              draft_lengths: tuple[int, ...] = ()) -> Step:
+              draft_lengths: tuple[int, ...] = (), shift: tuple[Shift, ...] = ()) -> Step:
         retired, self._retired = tuple(self._retired), []
         dropped = self.prompt_cache.take_dropped() if self.prompt_cache is not None else ()
-        return Step(retired, decode, prefill, dropped, decode_context, drafts, draft_lengths)
+        return Step(retired, decode, prefill, dropped, decode_context, drafts, draft_lengths=draft_lengths,
+                    shift=shift)
+
+    def _shifts(self) -> tuple[Shift, ...]:
+        """Shift every decode row whose next token would not fit its slot (--context-shift)."""
+        if not self.context_shift:
+            return ()
+        records = []
+        for seq in filter(self._shifting, self.running):
+            plan = shift_plan(seq, self.slot_context)
+            if plan is not None:
+                records.append(apply_shift(seq, *plan))
+                self.budget.give_back(seq.seq_id, plan[1])
+                self.counters["context_shifts"] += 1
+                self.counters["discarded"] += plan[1]
+        return tuple(records)
+
+    def _shifting(self, seq: Sequence) -> bool:
+        return self.context_shift and seq.request.context_shift
 
     def _draft(self, seq: Sequence) -> tuple[tuple[int, ...], int]:
         """One row's (lookup draft, draft-model length); none for grammars and logprobs (docs/SPECULATIVE.md)."""
@@ -191,7 +221,10 @@ class Scheduler:
         p = seq.request.sampling
         eligible = p.constraint is None and not p.logprobs
         history = seq.request.prompt_ids + tuple(seq.output_ids)
-        return draft_for(self.drafting, seq.draft, history, seq.max_tokens - len(seq.output_ids), eligible)
+        room = seq.max_tokens - len(seq.output_ids)
+        if self._shifting(seq):  # the slot, not max_tokens, bounds a shifting row
+            room = min(room, draft_room(seq, self.slot_context))
+        return draft_for(self.drafting, seq.draft, history, room, eligible)
 
     def timed_decode(self, step: Step, out: StepOutput, seconds: float) -> None:
         """The engine's timing of a decode step: the draft gate compares verify and plain steps' rates."""
@@ -232,7 +265,7 @@ class Scheduler:
 
     def _decode_context(self) -> int:
         """KV positions over the decoding sequences (what their attention reads)."""
-        return sum(s.prompt_len + len(s.output_ids) for s in self.running)
+        return sum(s.prompt_len + len(s.output_ids) - s.discarded for s in self.running)
 
     def _caching(self, seq: Sequence) -> bool:
         # An embedding pools every position's hidden state, so it neither adopts nor stores KV.
@@ -266,7 +299,9 @@ class Scheduler:
         in_kv = seq.prompt_len + max(len(seq.output_ids) - (0 if drop_last else 1), 0)
         tokens = (seq.request.prompt_ids + tuple(seq.output_ids))[:in_kv]
         snapshot_id = None
-        if self._caching(seq) and seq.first_token_at is not None and reason != "abort":
+        # No snapshot of a shifted KV: the next turn resends the whole history (past the slot), and a
+        # re-rotated tail ("rotate" mode) is not the prefill of any token list.
+        if self._caching(seq) and seq.first_token_at is not None and reason != "abort" and not seq.shifts:
             snapshot_id = self.prompt_cache.insert(tokens)  # indexed now: the next admission may adopt it
         self._retired.append(Retire(seq.seq_id, snapshot_id, len(tokens) if snapshot_id is not None else 0))
         self.budget.release(seq.seq_id)
@@ -301,7 +336,8 @@ class Scheduler:
         for seq in active:
             state = "prefill" if seq is self.prefilling else "decode"
             slots[seq.slot] = SlotInfo(
-                seq.slot, state, seq.request.request_id, seq.prompt_len, seq.prefill_offset, len(seq.output_ids)
+                seq.slot, state, seq.request.request_id, seq.prompt_len, seq.prefill_offset, len(seq.output_ids),
+                len(seq.shifts),
             )
         c = self.counters
         return EngineStats(
@@ -313,5 +349,5 @@ class Scheduler:
             num_kv_tokens=self.budget.num_used,
             prompt_cache_entries=len(self.prompt_cache) if self.prompt_cache else 0,
             prompt_cache_bytes=self.prompt_cache.nbytes if self.prompt_cache else 0,
-            budget=self.policy.stats(),
+            budget=self.policy.stats(), num_context_shifts=c["context_shifts"], num_discarded_tokens=c["discarded"],
         )

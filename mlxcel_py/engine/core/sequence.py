@@ -33,6 +33,8 @@ class Sequence:
     first_token_at: Optional[float] = None
     finished_at: Optional[float] = None
     draft: DraftState = field(default_factory=DraftState)
+    shifts: list[tuple[int, int]] = field(default_factory=list)  # (n_keep, n_discard) per context shift, in order
+    discarded: int = 0  # tokens the context shifts dropped from its KV
 
     @property
     def prompt_len(self) -> int:
@@ -51,6 +53,18 @@ class Sequence:
         b = self.request.history_boundary
         fits = b is not None and (max_segment == 0 or b - self.adopted <= max_segment)
         self.boundary = b if fits else None
+
+    @property
+    def kv_len(self) -> int:
+        """Positions in its KV before the next decode step (every token but the last sampled one)."""
+        return self.prompt_len + len(self.output_ids) - 1 - self.discarded
+
+    def kv_tokens(self) -> tuple[int, ...]:
+        """Prompt and output with each shift's discarded span removed (what its KV holds, plus the last token)."""
+        tokens = self.request.prompt_ids + tuple(self.output_ids)
+        for keep, discard in self.shifts:
+            tokens = tokens[:keep] + tokens[keep + discard:]
+        return tokens
 
     def usage(self) -> Usage:
         return Usage(self.prompt_len, len(self.output_ids), self.adopted)
@@ -72,4 +86,6 @@ class Sequence:
             decode_tps=n_decoded / decode_s if decode_s > 0 else 0.0,
             draft_n=self.draft.num_drafted,
             draft_n_accepted=self.draft.num_accepted,
+            context_shifts=len(self.shifts),
+            discarded_tokens=self.discarded,
         )

@@ -32,6 +32,7 @@ class SlotInfo:
     prompt_tokens: int = 0
     processed: int = 0  # prompt tokens in the KV cache, adopted ones included
     generated: int = 0
+    context_shifts: int = 0  # the running sequence's context shifts (--context-shift)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,8 @@ class EngineStats:
     prompt_cache_bytes: int = 0
     peak_memory_bytes: int = 0  # the runner's peak (MLX's allocator, else the process's peak RSS)
     budget: Optional[BudgetStats] = None  # the ITL-budget policy and its cost model, when on
+    num_context_shifts: int = 0  # context shifts done (--context-shift)
+    num_discarded_tokens: int = 0  # ... and the KV tokens they dropped
 
     @property
     def num_busy_slots(self) -> int:

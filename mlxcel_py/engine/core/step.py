@@ -60,8 +60,22 @@ class Retire:
 
 
 @dataclass(frozen=True, slots=True)
+class Shift:
+    """A context shift of one decode row (llama-server's --context-shift), before its decode:
+    drop KV positions [n_keep, n_keep + n_discard) and move the later ones down by n_discard.
+
+    `tokens` are the row's KV tokens after the shift (length: its KV length minus n_discard),
+    for a runner that rebuilds the row by prefilling them instead of re-rotating keys."""
+
+    seq_id: int
+    n_keep: int
+    n_discard: int
+    tokens: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Step:
-    """One record, executed in field order: retire, decode, prefill, then drop snapshots.
+    """One record, executed in this order: retire, shift, decode, prefill, then drop snapshots.
 
     Dropping last lets a piece adopt a snapshot that the same step's bookkeeping evicted.
     """
@@ -77,6 +91,7 @@ class Step:
     # Per decode row, how many tokens the runner's draft model proposes for it (--draft-model); () when none.
     # A row has a lookup draft or a draft-model length, never both.
     draft_lengths: tuple[int, ...] = ()
+    shift: tuple[Shift, ...] = ()  # context shifts of decode rows, run after retire and before decode
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +123,12 @@ class Runner(Protocol):
     verifies_drafts: bool = False
 
     def execute(self, step: Step) -> StepOutput:
-        """Run one record in its order (retire, decode, prefill, drop snapshots); ends in a sync."""
+        """Run one record in its order (retire, shift, decode, prefill, drop snapshots); ends in a sync."""
         raise NotImplementedError
+
+    def context_shift_support(self) -> Optional[str]:
+        """None when the runner executes `Step.shift` for this model; else why not (--context-shift refused)."""
+        return f"{type(self).__name__} does not shift the KV cache"
 
     def idle(self) -> None:
         """Called by the worker when there is nothing to do (a distributed leader pings its ranks)."""

@@ -6,7 +6,8 @@ BatchKVCache. Its KV lags the target's by each row's `pending` tokens: those the
 in (decoded or accepted) that the draft has not seen yet. A step that drafts feeds every row
 its pending tokens and last token in one padded forward, then greedy single-token steps, and
 trims its own proposals back off, so the draft's KV only ever holds tokens the target kept.
-A prompt-cache hit gives the draft nothing: it prefills the adopted prefix with the first piece.
+A prompt-cache hit gives the draft nothing: it prefills the adopted prefix with the first piece;
+a context shift of a row rebuilds the draft's row from the kept tokens.
 On the CPU the steps go through the draft's own numba decode step (models/cpu_decode.py), as the
 target's do: mlx-lm's one-token forward costs several times more there.
 """
@@ -20,6 +21,8 @@ from typing import Any, Callable, ContextManager, Optional, Sequence
 import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache
 
+from ..core.step import Shift
+from .shift import set_row
 from .verify import roll_back
 
 CATCH_UP = 32  # a row lagging this many tokens is fed in a step that does not draft
@@ -137,6 +140,20 @@ class DraftModel:
             for layer in self._batch:
                 layer.filter(order)
             self._rows = list(seq_ids)
+
+    def shift(self, shift: Shift) -> None:
+        """The target's row was shifted (--context-shift): rebuild the draft's row from the kept
+        tokens, as much as fits its buffer now, the rest left pending."""
+        self._align(self._rows)
+        row = self._rows.index(shift.seq_id)
+        fit = min(len(shift.tokens), self._batch[0]._idx)
+        cache = make_prompt_cache(self.model)
+        with self._kernels:
+            self._inner(mx.array(shift.tokens[:fit])[None], cache)
+        for layer, kv in zip(self._batch, cache):
+            set_row(layer, row, kv.keys[..., :fit, :], kv.values[..., :fit, :])
+        mx.eval([(c.keys, c.values, c.offset, c.left_padding) for c in self._batch])
+        self._pending[shift.seq_id] = list(shift.tokens[fit:])
 
     # -- retire -----------------------------------------------------------------------------
     def retire(self, seq_ids: Sequence[int]) -> None:

@@ -21,8 +21,9 @@ from ..core.events import TokenLogprobs
 from .logits import sequence_logprobs
 from .pooling import Pooler, hidden_fn
 from .sampling import SampledToken, SequenceSampler, sample_step
+from .shift import ContextShifter, shift_support
 from .verify import roll_back, verify_inputs, verify_row
-from ..core.step import PrefillPiece, Retire, Runner, Step, StepOutput
+from ..core.step import PrefillPiece, Retire, Runner, Shift, Step, StepOutput
 
 DecodeFn = Callable[[list[int], list], mx.array]  # (last tokens, batch KV) -> (B, V) logits
 VerifyFn = Callable[[list[list[int]], list], mx.array]  # (B rows of W tokens, batch KV) -> (B, W, V) logits
@@ -81,6 +82,7 @@ class ModelRunner(Runner):
     around every forward; `draft`: the draft model of --draft-model (engine/runner/draft_model.py)."""
 
     verifies_drafts = True  # a runner whose sampling must match other ranks' sets False: drafts ignored
+    shift_mode = "prefill"  # how Step.shift rebuilds a row (engine/runner/shift.py: "prefill" or "rotate")
 
     def __init__(self, model, compiler: Optional[ConstraintCompiler] = None, *,
                  decode: Optional[DecodeFn] = None, kernels: Optional[ContextManager[Any]] = None,
@@ -96,11 +98,14 @@ class ModelRunner(Runner):
         self._rows: list[int] = []  # the decode batch's row order
         self._batch: Optional[list] = None
         self.draft = draft
+        self._shifter: Optional[ContextShifter] = None
 
     def execute(self, step: Step) -> StepOutput:
-        """Run one record in its order: retire, decode, prefill, drop snapshots."""
+        """Run one record in its order: retire, shift, decode, prefill, drop snapshots."""
         if step.retire:
             self._retire(step.retire)
+        if step.shift:
+            self._shift(step.shift)
         decoded, extra = self._decode(step.decode, step.drafts, step.draft_lengths) if step.decode else ([], ())
         first, prompt, embedding = None, (), None
         if step.prefill is not None and self._pools(step.prefill):
@@ -292,6 +297,18 @@ class ModelRunner(Runner):
     def _sample(self, logits: mx.array, seq_ids) -> list[SampledToken]:
         """Sample each row, read logprobs where asked, and advance each sampler (penalties, grammar)."""
         return sample_step(logits, [self._seqs[s].sampler for s in seq_ids], self.compiler)
+
+    # -- context shift ----------------------------------------------------------------------
+    def context_shift_support(self) -> Optional[str]:
+        return shift_support(self.model)
+
+    def _shift(self, shifts: tuple[Shift, ...]) -> None:
+        if self._shifter is None:
+            self._shifter = ContextShifter(self.model, self._kernels, self.shift_mode)
+        for shift in shifts:
+            self._shifter.apply(self._batch, self._rows.index(shift.seq_id), shift)
+            if self.draft is not None:
+                self.draft.shift(shift)
 
     # -- retire -----------------------------------------------------------------------------
     def _retire(self, retire: tuple[Retire, ...]) -> None:

@@ -19,6 +19,7 @@ from ...errors import FieldError
 from ...models import encode_chat
 from ...models.chat import validate_messages
 from ...tool_calls import ToolRequest, call_constraint, tool_messages, tool_request
+from ..generation.keep import keep_fields
 from ..generation.prepared import Prepared, blame, refuse_unsupported
 from ..generation.reasoning import reply_reasoning
 from ..generation.sampling import sampling_params
@@ -140,4 +141,5 @@ def prepare_messages(rt: "Runtime", raw: bytes) -> Prepared[AnthropicReply]:
     shown = request if request is not None and request.choice != "none" else None
     reply = AnthropicReply(f"msg_{uuid.uuid4().hex[:24]}", rt.model_id, len(ids), sampling.max_tokens, shown,
                            rt.tool_format, reply_reasoning(rt.reasoning, rt.loaded.tokenizer, ids))
-    return Prepared(EngineRequest(reply.id, ids, sampling, boundary), reply, bool(body.stream))
+    return Prepared(EngineRequest(reply.id, ids, sampling, boundary, **keep_fields(body, rt, ids)), reply,
+                    bool(body.stream))

@@ -145,6 +145,8 @@ class GenerationRequest(Body):
     dry_multiplier: Optional[float] = None
     xtc_probability: Optional[float] = None
     response_format: Optional[ResponseFormat] = None  # OpenAI's is on chat only; llama-server's on both
+    n_keep: Optional[int] = None  # llama-server's context shift (--context-shift); generation/keep.py
+    n_discard: Optional[int] = None
 
     @property
     def include_usage(self) -> bool:

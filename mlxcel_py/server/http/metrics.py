@@ -27,6 +27,8 @@ _COUNTERS = (
     ("mlxcel_decode_steps", "num_decode_steps", "Batched decode steps."),
     ("mlxcel_draft_tokens", "num_draft_tokens", "Prompt-lookup draft tokens verified (--lookup-ngram)."),
     ("mlxcel_draft_accepted_tokens", "num_draft_accepted", "Draft tokens accepted."),
+    ("mlxcel_context_shifts", "num_context_shifts", "Context shifts (--context-shift)."),
+    ("mlxcel_context_shift_discarded_tokens", "num_discarded_tokens", "KV tokens the context shifts discarded."),
 )
 _GAUGES = (
     ("mlxcel_queue_depth", lambda s: s.num_waiting, "Requests waiting for a slot."),

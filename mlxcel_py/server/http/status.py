@@ -45,7 +45,7 @@ async def slots(request: Request) -> list[dict]:
         {
             "id": s.slot_id, "state": s.state, "is_processing": s.state != "idle", "request_id": s.request_id,
             "n_ctx": stats.slot_context, "prompt_tokens": s.prompt_tokens, "processed": s.processed,
-            "generated": s.generated,
+            "generated": s.generated, "context_shifts": s.context_shifts,
         }
         for s in stats.slots
     ]

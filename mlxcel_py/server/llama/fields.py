@@ -53,11 +53,12 @@ HONOURED = frozenset({
     "return_progress", "return_tokens", "response_fields", "n_probs", "post_sampling_probs", "n", "n_cmpl",
     # Through the machinery every dialect shares (docs/SERVER.md: structured output, logit_bias and penalties).
     "presence_penalty", "frequency_penalty", "logit_bias", "grammar", "json_schema", "response_format",
+    "n_keep", "n_discard",  # with --context-shift (generation/keep.py); refused without it
 })
 # Fields that change nothing here (documented in docs/SERVER.md): the rest of a sampler whose
 # switch is refused above, transport hints, and what our design makes moot.
 IGNORED = frozenset({
-    "id_slot", "n_keep", "n_cache_reuse", "dynatemp_exponent", "xtc_threshold",
+    "id_slot", "n_cache_reuse", "dynatemp_exponent", "xtc_threshold",
     "dry_base", "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers", "mirostat_tau",
     "mirostat_eta", "sse_ping_interval", "user", "stream_options",
 })

@@ -18,6 +18,7 @@ from ...models import encode_text
 from ..generation.logprobs import TokenPieces
 from ..generation.fanout import PreparedGroup, copy_of, shared_prefix
 from ..generation.prepared import blame, refuse_unsupported
+from ..generation.keep import keep_fields
 from ..generation.prompt import check_token_ids, completion_prompt_ids
 from ..generation.sampling import sampling_params
 from ..generation.structured import output_plan
@@ -108,7 +109,7 @@ def prepare_native(rt: "Runtime", raw: bytes) -> PreparedGroup[NativeReply]:
         probs = ProbsMaker(TokenPieces(rt.loaded.tokenizer, rt.worker.compiler), sampling.post_sampling_probs)
     stream = bool(body.stream)
     fields = tuple(body.response_fields) if body.response_fields is not None else None
-    settings = generation_settings(sampling, stream)
+    settings = generation_settings(sampling, stream, body.n_keep or 0, body.n_discard or 0)
     stop_tokens = tuple((s, len(encode_text(rt.loaded.tokenizer, s, add_special_tokens=False)))
                         for s in sampling.stop) if probs else ()
     cache_prompt = True if body.cache_prompt is None else body.cache_prompt
@@ -117,6 +118,7 @@ def prepare_native(rt: "Runtime", raw: bytes) -> PreparedGroup[NativeReply]:
         replies.append(NativeReply(rt.model_id, text, len(ids), rt.prompt_limit.slot_context, settings,
                                    bool(body.return_tokens), bool(body.return_progress), fields, probs,
                                    stop_tokens, index=i))
-        job = EngineRequest(f"cmpl-{uuid.uuid4().hex[:24]}", ids, sampling, None, cache_prompt)
+        job = EngineRequest(f"cmpl-{uuid.uuid4().hex[:24]}", ids, sampling, None, cache_prompt,
+                            **keep_fields(body, rt, ids))
         jobs.append(copy_of(shared_prefix(job), i % copies) if copies > 1 else job)
     return PreparedGroup(tuple(jobs), tuple(replies), stream)

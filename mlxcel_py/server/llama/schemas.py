@@ -32,7 +32,6 @@ class NativeCompletionRequest(GenerationRequest):
     return_tokens: Optional[bool] = None
     response_fields: Optional[list[str]] = None
     id_slot: Optional[int] = None
-    n_keep: Optional[int] = None
     n_indent: Optional[int] = None
     n_cmpl: Optional[int] = None
     n_cache_reuse: Optional[int] = None

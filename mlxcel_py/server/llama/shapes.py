@@ -23,8 +23,8 @@ RANDOM_SEED = 4294967295  # llama-server's LLAMA_DEFAULT_SEED: "a random seed"
 DRY_BREAKERS = ["\n", ":", '"', "*"]
 
 
-def generation_settings(p: SamplingParams, stream: bool = False) -> dict:
-    """llama-server's `generation_settings` for these sampling parameters."""
+def generation_settings(p: SamplingParams, stream: bool = False, n_keep: int = 0, n_discard: int = 0) -> dict:
+    """llama-server's `generation_settings` for these sampling parameters (and context-shift fields)."""
     n_predict = -1 if p.max_tokens >= MAX_TOKENS_LIMIT else p.max_tokens
     return {
         "seed": RANDOM_SEED if p.seed is None else p.seed, "temperature": p.temperature,
@@ -35,7 +35,7 @@ def generation_settings(p: SamplingParams, stream: bool = False) -> dict:
         "frequency_penalty": p.frequency_penalty, "dry_multiplier": 0.0, "dry_base": 1.75,
         "dry_allowed_length": 2, "dry_penalty_last_n": -1, "dry_sequence_breakers": DRY_BREAKERS,
         "mirostat": 0, "mirostat_tau": 5.0, "mirostat_eta": 0.1, "stop": list(p.stop),
-        "max_tokens": n_predict, "n_predict": n_predict, "n_keep": 0, "n_discard": 0, "ignore_eos": p.ignore_eos,
+        "max_tokens": n_predict, "n_predict": n_predict, "n_keep": n_keep, "n_discard": n_discard, "ignore_eos": p.ignore_eos,
         "stream": stream, "logit_bias": logit_bias_json(p), "n_probs": p.top_logprobs if p.logprobs else 0, "min_keep": 0,
         "grammar": "", "grammar_lazy": False, "grammar_triggers": [], "preserved_tokens": [],
         "chat_format": "Content-only", "reasoning_format": "none", "reasoning_in_content": False,
@@ -94,9 +94,10 @@ def final_json(reply: NativeReply, text: str, token_ids: tuple[int, ...], f: Fin
         "id_slot": -1 if f.slot is None else f.slot, "stop": True, "model": reply.model,
         "tokens_predicted": u.completion_tokens, "tokens_evaluated": u.prompt_tokens,
         "generation_settings": reply.settings, "prompt": reply.prompt, "has_new_line": "\n" in text,
-        "truncated": f.finish_reason == "length" and u.total_tokens >= reply.slot_context,
+        # As llama-server: the reply filled its slot, or a context shift dropped part of it.
+        "truncated": (f.finish_reason == "length" and u.total_tokens >= reply.slot_context) or f.timings.context_shifts > 0,
         "stop_type": stop_type(f), "stopping_word": f.stop_word or "",
-        "tokens_cached": u.total_tokens - (0 if eos else 1), "timings": timings_json(f),
+        "tokens_cached": u.total_tokens - (0 if eos else 1) - f.timings.discarded_tokens, "timings": timings_json(f),
     }
     if probabilities:
         body["completion_probabilities"] = probabilities

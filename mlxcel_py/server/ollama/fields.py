@@ -16,11 +16,11 @@ from ..generation.template import without_thinking
 
 HERE = "by this server"
 
-SHARED_HONOURED = frozenset({"model", "format", "options", "stream", "logprobs", "top_logprobs", "think"})
+SHARED_HONOURED = frozenset({"model", "format", "options", "stream", "logprobs", "top_logprobs", "think", "shift"})
 CHAT_HONOURED = SHARED_HONOURED | {"messages", "tools"}
 GENERATE_HONOURED = SHARED_HONOURED | {"prompt", "system", "context", "raw"}
 # Refused unless inert (the tables below).
-CHAT_REFUSED = frozenset({"truncate", "shift"})
+CHAT_REFUSED = frozenset({"truncate"})
 GENERATE_REFUSED = CHAT_REFUSED | {"suffix", "template", "images", "width", "height", "steps"}
 # Accepted, changing nothing: the one model stays resident for the server's lifetime.
 IGNORED = frozenset({"keep_alive"})
@@ -68,7 +68,6 @@ def _only(field: str, inert: Callable[[Any], bool], accepted: str, why: str = HE
 
 SHARED: tuple[Refused, ...] = (
     _only("truncate", _is(False), "false", "(a prompt that does not fit is a 400 here, never truncated)"),
-    _only("shift", _is(False), "false", "(generation stops at the context's end here: done_reason \"length\")"),
 )
 CHAT_NOT_SUPPORTED = SHARED
 GENERATE_NOT_SUPPORTED: tuple[Refused, ...] = SHARED + (

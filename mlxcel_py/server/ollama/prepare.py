@@ -21,6 +21,7 @@ from ...models.chat import ChatOptions, validate_messages
 from ...tool_calls import ToolRequest, tool_messages, tool_request
 from ..generation.assembler import Shape, ToolParsing
 from ..generation.logprobs import TokenPieces
+from ..generation.keep import keep_fields, shift_field
 from ..generation.prepared import Prepared, blame, refuse_unsupported
 from ..generation.prompt import check_token_ids
 from ..generation.reasoning import reply_reasoning
@@ -148,7 +149,8 @@ def _reply(rt: "Runtime", body: OllamaRequest, kind: str, ids: tuple[int, ...], 
 
 def _prepared(rt: "Runtime", body: OllamaRequest, reply: OllamaReply, boundary: Optional[int]) -> Prepared[OllamaReply]:
     sampling = _logprobs(body, _sampling(rt, body, len(reply.prompt_ids), _constraint(rt, body)))
-    job = EngineRequest(f"ollama-{uuid.uuid4().hex[:24]}", reply.prompt_ids, sampling, boundary)
+    job = EngineRequest(f"ollama-{uuid.uuid4().hex[:24]}", reply.prompt_ids, sampling, boundary,
+                        **keep_fields(body, rt, reply.prompt_ids), **shift_field(body.shift, rt))  # num_keep: ignored
     return Prepared(job, reply, body.stream is not False)
 
 

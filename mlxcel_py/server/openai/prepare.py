@@ -21,6 +21,7 @@ from ...tool_calls import tool_messages
 from ..generation.assembler import Shape, ToolParsing
 from ..generation.logprobs import TokenPieces
 from ..generation.prepared import Prepared, blame, refuse_unsupported
+from ..generation.keep import keep_fields
 from ..generation.prompt import completion_prompt_ids
 from ..generation.sampling import echo_only, max_tokens_of, sampling_params
 from ..generation.schemas import GenerationRequest
@@ -125,4 +126,5 @@ def _prepared(rt: "Runtime", body: GenerationRequest, kind: Kind, ids: tuple[int
                   shape=_shape(rt, sampling, ids, plan, echo, hidden, reasoning), fingerprint=rt.fingerprint,
                   choices=body.n or 1)
     cache_prompt = True if body.cache_prompt is None else body.cache_prompt
-    return Prepared(EngineRequest(request_id, ids, sampling, boundary, cache_prompt), reply, stream)
+    job = EngineRequest(request_id, ids, sampling, boundary, cache_prompt, **keep_fields(body, rt, ids))
+    return Prepared(job, reply, stream)

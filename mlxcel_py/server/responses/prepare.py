@@ -16,6 +16,7 @@ from ...errors import FieldError, RequestError
 from ...models import encode_chat
 from ...models.chat import ChatOptions, validate_messages
 from ...tool_calls import ToolRequest, tool_messages, tool_request
+from ..generation.keep import keep_fields
 from ..generation.assembler import ToolParsing
 from ..generation.prepared import Prepared, blame, refuse_unsupported
 from ..generation.reasoning import reply_reasoning
@@ -137,4 +138,5 @@ def prepare_response(rt: "Runtime", raw: bytes) -> Prepared[ResponsesReply]:
     reply = ResponsesReply(new_id("resp"), int(time.time()), rt.model_id, len(ids), _echo(body, sampling), parsing,
                            tuple(history), body.store is not False,
                            reply_reasoning(rt.reasoning, rt.loaded.tokenizer, ids))
-    return Prepared(EngineRequest(reply.id, ids, sampling, boundary), reply, bool(body.stream))
+    return Prepared(EngineRequest(reply.id, ids, sampling, boundary, **keep_fields(body, rt, ids)), reply,
+                    bool(body.stream))
