@@ -177,11 +177,11 @@ class Scheduler:
         return Step(retired, decode, prefill, dropped, decode_context, drafts)
 
     def _draft(self, seq: Sequence) -> tuple[int, ...]:
-        """Prompt-lookup draft for one row; none for grammars and logprobs (see docs/SPECULATIVE.md)."""
+        """Prompt-lookup draft for one row; none for grammars, thinking budgets and logprobs (docs/SPECULATIVE.md)."""
         if self.drafting is None:
             return ()
         p = seq.request.sampling
-        eligible = p.constraint is None and not p.logprobs
+        eligible = p.constraint is None and p.thinking is None and not p.logprobs
         history = seq.request.prompt_ids + tuple(seq.output_ids)
         return draft_for(self.drafting, seq.draft, history, seq.max_tokens - len(seq.output_ids), eligible)
 
