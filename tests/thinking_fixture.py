@@ -18,7 +18,8 @@ from tiny import _tmpdir
 ADDED = ("<think>", "</think>", "<tool_call>", "</tool_call>")
 USER_DEFINED = 4
 # Qwen3's own template, cut to what the tests need: tools in the system turn, a turn's
-# reasoning_content and tool calls, and enable_thinking false closing an empty <think> block.
+# reasoning_content and tool calls; its generation prompt opens <think> (as Qwen3-Thinking-2507's
+# does), so a greedy reply starts inside the thinking, and enable_thinking false closes it empty.
 TEMPLATE = """\
 {%- if tools %}<|im_start|>system
 {% if messages[0].role == 'system' %}{{ messages[0].content }}
@@ -57,6 +58,7 @@ For each function call, return a json object with function name and arguments wi
 
 </think>
 
+{% else %}<think>
 {% endif %}{% endif %}"""
 
 
