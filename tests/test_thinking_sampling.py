@@ -60,6 +60,7 @@ def test_the_budget_forces_the_end_marker_after_n_thinking_tokens(lm, compiler, 
     words = [(10,), (11,), (12,), (13,), (14,)]  # the model would keep thinking
     assert run(lm, compiler, sampler, words) == [10, 11, 12, ids["</think>"], 14]
     assert sampler.thinking.answering and sampler.thinking.num_thinking == 3
+    assert not sampler.needs_processing  # past the thinking the batch's argmax fast path takes the row again
 
 
 def test_thinking_opened_by_the_output_is_counted_from_its_start_marker(lm, compiler, ids):
@@ -184,3 +185,37 @@ def test_the_state_machine_alone():
 def test_a_thinking_spec_is_validated(kwargs, message):
     with pytest.raises(RequestError, match=message):
         ThinkingSpec(**kwargs)
+
+
+def test_budgeted_and_answer_only_rows_batched_equal_each_alone(lm, ids):
+    """Through the real engine: a budgeted row, an answer-only schema row and a plain row decode
+    together as each does alone, and the budgeted row's thinking ends where the budget says."""
+    from mlxcel_py.config import resolve
+    from mlxcel_py.engine import Request, TokenDelta, build_engine
+
+    def run(requests, parallel):
+        engine = build_engine(resolve("serve", env={}, parallel=parallel, prompt_cache=False).engine, lm)
+        for r in requests:
+            engine.add_request(r)
+        out = {r.request_id: [] for r in requests}
+        while engine.has_work():
+            for e in engine.step():
+                if isinstance(e, TokenDelta):
+                    out[e.request_id].append(e.token_id)
+        return out
+
+    think = ThinkingSpec((ids["<think>"],), (ids["</think>"],), open=True, budget=3)
+    schema = ConstraintSpec("json_schema", json.dumps(SCHEMA))
+    requests = [
+        Request("budget", (5, 6, 7, 8), SamplingParams(max_tokens=8, ignore_eos=True, thinking=think)),
+        Request("json", (9, 10, 11), SamplingParams(temperature=0.8, seed=3, max_tokens=120, constraint=schema,
+                                                     thinking=ThinkingSpec(think.start_ids, think.end_ids, True, 2,
+                                                                           constrain_answer=True))),
+        Request("plain", (12, 13), SamplingParams(max_tokens=8, ignore_eos=True)),
+    ]
+    together = run(requests, 3)
+    for r in requests:
+        assert together[r.request_id] == run([r], 1)[r.request_id], r.request_id
+    assert together["budget"][3] == ids["</think>"] and ids["</think>"] not in together["budget"][:3]
+    cut = together["json"].index(ids["</think>"])
+    assert cut <= 2 and jsonschema.validate(json.loads(lm.tokenizer.decode(together["json"][cut + 1:])), SCHEMA) is None

@@ -50,7 +50,8 @@ class SequenceSampler:
     @property
     def needs_processing(self) -> bool:
         """Anything beyond an argmax over raw logits (the batch fast path skips these rows)."""
-        return bool(self._penalty or self._processors or self.matcher or self.params.logprobs or self.thinking)
+        thinking = self.thinking is not None and not self.thinking.answering  # past it, nothing is forced
+        return bool(self._penalty or self._processors or self.matcher or self.params.logprobs or thinking)
 
     @property
     def forced(self) -> Optional[int]:
