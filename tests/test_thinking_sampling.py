@@ -85,6 +85,14 @@ def test_a_multi_token_end_marker_is_forced_whole_and_a_partial_one_finished(lm,
     assert run(lm, compiler, sampler, [(10,), (5,), (12,), (12,), (13,)]) == [10, 5, 6, 7, 13]  # 5 began it
 
 
+def test_a_forced_marker_is_taken_even_where_logit_bias_bans_it(lm, compiler, ids):
+    end = ids["</think>"]
+    params = SamplingParams(logit_bias=((end, float("-inf")),), logprobs=True,
+                            thinking=ThinkingSpec((ids["<think>"],), (end,), open=True, budget=1))
+    sampler = SequenceSampler(params)
+    assert run(lm, compiler, sampler, [(10,), (11,), (12,)]) == [10, end, 12]
+
+
 def test_budget_zero_closes_the_thinking_at_once(lm, compiler, ids):
     sampler = SequenceSampler(SamplingParams(thinking=ThinkingSpec((ids["<think>"],), (ids["</think>"],),
                                                                    open=True, budget=0)))

@@ -196,7 +196,9 @@ def _rows(logits: mx.array, samplers: Sequence[SequenceSampler], compiler) -> tu
         if not sampler.greedy or sampler.params.logprobs:
             # An argmax needs no log-softmax, which costs ~0.7 ms a row on the CPU (49k vocab).
             row = row - mx.logsumexp(row, axis=-1, keepdims=True)
-        if sampler.params.post_sampling_probs:  # logprobs read from the distribution drawn from
+        if sampler.forced is not None:  # a thinking marker: taken even where a logit_bias of -inf hit it
+            token = mx.array([sampler.forced], dtype=mx.uint32)
+        elif sampler.params.post_sampling_probs:  # logprobs read from the distribution drawn from
             token, row = sampler.sample_with_distribution(row)
         else:
             token = sampler.sample(row)
