@@ -24,6 +24,7 @@ LOOPBACK = "localhost"  # the --cors-origins keyword for the loopback origins (t
 _PORT_WILDCARD = re.compile(r"^(https?://[^/:*]+|https?://\[[0-9a-fA-F:.]+\]):\*$")
 DISTRIBUTED_MODES = ("auto", "tensor", "pipeline")
 POOLINGS = ("mean", "cls", "last", "none")  # llama-server's --pooling (its "rank" is for rerankers)
+MAX_THINKING_BUDGET = 1_000_000  # tokens; as the engine's max_tokens limit
 REASONING_FORMATS = ("none", "deepseek", "auto")  # llama-server's (auto does what deepseek does here)
 # What each launcher leaves in the environment of every rank (mlx.launch sets MLX_RANK), and
 # the backend its variables name; the first match wins.
@@ -59,7 +60,8 @@ class ServerConfig:
     endpoint_slots: bool = True
     chat_template: ChatTemplate = field(default_factory=ChatTemplate)  # --chat-template* (the model's: empty)
     reasoning_format: str = "auto"  # none: thinking stays in the answer; deepseek/auto: reasoning_content
-    reasoning_budget: int = -1  # -1: unrestricted; 0: thinking off (enable_thinking false for the template)
+    # -1: unrestricted; 0: thinking off (enable_thinking false); N: the end marker forced after N thinking tokens
+    reasoning_budget: int = -1
     pooling: Optional[str] = None  # the embedding routes' --pooling; None: the model's, else last
 
     @property
@@ -186,8 +188,9 @@ def _reasoning(env: Mapping[str, str], fmt: Optional[str], budget: Optional[int]
     raw, budget_label = flag_or_env(None if budget is None else str(budget), "--reasoning-budget", env,
                                     "LLAMA_ARG_THINK_BUDGET")
     value = -1 if raw is None else int(raw) if raw.strip().lstrip("-").isdigit() else None
-    if value not in (-1, 0):  # a budget of N tokens needs the engine to force the end marker: not yet
-        raise ConfigError(f"{budget_label} must be -1 (unrestricted) or 0 (thinking off) (got {raw})", flag=budget_label)
+    if value is None or not -1 <= value <= MAX_THINKING_BUDGET:
+        raise ConfigError(f"{budget_label} must be -1 (unrestricted), 0 (thinking off) or a number of thinking "
+                          f"tokens up to {MAX_THINKING_BUDGET} (got {raw})", flag=budget_label)
     return fmt, value
 
 

@@ -54,10 +54,12 @@ def wait_for(predicate, timeout: float = 10.0, what: str = "condition") -> None:
 
 
 def start_server(loaded: bool = True, grace_s: Optional[float] = None, model: Any = None,
-                 **resolve_kwargs: Any) -> RunningServer:
+                 sampling: Optional[dict] = None, **resolve_kwargs: Any) -> RunningServer:
     """Resolve a serve config (port 0), build the engine on `model` (default: the tiny one), run uvicorn
-    in a thread."""
+    in a thread. `sampling` overrides the requests' defaults (e.g. a logit_bias no dialect can send)."""
     cfg = resolve("serve", env={}, port=0, **resolve_kwargs)
+    if sampling:
+        cfg = dataclasses.replace(cfg, sampling=dataclasses.replace(cfg.sampling, **sampling))
     if grace_s is not None:
         cfg = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, shutdown_grace_s=grace_s))
     worker = None

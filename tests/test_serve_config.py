@@ -174,7 +174,8 @@ def test_the_reasoning_flags_read_llama_servers_variables():
 
 @pytest.mark.parametrize("kwargs,message", [
     ({"reasoning_format": "deepseek-legacy"}, "--reasoning-format must be one of none, deepseek, auto"),
-    ({"reasoning_budget": 100}, "--reasoning-budget must be -1 (unrestricted) or 0 (thinking off) (got 100)"),
+    ({"reasoning_budget": -2}, "--reasoning-budget must be -1 (unrestricted), 0 (thinking off) or a number of "
+     "thinking tokens up to 1000000 (got -2)"),
     ({"reasoning_budget": 0, "chat_template_kwargs": '{"enable_thinking": true}'},
      "--reasoning-budget 0 turns thinking off, but --chat-template-kwargs sets enable_thinking"),
 ])

@@ -37,6 +37,7 @@ HONOURED = {
     "chat_template_kwargs", "add_generation_prompt", "continue_final_message",
     "reasoning_format",  # test_server_reasoning.py
     "n_keep", "n_discard",  # issue 29: with --context-shift (test_server_context_shift.py)
+    "thinking_budget_tokens",  # test_server_reasoning_budget.py
 }
 # A value that changes the output, per field not implemented yet: each must be a 400.
 CHANGING = {

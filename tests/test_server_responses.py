@@ -237,7 +237,8 @@ def test_a_field_we_cannot_honour_is_a_400_naming_it(srv, field):
 
 @pytest.mark.parametrize(("extra", "param", "words"), [
     ({"tools": [{"type": "web_search"}]}, "tools", "'web_search' tools are not supported"),
-    ({"tools": [WEATHER]}, "tools", "tools[0].strict: true is honoured only with tool_choice"),
+    ({"tools": [WEATHER], "text": {"format": {"type": "json_object"}}}, "tools",
+     "only one of text.format, strict tools and a forced tool_choice may constrain the output"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "data:x"}]}]}, "input",
      "'input_image' content parts are not supported"),
     ({"input": [{"type": "item_reference", "id": "rs_1"}]}, "input", "'item_reference' input items"),

@@ -92,7 +92,7 @@ def test_thinking_in_the_history_is_the_turns_reasoning(srv, claude):
 
 
 @pytest.mark.parametrize("thinking,max_tokens,problem", [
-    ({"type": "enabled", "budget_tokens": 1024}, 2048, "budget_tokens 1024 below max_tokens 2048 is not supported"),
+    ({"type": "enabled", "budget_tokens": 0}, 16, "budget_tokens must be a positive number of tokens (got 0)"),
     ({"type": "adaptive", "display": "omitted"}, 16, 'display "omitted" is not supported'),
     ({"type": "between_tools"}, 16, 'type "between_tools" is not supported'),
 ])

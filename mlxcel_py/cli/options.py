@@ -219,5 +219,6 @@ ReasoningFormatOpt = Annotated[
 ReasoningBudgetOpt = Annotated[
     Optional[int],
     typer.Option("--reasoning-budget", help="-1: unrestricted thinking; 0: thinking off (enable_thinking false for "
-                 "templates that take it). Default -1; env LLAMA_ARG_THINK_BUDGET."),
+                 "templates that take it); N: the thinking's end marker is forced after N thinking tokens. "
+                 "Default -1; env LLAMA_ARG_THINK_BUDGET."),
 ]

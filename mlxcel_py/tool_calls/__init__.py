@@ -13,10 +13,10 @@ Typical use (see docs/STRUCTURED_OUTPUT.md):
 
 from .parse import ToolCall, ToolCallStream, new_call_id
 from .render import FALLBACK_PROMPT, ToolFormat, call_constraint, tool_format, tool_messages
-from .request import ToolCallError, ToolRequest, call_schema, tool_constraint, tool_request
+from .request import ToolCallError, ToolRequest, call_schema, lazy_tool_constraint, tool_constraint, tool_request
 
 __all__ = [
     "FALLBACK_PROMPT", "ToolCall", "ToolCallError", "ToolCallStream", "ToolFormat", "ToolRequest",
-    "call_constraint", "call_schema", "new_call_id", "tool_constraint", "tool_format",
+    "call_constraint", "call_schema", "lazy_tool_constraint", "new_call_id", "tool_constraint", "tool_format",
     "tool_messages", "tool_request",
 ]

@@ -116,3 +116,14 @@ def tool_constraint(request: ToolRequest, start: str, end: str) -> Optional[Cons
     schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
     parallel = request.parallel and request.choice == "required"
     return ConstraintSpec("tool_call", json.dumps({"start": start, "end": end, "schema": schema, "parallel": parallel}))
+
+
+def lazy_tool_constraint(request: ToolRequest, strict: frozenset[str], start: str, end: str) -> ConstraintSpec:
+    """`auto` with strict tools: free text until the model opens a call (`start`), then a call
+    whose arguments follow the schema of a `strict` tool (any object for the others)."""
+    schemas = [call_schema(t) if t["function"]["name"] in strict
+               else call_schema({"function": {**t["function"], "parameters": {"type": "object"}}})
+               for t in request.tools]
+    schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
+    text = json.dumps({"start": start, "end": end, "schema": schema, "parallel": request.parallel})
+    return ConstraintSpec("tool_call", text, trigger=start)

@@ -43,9 +43,13 @@ class ConstraintSpec:
 
     kind: str
     text: str = ""
+    # A lazy grammar: free text until the output reaches this text, whose tokens are the
+    # grammar's first (a tool call's opening marker); "" constrains from the first token.
+    trigger: str = ""
 
     def __post_init__(self) -> None:
         name = "constraint"
+        _check(isinstance(self.trigger, str), "the constraint trigger must be a string", name)
         _check(self.kind in CONSTRAINT_KINDS, f"constraint kind must be one of {', '.join(CONSTRAINT_KINDS)} "
                f"(got {self.kind!r})", name)
         _check(isinstance(self.text, str), f"the {self.kind} constraint text must be a string", name)
@@ -56,6 +60,28 @@ class ConstraintSpec:
             _check(not self.text, "the json_object constraint takes no text (use json_schema for a schema)", name)
         else:
             _check(bool(self.text.strip()), f"the {self.kind} constraint is empty", name)
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingSpec:
+    """A reasoning reply's thinking as token ids (engine/runner/thinking.py follows it): after
+    `budget` thinking tokens the end marker is forced (-1: no limit), and with
+    `constrain_answer` the request's constraint waits until the thinking has closed."""
+
+    start_ids: tuple[int, ...]
+    end_ids: tuple[int, ...]
+    open: bool = False  # the prompt already opened the thinking (DeepSeek-R1's template)
+    budget: int = -1
+    constrain_answer: bool = False
+
+    def __post_init__(self) -> None:
+        name = "thinking"
+        for ids in (self.start_ids, self.end_ids):
+            _check(isinstance(ids, tuple) and bool(ids) and all(isinstance(t, int) and t >= 0 for t in ids),
+                   "the thinking markers must be non-empty tuples of token ids", name)
+        _check(isinstance(self.budget, int) and not isinstance(self.budget, bool)
+               and -1 <= self.budget <= MAX_TOKENS_LIMIT,
+               f"the thinking budget must be -1 or between 0 and {MAX_TOKENS_LIMIT} (got {self.budget!r})", name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +109,7 @@ class SamplingParams:
     # Logprobs of the distribution the token is drawn from (after top-p/min-p/top-k and temperature).
     post_sampling_probs: bool = False
     constraint: Optional[ConstraintSpec] = None
+    thinking: Optional[ThinkingSpec] = None  # budget forcing, and an answer-only constraint
 
     def __post_init__(self) -> None:
         for name in ("temperature", "top_p", "min_p", "repetition_penalty"):
@@ -134,6 +161,8 @@ class SamplingParams:
                "post_sampling_probs needs logprobs to be true", "post_sampling_probs")
         _check(self.constraint is None or isinstance(self.constraint, ConstraintSpec),
                f"constraint must be a ConstraintSpec (got {type(self.constraint).__name__})", "constraint")
+        _check(self.thinking is None or isinstance(self.thinking, ThinkingSpec),
+               f"thinking must be a ThinkingSpec (got {type(self.thinking).__name__})", "thinking")
         # A grammar ends the output with EOS; ignoring it would run past a finished grammar.
         _check(self.constraint is None or not self.ignore_eos, "ignore_eos cannot be combined with a constraint",
                "ignore_eos")

@@ -215,11 +215,11 @@ class Scheduler:
         return self.context_shift and seq.request.context_shift
 
     def _draft(self, seq: Sequence) -> tuple[tuple[int, ...], int]:
-        """One row's (lookup draft, draft-model length); none for grammars and logprobs (docs/SPECULATIVE.md)."""
+        """One row's (lookup draft, draft-model length); none for grammars, thinking budgets and logprobs."""
         if self.drafting is None:
             return (), 0
         p = seq.request.sampling
-        eligible = p.constraint is None and not p.logprobs
+        eligible = p.constraint is None and p.thinking is None and not p.logprobs
         history = seq.request.prompt_ids + tuple(seq.output_ids)
         room = seq.max_tokens - len(seq.output_ids)
         if self._shifting(seq):  # the slot, not max_tokens, bounds a shifting row

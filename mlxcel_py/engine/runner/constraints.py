@@ -133,7 +133,7 @@ class ConstraintCompiler:
             if self._ll_tokenizer is None:
                 self._ll_tokenizer = llguidance.LLTokenizer(
                     _backend_json(self._source), n_vocab=self.vocab_size, eos_token=list(self.eos_token_ids))
-                self._special = _special_tokens(self._source)
+                self._special = _special_tokens(self._source, self._ll_tokenizer)
             return self._ll_tokenizer
 
     def _literal(self, text: str) -> str:
@@ -161,7 +161,14 @@ class ConstraintCompiler:
 
     def matcher(self, spec: ConstraintSpec) -> "ConstraintMatcher":
         """A fresh matcher for one sequence (a copy of the compiled one: microseconds)."""
-        return ConstraintMatcher(self.compile(spec).deep_copy(), self.num_words)
+        trigger = self.trigger_ids(spec.trigger) if spec.trigger else ()
+        return ConstraintMatcher(self.compile(spec).deep_copy(), self.num_words, trigger)
+
+    def trigger_ids(self, text: str) -> tuple[int, ...]:
+        """The token ids of a lazy grammar's trigger: the vocabulary's own token where the text is one."""
+        tokenizer = self.ll_tokenizer
+        token = self._special.get(text)
+        return (token,) if token is not None else tuple(tokenizer.tokenize_str(text, parse_special=True))
 
     def fill_bitmasks(self, matchers: list[tuple["ConstraintMatcher", int]], out: np.ndarray) -> None:
         """Fill row `i` of the (B, words) int32 `out` for each (matcher, i), in parallel threads."""
@@ -175,17 +182,25 @@ class ConstraintCompiler:
             [(m.ll, i) for m, i in matchers], out.ctypes.data, self.num_words * 4, out.shape[0])
 
 
-def _special_tokens(tokenizer: Any) -> dict[str, int]:
+def _special_tokens(tokenizer: Any, ll: llguidance.LLTokenizer) -> dict[str, int]:
+    # llguidance treats every added token as special (Qwen3's <tool_call> too, which is not
+    # `special` in its tokenizer.json): text cannot spell them, only the token can.
     decoder = getattr(backend_tokenizer(tokenizer), "get_added_tokens_decoder", lambda: {})()
-    return {tok.content: i for i, tok in decoder.items() if getattr(tok, "special", False)}
+    return {tok.content: i for i, tok in decoder.items() if getattr(tok, "special", False) or ll.is_special_token(i)}
 
 
 class ConstraintMatcher:
-    """One sequence's grammar state: the mask of allowed next tokens, and the tokens taken."""
+    """One sequence's grammar state: the mask of allowed next tokens, and the tokens taken.
 
-    def __init__(self, ll: llguidance.LLMatcher, num_words: int):
+    With `trigger` ids (a lazy grammar) it stays inactive, allowing anything, until the output
+    ends with them; they are then fed to the grammar, which constrains from there on."""
+
+    def __init__(self, ll: llguidance.LLMatcher, num_words: int, trigger: tuple[int, ...] = ()):
         self.ll = ll
         self.num_words = num_words
+        self.trigger = trigger
+        self.active = not trigger
+        self._recent: list[int] = []  # the latest tokens, while waiting for the trigger
 
     def fill(self, row: np.ndarray) -> None:
         """Write the allowed-token bitmask into a contiguous int32 row of `num_words` words."""
@@ -198,16 +213,28 @@ class ConstraintMatcher:
         self.fill(row)
         return row
 
+    def allows(self, token: int) -> bool:
+        """Whether the grammar would take `token` now (nothing is consumed)."""
+        return self.ll.validate_tokens([int(token)]) == 1
+
     def accept(self, token: int) -> None:
         """Advance over a sampled token (EOS included, once the grammar accepts)."""
+        if not self.active:
+            self._recent = (self._recent + [int(token)])[-len(self.trigger):]
+            if tuple(self._recent) != self.trigger:
+                return
+            self.active = True
+            if not self.ll.consume_tokens(list(self.trigger)):
+                raise ConstraintViolation(f"the trigger {self.trigger} does not open the grammar: "
+                                          f"{_first_lines(self.ll.get_error())}")
+            return
         if not self.ll.consume_token(int(token)):
             raise ConstraintViolation(f"token {token} is not allowed here: {_first_lines(self.ll.get_error())}")
 
     @property
     def done(self) -> bool:
         """Nothing but EOS can follow (or EOS was taken): the sequence can stop."""
-        return self.ll.is_stopped()
-
+        return self.active and self.ll.is_stopped()
 
 
 def compiler_for(loaded: "LoadedModel") -> ConstraintCompiler:

@@ -1,8 +1,9 @@
 """Per-sequence samplers and logits processors, built on mlx-lm's sampling functions.
 
 A SequenceSampler holds everything one sequence's sampling needs across steps: its RNG key,
-its processors, the token history they read, and its grammar matcher. `sample_step` samples
-a batch, reads logprobs, and advances every sampler over its token."""
+its processors, the token history they read, its grammar matcher and its place in a
+reasoning reply's thinking (thinking.py: a budget's forced end marker, an answer-only grammar).
+`sample_step` samples a batch, reads logprobs, and advances every sampler over its token."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from .constraints import ConstraintCompiler, ConstraintMatcher, ConstraintViolat
 from ..core.events import TokenLogprobs
 from .logits import apply_bitmask, generated_processors, repetition_processor, token_logprobs
 from .logits import top_alternatives
+from .thinking import START, THINK, ThinkingState
 from ..core.request import SamplingParams
 
 Sampler = Callable[[mx.array], mx.array]
@@ -41,11 +43,32 @@ class SequenceSampler:
         self.matcher = matcher
         self.history: list[int] = list(prompt_ids) if self._penalty is not None else []
         self.generated: list[int] = []
+        self.thinking = ThinkingState(params.thinking) if params.thinking is not None else None
+        # The grammar waits for the end of the thinking (an answer-only constraint).
+        self._gated = self.thinking is not None and params.thinking.constrain_answer
 
     @property
     def needs_processing(self) -> bool:
         """Anything beyond an argmax over raw logits (the batch fast path skips these rows)."""
-        return bool(self._penalty or self._processors or self.matcher or self.params.logprobs)
+        thinking = self.thinking is not None and not self.thinking.answering  # past it, nothing is forced
+        return bool(self._penalty or self._processors or self.matcher or self.params.logprobs or thinking)
+
+    @property
+    def forced(self) -> Optional[int]:
+        """The token that must come next (a thinking marker), or None."""
+        return self.thinking.forced if self.thinking is not None else None
+
+    @property
+    def grammar_on(self) -> bool:
+        """Whether the grammar's mask applies to the next token."""
+        if self.matcher is None or not self.matcher.active:
+            return False
+        return not self._gated or self.thinking.phase != THINK
+
+    @property
+    def may_open_thinking(self) -> Optional[int]:
+        """Under an answer-only grammar, before anything: the token that opens the thinking instead."""
+        return self.params.thinking.start_ids[0] if self._gated and self.thinking.phase == START else None
 
     def process(self, logits: mx.array) -> mx.array:
         """Apply the logits processors to a (1, V) row (the grammar mask is applied per batch)."""
@@ -116,12 +139,17 @@ class SequenceSampler:
             self.history.extend(tokens)
 
     def accept(self, token: int) -> None:
-        """Record a sampled token: the processors' history and the grammar state."""
+        """Record a sampled token: the processors' history, the thinking and the grammar state."""
         if self._penalty is not None:
             self.history.append(token)
         if self._processors:
             self.generated.append(token)
-        if self.matcher is not None:
+        answer = True
+        if self.thinking is not None:
+            # At the start, a token the answer's grammar takes is answer even if it could open the thinking.
+            taken = self._gated and self.thinking.opens(token) and self.grammar_on and self.matcher.allows(token)
+            answer = self.thinking.accept(token, answer_allowed=taken)
+        if self.matcher is not None and (answer or not self._gated):
             self.matcher.accept(token)
 
 
@@ -132,19 +160,31 @@ class SampledToken:
     error: Optional[str] = None  # the grammar could not take the token: this sequence fails
 
 
+def _set_bit(row: np.ndarray, token: int) -> None:
+    row.view(np.uint32)[token // 32] |= np.uint32(1 << (token % 32))
+
+
 def mask_constrained(logits: mx.array, samplers: Sequence[SequenceSampler],
                      compiler: Optional[ConstraintCompiler]) -> mx.array:
-    """Apply every constrained row's grammar mask to the (B, V) logits in one op."""
-    rows = [(s.matcher, i) for i, s in enumerate(samplers) if s.matcher is not None]
-    if not rows:
+    """Apply every constrained row's mask to the (B, V) logits in one op: its grammar's, or
+    the one token a thinking marker forces."""
+    grammar = [(s.matcher, i) for i, s in enumerate(samplers) if s.forced is None and s.grammar_on]
+    forced = [(i, s.forced) for i, s in enumerate(samplers) if s.forced is not None]
+    if not grammar and not forced:
         return logits
-    num_words = rows[0][0].num_words
-    bitmask = np.full((len(samplers), num_words), -1, dtype=np.int32)  # unconstrained rows allow all
-    if compiler is not None:
-        compiler.fill_bitmasks(rows, bitmask)
+    bitmask = np.full((len(samplers), (logits.shape[-1] + 31) // 32), -1, dtype=np.int32)  # others allow all
+    if compiler is not None and grammar:
+        compiler.fill_bitmasks(grammar, bitmask)
     else:
-        for matcher, i in rows:
+        for matcher, i in grammar:
             matcher.fill(bitmask[i])
+    for _, i in grammar:
+        opener = samplers[i].may_open_thinking
+        if opener is not None:
+            _set_bit(bitmask[i], opener)
+    for i, token in forced:
+        bitmask[i] = 0
+        _set_bit(bitmask[i], token)
     return apply_bitmask(logits, bitmask)
 
 
@@ -156,7 +196,9 @@ def _rows(logits: mx.array, samplers: Sequence[SequenceSampler], compiler) -> tu
         if not sampler.greedy or sampler.params.logprobs:
             # An argmax needs no log-softmax, which costs ~0.7 ms a row on the CPU (49k vocab).
             row = row - mx.logsumexp(row, axis=-1, keepdims=True)
-        if sampler.params.post_sampling_probs:  # logprobs read from the distribution drawn from
+        if sampler.forced is not None:  # a thinking marker: taken even where a logit_bias of -inf hit it
+            token = mx.array([sampler.forced], dtype=mx.uint32)
+        elif sampler.params.post_sampling_probs:  # logprobs read from the distribution drawn from
             token, row = sampler.sample_with_distribution(row)
         else:
             token = sampler.sample(row)

@@ -43,14 +43,14 @@ def thinking_options(reasons: bool, thinking: Any) -> ChatOptions:
     return DEFAULT_OPTIONS
 
 
-def check_budget(thinking: Any, max_tokens: int) -> None:
-    """budget_tokens is honoured only where max_tokens already bounds the thinking: this server
-    does not cut thinking short."""
-    budget = getattr(thinking, "budget_tokens", None) if getattr(thinking, "type", None) == "enabled" else None
-    if budget is not None and budget < max_tokens:
-        raise _refused(f"budget_tokens {budget} below max_tokens {max_tokens} is not supported by this "
-                       "server (it does not cut thinking short); send budget_tokens >= max_tokens, "
-                       '"adaptive", or {"type": "disabled"}')
+def thinking_budget(thinking: Any) -> Optional[int]:
+    """`enabled`'s budget_tokens: the thinking's end marker is forced after that many tokens
+    (engine/runner/thinking.py), as llama-server does with it; None for the other types."""
+    if getattr(thinking, "type", None) != "enabled" or thinking.budget_tokens is None:
+        return None
+    if thinking.budget_tokens < 1:
+        raise _refused(f"budget_tokens must be a positive number of tokens (got {thinking.budget_tokens})")
+    return thinking.budget_tokens
 
 
 def _refused(problem: str) -> FieldError:

@@ -23,9 +23,10 @@ from ..generation.keep import keep_fields
 from ..generation.prepared import Prepared, blame, refuse_unsupported
 from ..generation.reasoning import reply_reasoning
 from ..generation.sampling import sampling_params
+from ..generation.thinking import with_thinking
 from ..generation.schemas import GenerationRequest
 from ..http.body import parse_body
-from .fields import NOT_SUPPORTED, check_budget, thinking_options
+from .fields import NOT_SUPPORTED, thinking_budget, thinking_options
 from .schemas import CountTokensRequest, Message, MessagesRequest, TextBlock
 from .shapes import AnthropicReply
 
@@ -124,7 +125,7 @@ def prepare_messages(rt: "Runtime", raw: bytes) -> Prepared[AnthropicReply]:
     """POST /v1/messages: the conversation templated with its tools, sampling, a forced call's grammar."""
     body = parse_body(raw, MessagesRequest)
     rt.check_model(body.model)
-    check_budget(body.thinking, body.max_tokens)
+    budget = thinking_budget(body.thinking)
     ids, boundary, request = _prompt(rt, body)
     fields = {"max_tokens": body.max_tokens, "temperature": body.temperature, "top_p": body.top_p,
               "top_k": body.top_k, "stop": body.stop_sequences}
@@ -138,6 +139,7 @@ def prepare_messages(rt: "Runtime", raw: bytes) -> Prepared[AnthropicReply]:
                                  param="tool_choice")
             rt.worker.compiler.compile(constraint)  # a grammar error is a 400 now, not a failed request later
             sampling = dataclasses.replace(sampling, constraint=constraint)
+    sampling = with_thinking(rt, sampling, ids, budget)  # a forced call starts after the thinking
     shown = request if request is not None and request.choice != "none" else None
     reply = AnthropicReply(f"msg_{uuid.uuid4().hex[:24]}", rt.model_id, len(ids), sampling.max_tokens, shown,
                            rt.tool_format, reply_reasoning(rt.reasoning, rt.loaded.tokenizer, ids))

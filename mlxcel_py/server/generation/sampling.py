@@ -103,7 +103,7 @@ def processor_fields(req: GenerationRequest, tokenizer: Any = None) -> dict:
     `tokenizer` reads logit_bias's text keys."""
     ask = logprobs_ask(req)
     return {
-        "logit_bias": logit_bias_pairs(req.logit_bias, tokenizer),
+        "logit_bias": logit_bias_pairs(req.logit_bias, tokenizer) or None,  # none given: the defaults'
         "presence_penalty": req.presence_penalty,
         "frequency_penalty": req.frequency_penalty,
         "logprobs": ask.num is not None,

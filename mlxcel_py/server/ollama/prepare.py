@@ -26,6 +26,7 @@ from ..generation.prepared import Prepared, blame, refuse_unsupported
 from ..generation.prompt import check_token_ids
 from ..generation.reasoning import reply_reasoning
 from ..generation.sampling import sampling_params
+from ..generation.thinking import with_thinking
 from ..generation.schemas import GenerationRequest
 from ..generation.structured import compile_constraint
 from ..http.body import parse_body
@@ -149,6 +150,7 @@ def _reply(rt: "Runtime", body: OllamaRequest, kind: str, ids: tuple[int, ...], 
 
 def _prepared(rt: "Runtime", body: OllamaRequest, reply: OllamaReply, boundary: Optional[int]) -> Prepared[OllamaReply]:
     sampling = _logprobs(body, _sampling(rt, body, len(reply.prompt_ids), _constraint(rt, body)))
+    sampling = with_thinking(rt, sampling, reply.prompt_ids)  # --reasoning-budget; `format` starts after it
     job = EngineRequest(f"ollama-{uuid.uuid4().hex[:24]}", reply.prompt_ids, sampling, boundary,
                         **keep_fields(body, rt, reply.prompt_ids), **shift_field(body.shift, rt))  # num_keep: ignored
     return Prepared(job, reply, body.stream is not False)

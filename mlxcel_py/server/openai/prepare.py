@@ -28,6 +28,7 @@ from ..generation.schemas import GenerationRequest
 from ..generation.reasoning import ReasoningMarkers, ReasoningStart, reply_reasoning
 from ..generation.structured import OutputPlan, output_plan
 from ..generation.template import chat_options, without_thinking
+from ..generation.thinking import check_budget, with_thinking
 from ..http.body import parse_body
 from .fields import NOT_SUPPORTED_YET
 from .schemas import ChatRequest, CompletionRequest
@@ -47,7 +48,8 @@ def prepare_chat(rt: "Runtime", raw: bytes) -> Prepared[Reply]:
     rt.prompt_limit.check_chars(sum(_chars(m.get("content")) for m in messages), "messages")
     plan = output_plan(body, rt.tool_format, rt.worker.compiler)
     options = chat_options(body.add_generation_prompt, body.continue_final_message, body.chat_template_kwargs)
-    if body.reasoning_effort == "none" and rt.thinks:  # as the Responses API's effort "none"
+    budget = check_budget(body.thinking_budget_tokens, "thinking_budget_tokens")
+    if (body.reasoning_effort == "none" or budget == 0) and rt.thinks:  # as the Responses API's effort "none"
         options = without_thinking(options)
     with blame("messages"):
         # The request's tools, and tool calls and results in the history, as the template renders them.
@@ -56,7 +58,7 @@ def prepare_chat(rt: "Runtime", raw: bytes) -> Prepared[Reply]:
                              before_tokenize=lambda text: rt.prompt_limit.check_chars(len(text), "messages"),
                              template=rt.chat_template, options=options)
     reasoning = reply_reasoning(_markers(rt, body.reasoning_format), rt.loaded.tokenizer, prompt.ids)
-    return _prepared(rt, body, "chat", prompt.ids, prompt.history_boundary, plan, reasoning=reasoning)
+    return _prepared(rt, body, "chat", prompt.ids, prompt.history_boundary, plan, reasoning=reasoning, budget=budget)
 
 
 def _markers(rt: "Runtime", fmt: Optional[str]) -> Optional[ReasoningMarkers]:
@@ -110,10 +112,12 @@ def _shape(rt: "Runtime", sampling: SamplingParams, ids: tuple[int, ...], plan: 
 
 
 def _prepared(rt: "Runtime", body: GenerationRequest, kind: Kind, ids: tuple[int, ...], boundary: Optional[int],
-              plan: OutputPlan, echo: Optional[str] = None, reasoning: Optional[ReasoningStart] = None
-              ) -> Prepared[Reply]:
+              plan: OutputPlan, echo: Optional[str] = None, reasoning: Optional[ReasoningStart] = None,
+              budget: Optional[int] = None) -> Prepared[Reply]:
     sampling = sampling_params(body, rt.config.sampling, rt.prompt_limit.slot_context, plan.constraint,
                                rt.loaded.tokenizer)
+    if kind == "chat":  # the thinking's budget, and a schema or forced call that starts after it
+        sampling = with_thinking(rt, sampling, ids, budget)
     try:
         check_logit_bias(sampling, rt.vocab_size)
     except RequestError as exc:  # OpenAI's field errors carry no code

@@ -83,6 +83,7 @@ class ChatRequest(GenerationRequest):
     add_generation_prompt: Optional[bool] = None
     continue_final_message: Optional[bool] = None
     reasoning_format: Optional[str] = None  # llama-server's: this request's --reasoning-format
+    thinking_budget_tokens: Optional[int] = None  # llama-server's: this request's --reasoning-budget
     prompt_cache_retention: Optional[str] = None
     prompt_cache_options: Optional[Object] = None
 

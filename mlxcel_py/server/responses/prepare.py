@@ -15,12 +15,13 @@ from ...engine import Request as EngineRequest
 from ...errors import FieldError, RequestError
 from ...models import encode_chat
 from ...models.chat import ChatOptions, validate_messages
-from ...tool_calls import ToolRequest, tool_messages, tool_request
+from ...tool_calls import ToolRequest, lazy_tool_constraint, tool_messages, tool_request
 from ..generation.keep import keep_fields
 from ..generation.assembler import ToolParsing
 from ..generation.prepared import Prepared, blame, refuse_unsupported
 from ..generation.reasoning import reply_reasoning
 from ..generation.sampling import sampling_params
+from ..generation.thinking import with_thinking
 from ..generation.schemas import GenerationRequest
 from ..generation.structured import OutputPlan, constrained_plan, schema_spec
 from ..http.body import parse_body
@@ -41,14 +42,19 @@ def tools_of(body: ResponsesRequest) -> Optional[ToolRequest]:
     choice: Any = body.tool_choice
     if isinstance(choice, FunctionChoice):
         choice = {"type": "function", "function": {"name": choice.name}}
-    request = tool_request(tools or None, choice, body.parallel_tool_calls)
-    if request is not None and request.choice == "auto":
-        strict = next((i for i, t in enumerate(body.tools) if t.strict), None)
-        if strict is not None:  # only a forced call is held to the schema here
-            raise FieldError(f"tools[{strict}].strict: true is honoured only with tool_choice \"required\" or a "
-                             "named function (a grammar then forces a schema-valid call); with \"auto\" send "
-                             "strict: false", param="tools", code="unsupported_parameter")
-    return request
+    return tool_request(tools or None, choice, body.parallel_tool_calls)
+
+
+def _strict_specs(rt: "Runtime", body: ResponsesRequest, request: Optional[ToolRequest]
+                  ) -> list[tuple[str, ConstraintSpec]]:
+    """`auto` with strict tools: a lazy grammar that holds a call the model opens to its schema."""
+    strict = frozenset(t.name for t in body.tools or () if t.strict)
+    if request is None or request.choice != "auto" or not strict:
+        return []
+    if not rt.tool_format.json_calls:
+        raise FieldError(f"strict: true needs a JSON tool-call format; this model writes calls as "
+                         f"{rt.tool_format.parser}; send strict: false", param="tools", code="unsupported_parameter")
+    return [("tools", lazy_tool_constraint(request, strict, rt.tool_format.start, rt.tool_format.end))]
 
 
 def _earlier(rt: "Runtime", body: ResponsesRequest) -> tuple[dict, ...]:
@@ -129,9 +135,9 @@ def prepare_response(rt: "Runtime", raw: bytes) -> Prepared[ResponsesReply]:
     request = tools_of(body)
     options = reasoning_options(rt.thinks, body.reasoning)
     ids, boundary, history = _prompt(rt, body, request, options)
-    plan = constrained_plan(request, _format_specs(body), rt.tool_format, rt.worker.compiler,
-                            candidates="text.format and a forced tool_choice")
-    sampling = _sampling(rt, body, plan)
+    plan = constrained_plan(request, _format_specs(body) + _strict_specs(rt, body, request), rt.tool_format,
+                            rt.worker.compiler, candidates="text.format, strict tools and a forced tool_choice")
+    sampling = with_thinking(rt, _sampling(rt, body, plan), ids)  # --reasoning-budget; formats start after it
     parsing = None
     if request is not None and request.choice != "none":  # with "none" the model was not shown the tools
         parsing = ToolParsing(rt.tool_format, request.as_openai(), request.parallel)
