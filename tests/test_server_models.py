@@ -1,0 +1,165 @@
+"""Several models behind one server (server/registry): routing by `model`, load on first use,
+--models-max and keep-alive unloads, a corrupt file failing its own requests only."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from typing import Any
+
+import httpx
+import pytest
+
+from gguf_fixtures import FIXTURES
+from mlxcel_py.config import resolve
+from mlxcel_py.server.app import create_app
+from mlxcel_py.server.http.serving import bind_socket, make_server
+from server_helpers import GREEDY, START_TIMEOUT_S, error_of, start_server, stop_server, wait_for
+
+LLAMA, QWEN = str(FIXTURES / "llama-f16.gguf"), str(FIXTURES / "qwen2-f16.gguf")
+PROMPT = {"prompt": "The quick brown fox", "max_tokens": 8, **GREEDY}
+
+
+class Many:
+    """A server with several models, uvicorn on a thread (the registry lives on its loop)."""
+
+    def __init__(self, *models: str, **kwargs: Any):
+        self.config = resolve("serve", env={}, port=0, model=models[0], extra_models=models[1:], **kwargs)
+        self.app = create_app(None, None, self.config)
+        self.registry = self.app.state.registry
+        sock = bind_socket("127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        self.server = make_server(self.app, self.config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
+        self.thread.start()
+        wait_for(lambda: self.server.started, START_TIMEOUT_S, "uvicorn to start")
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=120.0)
+
+    def state(self, name: str) -> str:
+        return self.registry.hosted[name].state
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(START_TIMEOUT_S)
+        for hosted in self.registry.hosted.values():
+            worker = hosted.runtime.detach()
+            if worker is not None:
+                worker.stop()
+
+
+@pytest.fixture
+def many():
+    servers: list[Many] = []
+
+    def make(*models: str, **kwargs: Any) -> Many:
+        servers.append(Many(*models, **kwargs))
+        return servers[-1]
+
+    yield make
+    for server in servers:
+        server.stop()
+
+
+def _alone(path: str) -> str:
+    """The greedy completion of PROMPT by the model at `path` served alone."""
+    from mlxcel_py.models import load_model
+
+    running = start_server(model=load_model(path))
+    try:
+        with running.client() as client:
+            return client.post("/v1/completions", json=PROMPT).json()["choices"][0]["text"]
+    finally:
+        stop_server(running)
+
+
+def _complete(client: httpx.Client, model: str) -> httpx.Response:
+    return client.post("/v1/completions", json={**PROMPT, "model": model})
+
+
+def test_two_models_concurrently_each_answers_as_alone(many):
+    alone = {"a": _alone(LLAMA), "q": _alone(QWEN)}
+    server = many(f"a={LLAMA}", f"q={QWEN}")
+    with server.client() as client:
+        listed = client.get("/v1/models").json()["data"]
+        assert [(m["id"], m["status"]["value"]) for m in listed] == [("a", "unloaded"), ("q", "unloaded")]
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(lambda name: (name, _complete(client, name)), ["a", "q", "a", "q"]))
+        for name, response in answers:
+            assert response.status_code == 200, response.text
+            assert response.json()["model"] == name
+            assert response.json()["choices"][0]["text"] == alone[name]
+        assert alone["a"] != alone["q"]  # two different models, so the routing is what made them equal
+        listed = client.get("/v1/models").json()["data"]
+        assert [m["status"]["value"] for m in listed] == ["loaded", "loaded"]
+        assert all(m["status"]["memory_bytes"] > 0 for m in listed)
+        # each engine is its own: the Ollama and Anthropic routes reach the same two models
+        chat = client.post("/api/chat", json={"model": "q", "messages": [{"role": "user", "content": "hi"}],
+                                              "stream": False, "options": {"temperature": 0, "num_predict": 3}})
+        assert chat.status_code == 200 and chat.json()["model"] == "q"
+        tags = client.get("/api/tags").json()["models"]
+        assert [(t["name"], t["state"]["value"]) for t in tags] == [("a", "loaded"), ("q", "loaded")]
+        slots = client.get("/slots").json()
+        assert {s["model"] for s in slots} == {"a", "q"}
+        metrics = client.get("/metrics").text
+        assert 'mlxcel_generated_tokens_total{model="a"}' in metrics
+        assert 'mlxcel_generated_tokens_total{model="q"}' in metrics
+
+
+def test_unknown_model_is_a_404_listing_the_models(many):
+    server = many(f"a={LLAMA}", f"q={QWEN}")
+    with server.client() as client:
+        response = _complete(client, "nope")
+        assert response.status_code == 404
+        error = error_of(response)
+        assert (error["code"], error["param"]) == ("model_not_found", "model")
+        assert error["message"] == "model 'nope' not found; the models are: a, q"
+        ollama = client.post("/api/generate", json={"model": "nope", "prompt": "x"})
+        assert ollama.status_code == 404 and ollama.json() == {"error": error["message"]}
+    assert (server.state("a"), server.state("q")) == ("unloaded", "unloaded")  # nothing was loaded for it
+
+
+def test_keep_alive_unloads_an_idle_model(many):
+    server = many(f"a={LLAMA}", f"q={QWEN}", keep_alive="0.2s")
+    with server.client() as client:
+        assert _complete(client, "a").status_code == 200
+        wait_for(lambda: server.state("a") == "unloaded", 10.0, "the keep-alive unload")
+        assert _complete(client, "a").status_code == 200  # and it comes back on its next request
+        # an Ollama request's keep_alive overrides --keep-alive: -1 keeps it resident
+        body = {"model": "q", "prompt": "hi", "stream": False, "keep_alive": -1, "options": {"num_predict": 2}}
+        assert client.post("/api/generate", json=body).status_code == 200
+        wait_for(lambda: server.state("a") == "unloaded", 10.0, "the keep-alive unload")
+        assert server.state("q") == "loaded" and client.get("/api/ps").json()["models"][0]["name"] == "q"
+        # keep_alive 0 with no prompt: Ollama's way to unload now
+        assert client.post("/api/generate", json={"model": "q", "keep_alive": 0}).status_code == 200
+        wait_for(lambda: server.state("q") == "unloaded", 10.0, "the keep_alive 0 unload")
+
+
+def test_corrupt_file_fails_its_own_requests_only(many, tmp_path):
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes((FIXTURES / "qwen2-f16.gguf").read_bytes()[:50_000])
+    server = many(f"a={LLAMA}", str(broken))
+    with server.client() as client:
+        for _ in range(2):  # the next request retries the load, and fails the same way
+            response = _complete(client, "broken")
+            assert response.status_code == 500
+            error = error_of(response)
+            assert error["code"] == "model_load_failed"
+            assert error["message"].startswith("model 'broken' failed to load: truncated GGUF file: broken.gguf")
+        assert _complete(client, "a").status_code == 200
+        listed = {m["id"]: m["status"] for m in client.get("/v1/models").json()["data"]}
+        assert listed["a"]["value"] == "loaded"
+        assert listed["broken"]["value"] == "unloaded" and "truncated GGUF" in listed["broken"]["last_error"]
+        assert client.get("/health").json() == {"status": "ok"}
+
+
+def test_load_and_unload_routes(many):
+    server = many(f"a={LLAMA}", f"q={QWEN}")
+    with server.client() as client:
+        assert client.post("/models/load", json={"model": "q"}).json() == {"success": True, "model": "q"}
+        assert server.state("q") == "loaded" and server.state("a") == "unloaded"
+        answer = client.post("/models/unload", json={"model": "q"}).json()
+        assert answer == {"success": True, "model": "q", "unloaded": True}
+        assert server.state("q") == "unloaded"
+        assert client.post("/models/unload", json={"model": "zz"}).status_code == 404
