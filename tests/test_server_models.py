@@ -163,3 +163,43 @@ def test_load_and_unload_routes(many):
         assert answer == {"success": True, "model": "q", "unloaded": True}
         assert server.state("q") == "unloaded"
         assert client.post("/models/unload", json={"model": "zz"}).status_code == 404
+
+
+def test_models_max_1_swaps_and_resident_memory_drops(many):
+    from mlxcel_py.models import default_model_path
+    from mlxcel_py.models.footprint import resident_bytes
+
+    server = many(f"big={default_model_path()}", f"q={QWEN}", models_max=1)
+    with server.client() as client:
+        assert _complete(client, "big").status_code == 200
+        with_big = resident_bytes()
+        assert _complete(client, "q").status_code == 200  # loading q unloads big first
+        assert (server.state("big"), server.state("q")) == ("unloaded", "loaded")
+        without_big = resident_bytes()
+        # SmolLM2-135M's float32 weights and engine are some hundreds of MiB; the tiny q is under one
+        assert without_big < with_big - 64 * 2**20, (with_big >> 20, without_big >> 20)
+        assert _complete(client, "big").status_code == 200  # and big comes back, unloading q
+        assert (server.state("big"), server.state("q")) == ("loaded", "unloaded")
+
+
+def test_memory_budget_unloads_the_least_recently_used(many):
+    server = many(f"a={LLAMA}", f"q={QWEN}", models_memory=1.0)  # 1 GiB
+    sizes = {LLAMA: 700 << 20, QWEN: 400 << 20}  # as if the files said so: 700 + 400 MiB > 1 GiB
+    server.registry.estimate = lambda spec: sizes[spec]
+    with server.client() as client:
+        assert _complete(client, "a").status_code == 200
+        assert _complete(client, "q").status_code == 200
+        assert (server.state("a"), server.state("q")) == ("unloaded", "loaded")
+        listed = {m["id"]: m["status"] for m in client.get("/v1/models").json()["data"]}
+        assert listed["q"]["estimated_bytes"] == 400 << 20 and listed["q"]["memory_bytes"] >= 400 << 20
+
+
+def test_a_model_over_the_budget_is_refused_before_loading(many):
+    server = many(f"a={LLAMA}", f"q={QWEN}", models_memory=0.5)
+    server.registry.estimate = lambda spec: 600 << 20 if spec == LLAMA else 1 << 20
+    with server.client() as client:
+        response = _complete(client, "a")
+        assert response.status_code == 503
+        assert error_of(response)["message"] == ("model 'a' needs about 0.59 GiB, more than --models-memory "
+                                                 "0.5 GiB")
+        assert server.state("a") == "unloaded" and _complete(client, "q").status_code == 200
