@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import threading
 from typing import Any
 
@@ -203,3 +204,63 @@ def test_a_model_over_the_budget_is_refused_before_loading(many):
         assert error_of(response)["message"] == ("model 'a' needs about 0.59 GiB, more than --models-memory "
                                                  "0.5 GiB")
         assert server.state("a") == "unloaded" and _complete(client, "q").status_code == 200
+
+
+def _held_load(server: Many) -> threading.Event:
+    """Make the registry's loads wait until the returned event is set (a slow load, on demand)."""
+    go, build = threading.Event(), server.registry.build
+
+    def held(hosted):
+        assert go.wait(30.0), "the test never let the load go"
+        return build(hosted)
+
+    server.registry.build = held
+    return go
+
+
+def test_a_stream_gets_keep_alive_frames_while_its_model_loads(many, monkeypatch):
+    from mlxcel_py.server.registry import loading
+    from server_helpers import sse_payloads
+
+    monkeypatch.setattr(loading, "KEEP_ALIVE_S", 0.05)
+    server = many(f"a={LLAMA}", f"q={QWEN}")
+    with server.client() as client:
+        assert client.post("/models/load", json={"model": "q"}).status_code == 200
+        whole = _complete(client, "a").json()["choices"][0]["text"]
+        assert client.post("/models/unload", json={"model": "a"}).json()["unloaded"] is True
+        go = _held_load(server)
+        with client.stream("POST", "/v1/completions", json={**PROMPT, "model": "a", "stream": True}) as response:
+            assert response.status_code == 200
+            lines = response.iter_lines()
+            assert [next(lines), next(lines), next(lines), next(lines)] == [": loading model a", ""] * 2
+            # a's load is under way; q is resident, and its requests do not wait for a's
+            with server.client() as other:
+                assert _complete(other, "q").status_code == 200
+            go.set()
+            rest = list(lines)
+        payloads = sse_payloads(rest)
+        assert payloads[-1] == "[DONE]"
+        assert "".join(p["choices"][0]["text"] for p in payloads[:-1]) == whole
+        ollama = {"model": "a", "prompt": "hi", "options": {"temperature": 0, "num_predict": 2}}
+        assert client.post("/models/unload", json={"model": "a"}).json()["unloaded"] is True
+        go = _held_load(server)
+        with client.stream("POST", "/api/generate", json=ollama) as response:
+            lines = response.iter_lines()
+            first = json.loads(next(lines))
+            assert (first["model"], first["response"], first["done"]) == ("a", "", False)
+            go.set()
+            chunks = [json.loads(line) for line in lines if line]
+        assert chunks[-1]["done"] is True and chunks[-1]["model"] == "a"
+
+
+def test_a_stream_whose_model_fails_to_load_gets_the_error_in_band(many, tmp_path):
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes((FIXTURES / "qwen2-f16.gguf").read_bytes()[:50_000])
+    server = many(f"a={LLAMA}", str(broken))
+    with server.client() as client:
+        with client.stream("POST", "/v1/chat/completions", json={
+                "model": "broken", "stream": True, "messages": [{"role": "user", "content": "hi"}]}) as response:
+            assert response.status_code == 200
+            frames = [line for line in response.iter_lines() if line.startswith("data: ")]
+        error = json.loads(frames[-1].removeprefix("data: "))["error"]
+        assert error["code"] == "model_load_failed" and "truncated GGUF file" in error["message"]

@@ -30,7 +30,7 @@ from .openai.routes import chat_completions, completions, models
 from .openai.schemas import ChatRequest, CompletionRequest
 from .responses.routes import create_response, delete_response, retrieve_response
 from .responses.schemas import ResponsesRequest
-from .registry import ModelRegistry, load_model_route, unload_model_route
+from .registry import ModelRegistry, load_model_route, unload_model_route, while_loading
 from .runtime import Runtime, serving
 from .webui import WebUIDoor
 
@@ -116,8 +116,11 @@ def create_app(
     app.state.runtime = state
     app.state.registry = ModelRegistry(config, state) if config.router is not None else None
     install_error_handlers(app)
+    streamed = {r.endpoint for r in ROUTES if r.streams}
     for route in ROUTES:
-        app.add_api_route(route.path, route.endpoint, methods=[route.method], include_in_schema=not route.alias)
+        # With several models a stream whose model must load first starts at once (registry/loading.py).
+        endpoint = while_loading(route.endpoint) if route.endpoint in streamed and config.router else route.endpoint
+        app.add_api_route(route.path, endpoint, methods=[route.method], include_in_schema=not route.alias)
     api_key = config.server.api_key if config.server else None
     bodies = {r.path: r.body for r in ROUTES if r.body is not None}
     install_openapi(app, api_key is not None, bodies, tuple(r.path for r in ROUTES if r.streams),
