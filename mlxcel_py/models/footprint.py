@@ -3,6 +3,7 @@ process's resident set) around the load, handed back after an unload (server/reg
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import math
 from pathlib import Path
@@ -59,4 +60,13 @@ def release_memory() -> None:
     gc.unfreeze()  # the server froze the model's objects at attach; collect them now
     gc.collect()
     mx.clear_cache()
+    _malloc_trim()
     gc.freeze()
+
+
+def _malloc_trim() -> None:
+    """Hand glibc's freed heap pages back to the system (without it the resident set keeps them)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to do
+        pass
