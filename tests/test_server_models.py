@@ -133,7 +133,8 @@ def test_keep_alive_unloads_an_idle_model(many):
         wait_for(lambda: server.state("a") == "unloaded", 10.0, "the keep-alive unload")
         assert server.state("q") == "loaded" and client.get("/api/ps").json()["models"][0]["name"] == "q"
         # keep_alive 0 with no prompt: Ollama's way to unload now
-        assert client.post("/api/generate", json={"model": "q", "keep_alive": 0}).status_code == 200
+        unload = client.post("/api/generate", json={"model": "q", "keep_alive": 0})
+        assert (unload.status_code, unload.json()["done_reason"]) == (200, "unload")
         wait_for(lambda: server.state("q") == "unloaded", 10.0, "the keep_alive 0 unload")
 
 

@@ -56,8 +56,8 @@ async def _generate(request: Request, prepare: Prepare, kind: Kind, param: str) 
 
 async def _answer(request: Request, rt: "Runtime", prepared: Optional[Prepared[OllamaReply]], kind: Kind,
                   param: str, arrived: float) -> Response:
-    if prepared is None:  # no prompt: Ollama's way to load a model, which is always loaded here
-        return JSONResponse(loaded_json(kind, rt.model_id))
+    if prepared is None:  # no prompt: Ollama's way to load a model (with keep_alive 0: to unload it)
+        return JSONResponse(loaded_json(kind, rt.model_id, unload=rt.routed and rt.keep_alive == 0))
     gen = await submit(request, rt, prepared.job, arrived, param)
     if gen is None:
         return Response(status_code=CLIENT_CLOSED)
