@@ -167,15 +167,26 @@ def test_load_and_unload_routes(many):
         assert client.post("/models/unload", json={"model": "zz"}).status_code == 404
 
 
-def test_models_max_1_swaps_and_resident_memory_drops(many):
+def test_models_max_1_swaps_when_idle_and_resident_memory_drops(many):
     from mlxcel_py.models import default_model_path
     from mlxcel_py.models.footprint import resident_bytes
 
     server = many(f"big={default_model_path()}", f"q={QWEN}", models_max=1)
-    with server.client() as client:
+    with server.client() as client, concurrent.futures.ThreadPoolExecutor(1) as pool:
         assert _complete(client, "big").status_code == 200
         with_big = resident_bytes()
-        assert _complete(client, "q").status_code == 200  # loading q unloads big first
+        long = {"model": "big", "prompt": "Count:", "stream": True, "ignore_eos": True, **GREEDY}  # for minutes
+        with client.stream("POST", "/v1/completions", json=long) as response:
+            lines = response.iter_lines()  # kept: a dropped iterator closes the stream
+            next(line for line in lines if line.startswith("data: "))
+            other = pool.submit(_complete, server.client(), "q")
+            wait_for(lambda: server.state("q") == "loading", 30.0, "q's load to start")
+            # big has a request in flight: q's load waits for it rather than unload big under it
+            big = server.registry.hosted["big"]
+            assert server.state("big") == "loaded" and not big.idle
+            assert not other.done()
+        # the stream is closed: big's request is aborted, big goes idle, and q takes its place
+        assert other.result(120.0).status_code == 200
         assert (server.state("big"), server.state("q")) == ("unloaded", "loaded")
         without_big = resident_bytes()
         # SmolLM2-135M's float32 weights and engine are some hundreds of MiB; the tiny q is under one
