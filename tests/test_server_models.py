@@ -165,6 +165,19 @@ def test_load_and_unload_routes(many):
         assert answer == {"success": True, "model": "q", "unloaded": True}
         assert server.state("q") == "unloaded"
         assert client.post("/models/unload", json={"model": "zz"}).status_code == 404
+        missing = client.post("/models/load", json={})
+        assert missing.status_code == 400 and error_of(missing)["message"] == "missing required field 'model'"
+
+
+def test_one_model_load_and_unload_routes():
+    running = start_server()
+    try:
+        with running.client() as client:
+            assert client.post("/models/load", json={"model": "any"}).json() == {"success": True, "model": "any"}
+            refused = client.post("/models/unload", json={"model": "any"})
+            assert refused.status_code == 400 and error_of(refused)["message"].startswith("this server serves one model")
+    finally:
+        stop_server(running)
 
 
 def test_models_max_1_swaps_when_idle_and_resident_memory_drops(many):

@@ -30,7 +30,7 @@ from .openai.routes import chat_completions, completions, models
 from .openai.schemas import ChatRequest, CompletionRequest
 from .responses.routes import create_response, delete_response, retrieve_response
 from .responses.schemas import ResponsesRequest
-from .registry import ModelRegistry, load_model_route, unload_model_route, while_loading
+from .registry import ModelNameRequest, ModelRegistry, load_model_route, unload_model_route, while_loading
 from .runtime import Runtime, serving
 from .webui import WebUIDoor
 
@@ -99,8 +99,8 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/metrics", metrics),
     Route("GET", "/slots", slots),
     # llama-server's router routes: several models (--models-dir, -m twice) loaded and unloaded on demand
-    Route("POST", "/models/load", load_model_route),
-    Route("POST", "/models/unload", unload_model_route),
+    Route("POST", "/models/load", load_model_route, ModelNameRequest),
+    Route("POST", "/models/unload", unload_model_route, ModelNameRequest),
 )
 
 

@@ -3,7 +3,7 @@
 from .hosted import LOADED, LOADING, UNLOADED, Hosted
 from .loading import while_loading
 from .registry import ModelRegistry
-from .routes import load_model_route, unload_model_route
+from .routes import ModelNameRequest, load_model_route, unload_model_route
 
-__all__ = ["LOADED", "LOADING", "UNLOADED", "Hosted", "ModelRegistry", "load_model_route", "unload_model_route",
+__all__ = ["LOADED", "LOADING", "UNLOADED", "Hosted", "ModelNameRequest", "ModelRegistry", "load_model_route", "unload_model_route",
            "while_loading"]

@@ -7,18 +7,23 @@ saying so (the one model stays loaded for the server's lifetime).
 from __future__ import annotations
 
 from fastapi import Request
+from pydantic import BaseModel, Field
 
-from ..http.body import read_body
+from ..http.body import parse_body, read_body
 from ..http.errors import APIError
-from ..runtime import model_field, runtime
+from ..runtime import runtime
+
+
+class ModelNameRequest(BaseModel):
+    """The body of /models/load and /models/unload."""
+
+    model: str = Field(min_length=1, description="A configured model's name (GET /v1/models lists them).")
 
 
 async def _named(request: Request) -> str:
     rt = runtime(request)
-    name = await rt.off_loop(model_field, await read_body(request, rt.max_body_bytes))
-    if name is None:
-        raise APIError(400, "missing required field 'model'", param="model")
-    return name
+    body = await rt.off_loop(parse_body, await read_body(request, rt.max_body_bytes), ModelNameRequest)
+    return body.model
 
 
 async def load_model_route(request: Request) -> dict:
