@@ -289,3 +289,25 @@ def test_a_stream_whose_model_fails_to_load_gets_the_error_in_band(many, tmp_pat
             frames = [line for line in response.iter_lines() if line.startswith("data: ")]
         error = json.loads(frames[-1].removeprefix("data: "))["error"]
         assert error["code"] == "model_load_failed" and "truncated GGUF file" in error["message"]
+
+
+def test_serve_command_lists_the_models_and_preloads():
+    from pathlib import Path
+
+    from server_helpers import spawn_server
+
+    child = spawn_server(Path(LLAMA), "-m", f"q={QWEN}", "--models-preload", "q", "--log-level", "info")
+    try:
+        log = child.log()
+        assert f"model llama-f16: {LLAMA}" in log and f"model q: {QWEN}" in log
+        assert "models_max 4 models_memory no budget keep_alive never preload q" in log
+        assert "ready: serving 2 models (llama-f16, q)" in log
+        wait_for(lambda: "model q: loaded in" in child.log(), 60.0, "the preload")
+        listed = httpx.get(child.url + "/v1/models", timeout=30).json()["data"]
+        assert [(m["id"], m["status"]["value"]) for m in listed] == [("llama-f16", "unloaded"), ("q", "loaded")]
+        answer = httpx.post(child.url + "/v1/completions", json={**PROMPT, "model": "llama-f16"}, timeout=120)
+        assert answer.status_code == 200 and answer.json()["model"] == "llama-f16"
+        child.proc.terminate()  # SIGTERM: both engines stop, the process exits 0
+        assert child.proc.wait(60) == 0
+    finally:
+        child.kill()
