@@ -2,7 +2,8 @@
 
 Every path appears once, so which route owns it never depends on an include order
 (llama-server's `/completions` is its own /completion, not OpenAI's /v1/completions).
-All state lives on `app.state.runtime` (runtime.py); no module globals.
+All state lives on `app.state.runtime` (runtime.py) and, with several models, on
+`app.state.registry` (registry/: one Runtime per model); no module globals.
 """
 
 from __future__ import annotations
