@@ -311,3 +311,13 @@ def test_serve_command_lists_the_models_and_preloads():
         assert child.proc.wait(60) == 0
     finally:
         child.kill()
+
+
+def test_ollama_embed_keep_alive_with_several_models(many):
+    server = many(f"a={LLAMA}", f"q={QWEN}")
+    with server.client() as client:
+        body = {"model": "q", "input": "hello", "keep_alive": 0}
+        assert client.post("/api/embed", json=body).status_code == 200
+        wait_for(lambda: server.state("q") == "unloaded", 10.0, "the keep_alive 0 unload")
+        bad = client.post("/api/embed", json={**body, "keep_alive": "soon"})
+        assert bad.status_code == 400 and bad.json()["error"].startswith("keep_alive must be seconds or a duration")

@@ -11,7 +11,8 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from ...engine import Embedding
-from ...errors import FieldError, RequestError
+from ...errors import ConfigError, FieldError, RequestError
+from ...serve_models import parse_keep_alive
 from ..generation.fanout import GenerationGroup, collect_all, submit_all
 from ..generation.submit import CLIENT_CLOSED
 from ..http.body import parse_body, read_body
@@ -44,6 +45,11 @@ async def _raw(request: Request, curl: bool = False) -> bytes:
 async def _body(rt: Runtime, raw: bytes, schema):
     body = await rt.off_loop(parse_body, raw, schema)
     rt.check_model(getattr(body, "model", None))
+    if rt.routed and hasattr(body, "keep_alive"):  # Ollama's bodies, one of several models: honoured
+        try:
+            rt.keep_alive = None if body.keep_alive is None else parse_keep_alive(body.keep_alive, "keep_alive")
+        except ConfigError as exc:
+            raise FieldError(str(exc), param="keep_alive") from None
     return body
 
 
