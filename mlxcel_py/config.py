@@ -17,6 +17,7 @@ from .engine.core.request import MAX_TOKENS_LIMIT, SamplingParams
 from .config_values import check_range, choice, drafting_config, env_bool, env_count, flag_or_env, parse_count
 from .errors import ConfigError, RequestError
 from .models.loader import CPU_WEIGHTS
+from .serve_models import RouterConfig, models_config
 from .serve_config import (
     DEFAULT_MAX_BODY_BYTES, DistributedConfig, ServerConfig, distributed_config, server_config, server_summary,
 )
@@ -141,6 +142,7 @@ class AppConfig:
     blas: str = "auto"  # "auto" | "off" | a library path (MLXCEL_BLAS)
     server: Optional[ServerConfig] = None
     distributed: Optional[DistributedConfig] = None  # None: one process, mx.distributed untouched
+    router: Optional[RouterConfig] = None  # several models (serve_models.py); None: the one model
 
 
 def _sampling(command: str, given: dict[str, object]) -> SamplingParams:
@@ -245,6 +247,12 @@ def resolve(
     draft_min: Optional[int] = None,
     draft_model: Optional[str] = None,
     context_shift: Optional[bool] = None,
+    extra_models: tuple[str, ...] = (),
+    models_dir: Optional[str] = None,
+    models_max: Optional[int] = None,
+    models_memory: Optional[float] = None,
+    keep_alive: Optional[str] = None,
+    models_preload: Optional[str] = None,
     env: Optional[Mapping[str, str]] = None,
 ) -> AppConfig:
     """Merge flags (None = not given) with the environment into one frozen AppConfig; raises ConfigError."""
@@ -256,6 +264,11 @@ def resolve(
     level = (log_level or "info").lower()
     if level not in LOG_LEVELS:
         raise ConfigError(f"--log-level must be one of {', '.join(LOG_LEVELS)} (got {log_level!r})", flag="--log-level")
+    router, first = models_config(command, env, ((model,) if model is not None else ()) + tuple(extra_models),
+                                  models_dir, models_max, models_memory, keep_alive, models_preload, model_alias)
+    model = first.spec if first is not None else None
+    if router is None and first is not None and first.named and model_alias is None:
+        model_alias = first.name  # -m NAME=SPEC with one model: NAME is the id replies report
     chunk = resolve_prefill_chunk_size(prefill_chunk_size, batch_size, env)
     cache = _prompt_cache(prompt_cache, cache_max_bytes, cache_max_entries, cache_min_prefix)
     budget = _itl_budget(itl_budget_ms, env, chunk)
@@ -285,8 +298,15 @@ def resolve(
     threads, threads_label = _count_flag(threads, "--threads", env, "LLAMA_ARG_THREADS")
     check_range(threads_label, threads, 1, MAX_THREADS)
     weights = choice(cpu_weights, "--cpu-weights", env, "MLXCEL_CPU_WEIGHTS", CPU_WEIGHTS, None)
+    if router is not None and dist is not None:
+        raise ConfigError("several models cannot be served over the ranks of mlx.launch (--distributed); "
+                          "serve one model there", flag="--models-dir")
     draft = _draft_model(draft_model, env, dist)
-    return AppConfig(command, ModelSpec(model, threads, weights, draft), engine, sampling, chunk, blas, server, dist)
+    if draft is not None and router is not None:
+        raise ConfigError("--draft-model drafts for one model; it cannot be used with several models",
+                          flag="--draft-model")
+    return AppConfig(command, ModelSpec(model, threads, weights, draft), engine, sampling, chunk, blas, server, dist,
+                     router)
 
 
 def _draft_model(flag: Optional[str], env: Mapping[str, str], dist: Optional[DistributedConfig]) -> Optional[str]:
@@ -324,6 +344,8 @@ def startup_summary(cfg: AppConfig) -> list[str]:
     if cfg.distributed is not None:
         d = cfg.distributed
         lines.append(f"distributed {d.mode} backend={d.backend} timeout={d.timeout_s:g}s")
+    if cfg.router is not None:
+        lines[:1] = cfg.router.describe()
     if cfg.server is not None:
         srv = cfg.server
         reasoning = f"reasoning_format {srv.reasoning_format} reasoning_budget {srv.reasoning_budget}"

@@ -222,3 +222,38 @@ ReasoningBudgetOpt = Annotated[
                  "templates that take it); N: the thinking's end marker is forced after N thinking tokens. "
                  "Default -1; env LLAMA_ARG_THINK_BUDGET."),
 ]
+# Several models behind one server (serve only; docs/SERVER.md "Several models").
+ModelsOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--model",
+        "-m",
+        help="An mlx-lm model directory, a .gguf file, or a Hugging Face id org/name[@rev][:FILE.gguf|:Q4_K_M] "
+        "(from the HF cache first), optionally NAME=SPEC; repeat it to serve several models, each request "
+        "choosing one by its `model`. Default: the embedded SmolLM2-135M-Instruct.",
+    ),
+]
+ModelsDirOpt = Annotated[
+    Optional[str],
+    typer.Option("--models-dir", help="Serve every .gguf file and mlx-lm model directory in this folder, named by "
+                 "file or directory stem, loaded on first use. Env LLAMA_ARG_MODELS_DIR."),
+]
+ModelsMaxOpt = Annotated[
+    Optional[int],
+    typer.Option("--models-max", help="With several models: how many may be resident at once; loading one more "
+                 "unloads the least recently used idle one. Default 4; env LLAMA_ARG_MODELS_MAX."),
+]
+ModelsMemoryOpt = Annotated[
+    Optional[float],
+    typer.Option("--models-memory", help="With several models: a resident-memory budget in GiB (estimated from "
+                 "the files, measured after load). Default none; env MLXCEL_MODELS_MEMORY."),
+]
+KeepAliveOpt = Annotated[
+    Optional[str],
+    typer.Option("--keep-alive", help="With several models: unload a model idle this long (seconds, or 30s, 5m, "
+                 "1h); -1 never. Ollama requests' keep_alive overrides it. Default -1; env MLXCEL_KEEP_ALIVE."),
+]
+ModelsPreloadOpt = Annotated[
+    Optional[str],
+    typer.Option("--models-preload", help="With several models: these names (comma-separated) load at startup."),
+]

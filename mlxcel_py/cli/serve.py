@@ -8,13 +8,14 @@ from .options import (
     CpuWeightsOpt,
     AliasOpt, ApiKeyOpt, ChatTemplateFileOpt, ChatTemplateKwargsOpt, ChatTemplateOpt, BatchSizeOpt, CacheMaxBytesOpt, CacheMaxEntriesOpt, CacheMinPrefixOpt, CorsOriginsOpt, CtxSizeOpt,
     DistributedOpt, DistributedTimeoutOpt, HostOpt, ItlBudgetOpt, LookupNgramOpt, DraftMaxOpt, DraftMinOpt, DraftModelOpt, LogLevelOpt, MaxBodyBytesOpt, MaxQueueOpt,
-    MaxTokensOpt, MinPOpt, ModelOpt, NoWebuiOpt, PoolingOpt, ReasoningBudgetOpt, ReasoningFormatOpt, ThreadsOpt, ParallelOpt, PortOpt, PrefillChunkOpt, PromptCacheOpt, RepeatPenaltyOpt, SeedOpt,
+    MaxTokensOpt, MinPOpt, NoWebuiOpt, PoolingOpt, ReasoningBudgetOpt, ReasoningFormatOpt, ThreadsOpt, ParallelOpt, PortOpt, PrefillChunkOpt, PromptCacheOpt, RepeatPenaltyOpt, SeedOpt,
     ShutdownGraceOpt, TempOpt, TopKOpt, TopPOpt, MetricsOpt, SlotsOpt, TagsOpt, ContextShiftOpt,
+    KeepAliveOpt, ModelsDirOpt, ModelsMaxOpt, ModelsMemoryOpt, ModelsOpt, ModelsPreloadOpt,
 )
 
 
 def serve(
-    model: ModelOpt = None,
+    model: ModelsOpt = None,
     threads: ThreadsOpt = None,
     cpu_weights: CpuWeightsOpt = None,
     host: HostOpt = None,
@@ -59,10 +60,15 @@ def serve(
     tags: TagsOpt = None,
     pooling: PoolingOpt = None,
     context_shift: ContextShiftOpt = None,
+    models_dir: ModelsDirOpt = None,
+    models_max: ModelsMaxOpt = None,
+    models_memory: ModelsMemoryOpt = None,
+    keep_alive: KeepAliveOpt = None,
+    models_preload: ModelsPreloadOpt = None,
 ) -> None:
-    """Serve the model over HTTP: the OpenAI, llama-server and Anthropic APIs (see docs/SERVER.md)."""
+    """Serve the model (or several) over HTTP: the OpenAI, llama-server and Anthropic APIs (see docs/SERVER.md)."""
     cfg = resolve_or_exit(
-        "serve", model=model, threads=threads, cpu_weights=cpu_weights,
+        "serve", model=model[0] if model else None, threads=threads, cpu_weights=cpu_weights,
         host=host, port=port, parallel=parallel, ctx_size=ctx_size,
         prefill_chunk_size=prefill_chunk_size, batch_size=batch_size, max_queue=max_queue,
         prompt_cache=prompt_cache, cache_max_bytes=cache_max_bytes, cache_max_entries=cache_max_entries,
@@ -75,6 +81,8 @@ def serve(
         chat_template=chat_template, chat_template_file=chat_template_file,
         chat_template_kwargs=chat_template_kwargs, reasoning_format=reasoning_format,
         reasoning_budget=reasoning_budget, pooling=pooling, context_shift=context_shift,
+        extra_models=tuple(model[1:]) if model else (), models_dir=models_dir, models_max=models_max,
+        models_memory=models_memory, keep_alive=keep_alive, models_preload=models_preload,
     )
     # Imported here: the server pulls in MLX, which must load after the BLAS preload.
     from ..server.http.serving import serve_forever

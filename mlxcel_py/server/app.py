@@ -2,7 +2,8 @@
 
 Every path appears once, so which route owns it never depends on an include order
 (llama-server's `/completions` is its own /completion, not OpenAI's /v1/completions).
-All state lives on `app.state.runtime` (runtime.py); no module globals.
+All state lives on `app.state.runtime` (runtime.py) and, with several models, on
+`app.state.registry` (registry/: one Runtime per model); no module globals.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from .openai.routes import chat_completions, completions, models
 from .openai.schemas import ChatRequest, CompletionRequest
 from .responses.routes import create_response, delete_response, retrieve_response
 from .responses.schemas import ResponsesRequest
-from .runtime import Runtime
+from .registry import ModelNameRequest, ModelRegistry, load_model_route, unload_model_route, while_loading
+from .runtime import Runtime, serving
 from .webui import WebUIDoor
 
 if TYPE_CHECKING:
@@ -97,6 +99,9 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/health", health, alias=True),
     Route("GET", "/metrics", metrics),
     Route("GET", "/slots", slots),
+    # llama-server's router routes: several models (--models-dir, -m twice) loaded and unloaded on demand
+    Route("POST", "/models/load", load_model_route, ModelNameRequest),
+    Route("POST", "/models/unload", unload_model_route, ModelNameRequest),
 )
 
 
@@ -110,15 +115,19 @@ def create_app(
     if worker is not None and loaded is not None:
         state.attach(worker, loaded)
     app.state.runtime = state
+    app.state.registry = ModelRegistry(config, state) if config.router is not None else None
     install_error_handlers(app)
+    streamed = {r.endpoint for r in ROUTES if r.streams}
     for route in ROUTES:
-        app.add_api_route(route.path, route.endpoint, methods=[route.method], include_in_schema=not route.alias)
+        # With several models a stream whose model must load first starts at once (registry/loading.py).
+        endpoint = while_loading(route.endpoint) if route.endpoint in streamed and config.router else route.endpoint
+        app.add_api_route(route.path, endpoint, methods=[route.method], include_in_schema=not route.alias)
     api_key = config.server.api_key if config.server else None
     bodies = {r.path: r.body for r in ROUTES if r.body is not None}
     install_openapi(app, api_key is not None, bodies, tuple(r.path for r in ROUTES if r.streams),
                     tuple(r.path for r in ROUTES if r.refuses))
     # The last added runs first: CORS (preflights, headers on every answer), bugs -> 500, the page, the gate.
-    app.add_middleware(Gate, api_key=api_key, state=lambda: app.state.runtime)
+    app.add_middleware(Gate, api_key=api_key, state=lambda: serving(app))
     if config.server is None or config.server.webui:
         app.add_middleware(WebUIDoor)  # the chat page, ahead of the gate: the page asks for the key itself
     app.add_middleware(CatchBugs)

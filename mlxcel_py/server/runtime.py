@@ -4,13 +4,14 @@ vocabulary and prompt limit they imply, metrics, and the draining/failed state."
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import gc
 import hashlib
 import time
 from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -32,12 +33,22 @@ if TYPE_CHECKING:
     from ..config import AppConfig
     from ..engine import EngineWorker
     from ..models import LoadedModel
-    from .generation.submit import Generation
 
 T = TypeVar("T")
 log = logging.getLogger("mlxcel_py.server")
 # Threads that parse, template and tokenize request bodies: the event loop never does.
 PREPARE_THREADS = 4
+
+
+class LiveSet(set):  # of Generation (generation/submit.py)
+    """The open requests of one engine; `on_empty` (the registry's) runs when the last one ends."""
+
+    on_empty: Optional[Callable[[], None]] = None
+
+    def discard(self, item: Any) -> None:
+        super().discard(item)
+        if not self and self.on_empty is not None:
+            self.on_empty()
 
 
 class Runtime:
@@ -60,9 +71,11 @@ class Runtime:
         self.draining = False
         self.failure: Optional[str] = None  # why the engine can no longer serve (a lost distributed rank)
         self.started = int(time.time())
-        self.live: set["Generation"] = set()  # submitted requests whose response is still open
+        self.live: LiveSet = LiveSet()  # submitted requests whose response is still open
         self.responses = ResponseStore()  # the Responses API's recent responses (previous_response_id, GET)
         self._limiter: Optional[anyio.CapacityLimiter] = None
+        self.routed = False  # one of several models (server/registry): names are matched there
+        self.keep_alive: Optional[float] = None  # the latest Ollama keep_alive (routed only); None: --keep-alive
 
     def _stats(self) -> "EngineStats":
         return self.worker.stats() if self.worker is not None else EngineStats()
@@ -97,6 +110,12 @@ class Runtime:
         # that allocates a million objects does not pay for full collections over them (each
         # one holds the GIL, and with it the event loop, for a quarter of a second).
         gc.freeze()
+
+    def detach(self) -> Optional["EngineWorker"]:
+        """Back to the unloaded state (the registry unloads the model); the worker to stop."""
+        worker, self.worker, self.loaded = self.worker, None, None
+        self.tool_format = self.reasoning = self.thinking_markers = None
+        return worker
 
     def _check_template(self, loaded: "LoadedModel") -> None:
         """A --chat-template is rendered once with the model's special tokens before serving."""
@@ -175,5 +194,38 @@ def system_fingerprint(loaded: "LoadedModel") -> str:
 
 
 def runtime(request: Request) -> Runtime:
-    """The app's Runtime: what every route reads its state from."""
+    """The app's Runtime: what every route reads its state from (with several models, the first's;
+    routes that serve a model get theirs from `routed`)."""
     return request.app.state.runtime
+
+
+def serving(app: Any) -> Any:
+    """What the Gate, /health and the shutdown read: the registry with several models, else the Runtime."""
+    return app.state.registry or app.state.runtime
+
+
+def model_field(raw: bytes, keys: tuple[str, ...] = ("model",)) -> Optional[str]:
+    """The model a JSON body names (the first of `keys` set); None when it names none (blocking)."""
+    from .http.body import json_object
+
+    body = json_object(raw)
+    return next((body[k] for k in keys if isinstance(body.get(k), str) and body[k]), None)
+
+
+@contextlib.asynccontextmanager
+async def routed(request: Request, raw: Optional[bytes] = None, keys: tuple[str, ...] = ("model",),
+                 name: Optional[str] = None) -> AsyncIterator[Runtime]:
+    """The Runtime of the model the request names (in its body `raw`, or `name`): with one model
+    the one Runtime, whatever the name; with several the registry's, loaded first if it is not
+    resident, and held (never unloaded) until the block ends."""
+    registry = request.app.state.registry
+    if registry is None:
+        yield runtime(request)
+        return
+    if name is None and raw is not None:
+        name = await registry.off_loop(model_field, raw, keys)
+    rt = await registry.acquire(name)
+    try:
+        yield rt
+    finally:
+        registry.release(rt)

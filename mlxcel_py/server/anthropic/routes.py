@@ -13,7 +13,7 @@ from ..generation.collect import collect
 from ..generation.stream import FramedStream
 from ..generation.submit import CLIENT_CLOSED, start
 from ..http.body import read_body
-from ..runtime import runtime
+from ..runtime import routed, runtime
 from .prepare import count_tokens, prepare_messages
 from .shapes import AnthropicFramer, message_json
 
@@ -33,5 +33,6 @@ async def messages(request: Request) -> Response:
 
 async def messages_count_tokens(request: Request) -> dict:
     """{"input_tokens": n}: the prompt the same body would run (templated and tokenized, nothing generated)."""
-    rt = runtime(request)
-    return await rt.off_loop(count_tokens, rt, await read_body(request, rt.max_body_bytes))
+    raw = await read_body(request, runtime(request).max_body_bytes)
+    async with routed(request, raw) as rt:
+        return await rt.off_loop(count_tokens, rt, raw)

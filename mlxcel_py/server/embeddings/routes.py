@@ -11,11 +11,12 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from ...engine import Embedding
-from ...errors import FieldError, RequestError
+from ...errors import ConfigError, FieldError, RequestError
+from ...serve_models import parse_keep_alive
 from ..generation.fanout import GenerationGroup, collect_all, submit_all
 from ..generation.submit import CLIENT_CLOSED
 from ..http.body import parse_body, read_body
-from ..runtime import Runtime, runtime
+from ..runtime import Runtime, routed, runtime
 from .prepare import EmbedPlan, input_ids, plan
 from .schemas import EmbeddingRequest, NativeEmbeddingRequest, OllamaEmbeddingsRequest, OllamaEmbedRequest
 from .vectors import encoded, normalize
@@ -37,10 +38,18 @@ async def _vectors(request: Request, rt: Runtime, job: EmbedPlan, arrived: float
     return out
 
 
-async def _body(request: Request, rt: Runtime, schema, curl: bool = False):
-    raw = await read_body(request, rt.max_body_bytes, curl_without_origin=curl)
+async def _raw(request: Request, curl: bool = False) -> bytes:
+    return await read_body(request, runtime(request).max_body_bytes, curl_without_origin=curl)
+
+
+async def _body(rt: Runtime, raw: bytes, schema):
     body = await rt.off_loop(parse_body, raw, schema)
     rt.check_model(getattr(body, "model", None))
+    if rt.routed and hasattr(body, "keep_alive"):  # Ollama's bodies, one of several models: honoured
+        try:
+            rt.keep_alive = None if body.keep_alive is None else parse_keep_alive(body.keep_alive, "keep_alive")
+        except ConfigError as exc:
+            raise FieldError(str(exc), param="keep_alive") from None
     return body
 
 
@@ -61,8 +70,12 @@ def _openai_plan(rt: Runtime, body: EmbeddingRequest) -> EmbedPlan:
 
 async def openai_embeddings(request: Request) -> Response:
     """OpenAI's embeddings: one L2-normalised vector per input, as float lists or base64."""
-    arrived, rt = time.perf_counter(), runtime(request)
-    body = await _body(request, rt, EmbeddingRequest)
+    arrived, raw = time.perf_counter(), await _raw(request)
+    async with routed(request, raw) as rt:
+        return await _openai_reply(request, rt, await _body(rt, raw, EmbeddingRequest), arrived)
+
+
+async def _openai_reply(request: Request, rt: Runtime, body: EmbeddingRequest, arrived: float) -> Response:
     job = await rt.off_loop(_openai_plan, rt, body)
     vectors = await _vectors(request, rt, job, arrived, "input")
     if vectors is None:
@@ -85,8 +98,12 @@ def _native_plan(rt: Runtime, body: NativeEmbeddingRequest) -> EmbedPlan:
 async def native_embedding(request: Request) -> Response:
     """llama-server's /embedding: [{"index", "embedding": [[...]]}], one row per input (one per
     token with --pooling none), normalised by `embd_normalize` (default 2, L2)."""
-    arrived, rt = time.perf_counter(), runtime(request)
-    body = await _body(request, rt, NativeEmbeddingRequest, curl=True)
+    arrived, raw = time.perf_counter(), await _raw(request, curl=True)
+    async with routed(request, raw) as rt:
+        return await _native_reply(request, rt, await _body(rt, raw, NativeEmbeddingRequest), arrived)
+
+
+async def _native_reply(request: Request, rt: Runtime, body: NativeEmbeddingRequest, arrived: float) -> Response:
     job = await rt.off_loop(_native_plan, rt, body)
     vectors = await _vectors(request, rt, job, arrived, "input" if body.input is not None else "content")
     if vectors is None:
@@ -111,8 +128,12 @@ def _ollama_plan(rt: Runtime, body: OllamaEmbedRequest) -> Optional[EmbedPlan]:
 
 async def ollama_embed(request: Request) -> Response:
     """Ollama's /api/embed: {"model", "embeddings": [[...]], durations, "prompt_eval_count"}, L2-normalised."""
-    arrived, rt = time.perf_counter(), runtime(request)
-    body = await _body(request, rt, OllamaEmbedRequest, curl=True)
+    arrived, raw = time.perf_counter(), await _raw(request, curl=True)
+    async with routed(request, raw) as rt:
+        return await _ollama_reply(request, rt, await _body(rt, raw, OllamaEmbedRequest), arrived)
+
+
+async def _ollama_reply(request: Request, rt: Runtime, body: OllamaEmbedRequest, arrived: float) -> Response:
     job = await rt.off_loop(_ollama_plan, rt, body)
     vectors = [] if job is None else await _vectors(request, rt, job, arrived, "input")
     if vectors is None:
@@ -126,8 +147,13 @@ async def ollama_embed(request: Request) -> Response:
 
 async def ollama_embeddings(request: Request) -> Response:
     """Ollama's older /api/embeddings: {"embedding": [...]} for one `prompt`, not normalised (as Ollama)."""
-    arrived, rt = time.perf_counter(), runtime(request)
-    body = await _body(request, rt, OllamaEmbeddingsRequest, curl=True)
+    arrived, raw = time.perf_counter(), await _raw(request, curl=True)
+    async with routed(request, raw) as rt:
+        return await _ollama_older_reply(request, rt, await _body(rt, raw, OllamaEmbeddingsRequest), arrived)
+
+
+async def _ollama_older_reply(request: Request, rt: Runtime, body: OllamaEmbeddingsRequest, arrived: float
+                              ) -> Response:
     if body.options:
         raise FieldError(f"options {', '.join(sorted(body.options))} do not apply to embeddings", param="options")
     if not body.prompt:

@@ -20,7 +20,7 @@ from starlette.types import Receive
 from ...engine import Finished, Request as EngineRequest, TokenDelta, TokenLogprobs
 from ..http.body import read_body
 from ..http.errors import APIError
-from ..runtime import runtime
+from ..runtime import routed, runtime
 from .submit import Generation, failure, submit, watched
 
 if TYPE_CHECKING:
@@ -104,11 +104,11 @@ async def start_all(request: Request, prepare: Callable[["Runtime", bytes], Prep
                     ) -> tuple[PreparedGroup[R], Optional[list[Generation]]]:
     """`start` for a group: read the body, prepare it off the loop, submit every job in order."""
     arrived = time.perf_counter()
-    rt = runtime(request)
-    raw = await read_body(request, rt.max_body_bytes)
-    prepared = await rt.off_loop(prepare, rt, raw)
-    del raw
-    return prepared, await submit_all(request, rt, prepared.jobs, arrived, param)
+    raw = await read_body(request, runtime(request).max_body_bytes)
+    async with routed(request, raw) as rt:
+        prepared = await rt.off_loop(prepare, rt, raw)
+        del raw
+        return prepared, await submit_all(request, rt, prepared.jobs, arrived, param)
 
 
 async def submit_all(request: Request, rt: "Runtime", jobs: Sequence[EngineRequest], arrived: float,

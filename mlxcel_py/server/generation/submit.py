@@ -24,7 +24,7 @@ from ...errors import MlxcelError
 from ..http.body import read_body
 from ..http.errors import APIError, from_error, unavailable
 from ..http.metrics import ServerMetrics
-from ..runtime import runtime
+from ..runtime import routed, runtime
 from .prepared import Prepared
 
 if TYPE_CHECKING:
@@ -124,8 +124,8 @@ async def start(request: Request, prepare: Callable[["Runtime", bytes], Prepared
     validate, template, tokenize) on the Runtime's threads, submit it. The generation is
     None when the client already left."""
     arrived = time.perf_counter()
-    rt = runtime(request)
-    raw = await read_body(request, rt.max_body_bytes)
-    prepared = await rt.off_loop(prepare, rt, raw)
-    del raw  # a large body is not kept alive for the whole generation
-    return prepared, await submit(request, rt, prepared.job, arrived, param)
+    raw = await read_body(request, runtime(request).max_body_bytes)
+    async with routed(request, raw) as rt:  # the model the body names (several: loaded first)
+        prepared = await rt.off_loop(prepare, rt, raw)
+        del raw  # a large body is not kept alive for the whole generation
+        return prepared, await submit(request, rt, prepared.job, arrived, param)

@@ -68,14 +68,20 @@ async def read_body(request: Request, limit: int, curl_without_origin: bool = Fa
     return b"".join(pieces)
 
 
-def parse_body(raw: bytes, model: type[ModelT]) -> ModelT:
-    """Parse and validate a JSON body (blocking: call it off the event loop); a 400 naming the field."""
+def json_object(raw: bytes) -> dict:
+    """The body as a JSON object, unvalidated (blocking); a 400 when it is not one."""
     try:
         obj = from_json(raw)
     except ValueError as exc:
         raise _malformed(raw, str(exc)) from None
     if not isinstance(obj, dict):
         raise APIError(400, "the request body must be a JSON object")
+    return obj
+
+
+def parse_body(raw: bytes, model: type[ModelT]) -> ModelT:
+    """Parse and validate a JSON body (blocking: call it off the event loop); a 400 naming the field."""
+    obj = json_object(raw)
     long_lists = {name: item for name, item in _model_lists(model).items()
                   if isinstance(obj.get(name), list) and len(obj[name]) > BATCH}
     try:

@@ -91,6 +91,26 @@ def _budget_metrics(b: BudgetStats) -> Iterator[Metric]:
                             value=b.model.speed_factor)
 
 
+def render_by_model(pairs: list[tuple[str, "ServerMetrics"]]) -> bytes:
+    """Several models' metrics as one exposition: every sample labelled `model`, each family once."""
+    families: dict[str, Metric] = {}
+    for name, metrics in pairs:
+        for family in metrics.registry.collect():
+            merged = families.setdefault(family.name, Metric(family.name, family.documentation, family.type))
+            merged.samples += [s._replace(labels={"model": name, **s.labels}) for s in family.samples]
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Fixed(list(families.values())))
+    return generate_latest(registry)
+
+
+class _Fixed(Collector):
+    def __init__(self, families: list[Metric]):
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)
+
+
 class ServerMetrics:
     """What the HTTP side counts (finishes, rejections, TTFT, ITL) plus the engine's snapshot."""
 

@@ -20,6 +20,7 @@ import uvicorn
 from ...config import AppConfig, startup_summary
 from ...errors import ServeError
 from ..app import create_app
+from ..runtime import serving as serving_state
 from .errors import APIError
 
 log = logging.getLogger("mlxcel_py.server")
@@ -116,7 +117,7 @@ def make_server(app: Any, config: AppConfig) -> GracefulServer:
         app, log_level=server_cfg.log_level, lifespan="off",  # type: ignore[union-attr]
         timeout_graceful_shutdown=int(grace + CUT_MARGIN_S + 1),
     )
-    return GracefulServer(uv_config, app.state.runtime, grace)
+    return GracefulServer(uv_config, serving_state(app), grace)
 
 
 def _in_daemon_thread(loop: asyncio.AbstractEventLoop, fn: Callable[[], Any]) -> asyncio.Future:
@@ -156,6 +157,9 @@ async def _serve(server: GracefulServer, socks: list[socket.socket], config: App
     from ...models import load_model
 
     serving = asyncio.ensure_future(server.serve(sockets=socks))
+    if config.router is not None:
+        await _serve_many(server, serving, urls)
+        return
     spec = config.model
     if cluster is None:
         load = lambda: load_model(spec.path, on_progress=log.info, threads=spec.threads, cpu_weights=spec.cpu_weights)  # noqa: E731
@@ -189,6 +193,19 @@ async def _serve(server: GracefulServer, socks: list[socket.socket], config: App
             await serving
 
 
+async def _serve_many(server: GracefulServer, serving: asyncio.Future, urls: str) -> None:
+    """Several models: each loads on its first request (--models-preload ones now); all stop at the end."""
+    registry = server.runtime
+    log.info("ready: serving %d models (%s) on %s; each loads on its first request", len(registry.hosted),
+             ", ".join(registry.hosted), urls)
+    preloading = asyncio.ensure_future(registry.preload())
+    try:
+        await serving
+    finally:
+        preloading.cancel()
+        await registry.close()
+
+
 def serve_forever(config: AppConfig) -> None:
     """Run `mlxcel-py serve` until SIGINT/SIGTERM; raises ServeError or ModelLoadError to the CLI."""
     from ...logs import setup_logging
@@ -211,6 +228,7 @@ def serve_forever(config: AppConfig) -> None:
     for line in startup_summary(dataclasses.replace(config, server=bound)):
         log.info("%s", line)
     app = create_app(None, None, config)
-    log.info("loading the model; /health answers 503 until it is ready")
+    if config.router is None:
+        log.info("loading the model; /health answers 503 until it is ready")
     asyncio.run(_serve(make_server(app, config), socks, config, ", ".join(bound.urls()), cluster))
     log.info("stopped")

@@ -6,9 +6,9 @@ from __future__ import annotations
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from ..runtime import runtime
+from ..runtime import Runtime, runtime, serving
 from .errors import APIError
-from .metrics import CONTENT_TYPE
+from .metrics import CONTENT_TYPE, render_by_model
 
 
 def _switched_off(endpoint: str, flag: str) -> APIError:
@@ -17,7 +17,7 @@ def _switched_off(endpoint: str, flag: str) -> APIError:
 
 
 async def health(request: Request) -> JSONResponse:
-    rt = runtime(request)
+    rt = serving(request.app)  # with several models: up while not draining (each loads on demand)
     if rt.failure is not None:
         return JSONResponse({"status": "error", "error": rt.failure}, status_code=503)
     if rt.draining:
@@ -31,8 +31,11 @@ async def metrics(request: Request) -> Response:
     rt = runtime(request)
     if rt.config.server is not None and not rt.config.server.endpoint_metrics:
         raise _switched_off("metrics", "--metrics")
+    registry = request.app.state.registry
+    text = rt.metrics.render() if registry is None else render_by_model(
+        [(h.name, h.runtime.metrics) for h in registry.hosted.values()])
     # llama-server's header: when this process started, for rates over its lifetime.
-    return Response(rt.metrics.render(), media_type=CONTENT_TYPE,
+    return Response(text, media_type=CONTENT_TYPE,
                     headers={"Process-Start-Time-Unix": str(rt.started)})
 
 
@@ -40,6 +43,17 @@ async def slots(request: Request) -> list[dict]:
     rt = runtime(request)
     if rt.config.server is not None and not rt.config.server.endpoint_slots:
         raise _switched_off("slots", "--slots")
+    registry = request.app.state.registry
+    if registry is None:
+        return _slots(rt)
+    wanted = request.query_params.get("model")
+    if wanted is not None:
+        registry.find(wanted)  # a 404 listing the models for an unknown name
+    return [{**slot, "model": h.name} for h in registry.hosted.values()
+            if h.runtime.worker is not None and wanted in (None, h.name) for slot in _slots(h.runtime)]
+
+
+def _slots(rt: Runtime) -> list[dict]:
     stats = rt.worker.stats()
     return [
         {

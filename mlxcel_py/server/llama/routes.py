@@ -26,7 +26,7 @@ from ..generation.stream import FramedStream
 from ..generation.submit import CLIENT_CLOSED
 from ..generation.template import chat_options
 from ..http.body import parse_body, read_body
-from ..runtime import runtime
+from ..runtime import routed, runtime
 from .prepare import prepare_native
 from .schemas import ApplyTemplateRequest, DetokenizeRequest, TokenizeRequest
 from .shapes import NativeFramer, NativeGroupFramer, NativeReply, default_settings, final_json
@@ -86,8 +86,13 @@ def _token_text(tokenizer: Any, name: str) -> str:
 
 
 async def props(request: Request) -> dict:
-    """llama-server's server properties (read-only, as llama-server without --props)."""
-    rt = runtime(request)
+    """llama-server's server properties (read-only, as llama-server without --props); with several
+    models, of the one `?model=` names (as llama-server's router)."""
+    async with routed(request, name=request.query_params.get("model")) as rt:
+        return _props(rt)
+
+
+def _props(rt: "Runtime") -> dict:
     stats = rt.worker.stats()
     server = rt.config.server or ServerConfig()
     return {
@@ -118,8 +123,9 @@ def _apply_template(rt: "Runtime", raw: bytes) -> dict:
 
 async def apply_template(request: Request) -> dict:
     """The prompt text the chat messages render to, as /v1/chat/completions would feed the model."""
-    rt = runtime(request)
-    return await rt.off_loop(_apply_template, rt, await read_body(request, rt.max_body_bytes))
+    raw = await read_body(request, runtime(request).max_body_bytes)
+    async with routed(request, raw) as rt:
+        return await rt.off_loop(_apply_template, rt, raw)
 
 
 def _tokenize(rt: "Runtime", raw: bytes) -> dict:
@@ -141,10 +147,12 @@ def _detokenize(rt: "Runtime", raw: bytes) -> dict:
 
 
 async def tokenize(request: Request) -> dict:
-    rt = runtime(request)
-    return await rt.off_loop(_tokenize, rt, await read_body(request, rt.max_body_bytes))
+    raw = await read_body(request, runtime(request).max_body_bytes)
+    async with routed(request, raw) as rt:
+        return await rt.off_loop(_tokenize, rt, raw)
 
 
 async def detokenize(request: Request) -> dict:
-    rt = runtime(request)
-    return await rt.off_loop(_detokenize, rt, await read_body(request, rt.max_body_bytes))
+    raw = await read_body(request, runtime(request).max_body_bytes)
+    async with routed(request, raw) as rt:
+        return await rt.off_loop(_detokenize, rt, raw)

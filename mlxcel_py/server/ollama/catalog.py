@@ -66,6 +66,41 @@ def _entry(rt: "Runtime", name: str) -> dict:
             "digest": digest, "details": details(rt)}
 
 
+def _unloaded_entry(rt: "Runtime", name: str) -> dict:
+    """A configured model that is not resident: what its files tell (details once loaded)."""
+    path = _weights_path(rt)
+    digest = hashlib.sha256(f"{name}|{path}".encode()).hexdigest()
+    fmt = "gguf" if path is not None and path.suffix.lower() == ".gguf" else "mlx"
+    return {"name": name, "model": name, "modified_at": _modified_at(rt, path), "size": _size(path),
+            "digest": digest, "details": {"parent_model": "", "format": fmt, "family": "", "families": [],
+                                          "parameter_size": "", "quantization_level": ""}}
+
+
+def tags_many(registry) -> dict:
+    """GET /api/tags with several models: every configured one, with its state."""
+    out = []
+    for hosted in registry.hosted.values():
+        rt = hosted.runtime
+        entry = _entry(rt, hosted.name) if rt.loaded is not None else _unloaded_entry(rt, hosted.name)
+        out.append({**entry, "state": hosted.describe()})
+    return {"models": out}
+
+
+def ps_many(registry) -> dict:
+    """GET /api/ps with several models: the resident ones, with when their keep-alive unloads them."""
+    out = []
+    for hosted in registry.hosted.values():
+        rt = hosted.runtime
+        if rt.loaded is None or rt.worker is None:
+            continue
+        entry = ps_json(rt)["models"][0]
+        expires = NEVER if hosted.expires_at is None else datetime.fromtimestamp(
+            hosted.expires_at, timezone.utc).isoformat().replace("+00:00", "Z")
+        out.append({**entry, "name": hosted.name, "model": hosted.name, "expires_at": expires,
+                    "size": hosted.memory})
+    return {"models": out}
+
+
 def tags_json(rt: "Runtime") -> dict:
     """GET /api/tags: the served model under each of its names."""
     return {"models": [_entry(rt, name) for name in names(rt)]}

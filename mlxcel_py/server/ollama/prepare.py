@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Optional
 
 from ...engine import ConstraintSpec
 from ...engine import Request as EngineRequest
-from ...errors import FieldError, PromptTooLongError, RequestError
+from ...errors import ConfigError, FieldError, PromptTooLongError, RequestError
 from ...models import encode_chat, encode_text
 from ...models.chat import ChatOptions, validate_messages
+from ...serve_models import parse_keep_alive
 from ...tool_calls import ToolRequest, tool_messages, tool_request
 from ..generation.assembler import Shape, ToolParsing
 from ..generation.logprobs import TokenPieces
@@ -128,10 +129,20 @@ def _logprobs(body: OllamaRequest, sampling: "SamplingParams") -> "SamplingParam
         raise FieldError(str(exc), param="top_logprobs") from None
 
 
+def request_keep_alive(value: object) -> float:
+    """A request's keep_alive in seconds (-1: never unload); a 400 naming it when it is not a duration."""
+    try:
+        return parse_keep_alive(value, "keep_alive")
+    except ConfigError as exc:
+        raise FieldError(str(exc), param="keep_alive") from None
+
+
 def _check(rt: "Runtime", body: OllamaRequest, table: tuple, empty: bool) -> None:
     rt.check_model(body.model)
     refuse_unsupported(body, table)
-    if empty and body.keep_alive in (0, 0.0, "0", "0s", "0m"):
+    if rt.routed:  # one of several models: keep_alive is how long it stays resident after this request
+        rt.keep_alive = None if body.keep_alive is None else request_keep_alive(body.keep_alive)
+    elif empty and body.keep_alive in (0, 0.0, "0", "0s", "0m"):
         raise FieldError("keep_alive 0 asks to unload the model; this server keeps its one model loaded "
                          "for its lifetime (stop the server to free it)", param="keep_alive")
 

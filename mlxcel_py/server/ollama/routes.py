@@ -20,8 +20,8 @@ from ..generation.stream import NDJSON_HEADERS, FramedStream
 from ..generation.submit import CLIENT_CLOSED, submit
 from ..http.body import parse_body, read_body
 from ..http.errors import APIError
-from ..runtime import runtime
-from .catalog import ps_json, show_json, tags_json
+from ..runtime import routed, runtime
+from .catalog import ps_json, ps_many, show_json, tags_json, tags_many
 from .prepare import prepare_chat, prepare_generate
 from .schemas import OllamaShowRequest
 from .shapes import Kind, OllamaFramer, OllamaReply, loaded_json, whole_json
@@ -49,12 +49,15 @@ async def generate(request: Request) -> Response:
 
 async def _generate(request: Request, prepare: Prepare, kind: Kind, param: str) -> Response:
     arrived = time.perf_counter()
-    rt = runtime(request)
-    raw = await read_body(request, rt.max_body_bytes, curl_without_origin=True)
-    prepared = await rt.off_loop(prepare, rt, raw, arrived)
-    del raw
-    if prepared is None:  # no prompt: Ollama's way to load a model, which is always loaded here
-        return JSONResponse(loaded_json(kind, rt.model_id))
+    raw = await read_body(request, runtime(request).max_body_bytes, curl_without_origin=True)
+    async with routed(request, raw) as rt:
+        return await _answer(request, rt, await rt.off_loop(prepare, rt, raw, arrived), kind, param, arrived)
+
+
+async def _answer(request: Request, rt: "Runtime", prepared: Optional[Prepared[OllamaReply]], kind: Kind,
+                  param: str, arrived: float) -> Response:
+    if prepared is None:  # no prompt: Ollama's way to load a model (with keep_alive 0: to unload it)
+        return JSONResponse(loaded_json(kind, rt.model_id, unload=rt.routed and rt.keep_alive == 0))
     gen = await submit(request, rt, prepared.job, arrived, param)
     if gen is None:
         return Response(status_code=CLIENT_CLOSED)
@@ -68,24 +71,25 @@ async def _generate(request: Request, prepare: Prepare, kind: Kind, param: str) 
 
 
 async def tags(request: Request) -> dict:
-    """The served model, under each of its names (its files' sizes read off the loop)."""
-    rt = runtime(request)
-    return await rt.off_loop(tags_json, rt)
+    """The served model, under each of its names (its files' sizes read off the loop); with several
+    models every configured one, with its state."""
+    rt, registry = runtime(request), request.app.state.registry
+    return await rt.off_loop(tags_json, rt) if registry is None else await rt.off_loop(tags_many, registry)
 
 
 async def show(request: Request) -> dict:
-    """The served model's details, whatever name the body gives."""
-    rt = runtime(request)
-    raw = await read_body(request, rt.max_body_bytes, curl_without_origin=True)
-    body = await rt.off_loop(parse_body, raw, OllamaShowRequest)
-    rt.check_model(body.model or body.name)
-    return await rt.off_loop(show_json, rt)
+    """The model's details (with one model, whatever name the body gives)."""
+    raw = await read_body(request, runtime(request).max_body_bytes, curl_without_origin=True)
+    async with routed(request, raw, keys=("model", "name")) as rt:
+        body = await rt.off_loop(parse_body, raw, OllamaShowRequest)
+        rt.check_model(body.model or body.name)
+        return await rt.off_loop(show_json, rt)
 
 
 async def ps(request: Request) -> dict:
-    """The loaded models: the served one, for the server's lifetime."""
-    rt = runtime(request)
-    return await rt.off_loop(ps_json, rt)
+    """The loaded models: the served one, for the server's lifetime; with several, the resident ones."""
+    rt, registry = runtime(request), request.app.state.registry
+    return await rt.off_loop(ps_json, rt) if registry is None else await rt.off_loop(ps_many, registry)
 
 
 async def version(request: Request) -> dict:

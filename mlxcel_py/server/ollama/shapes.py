@@ -111,10 +111,11 @@ def whole_json(reply: OllamaReply, parts: list[Part], f: Finished, generated: tu
     return final_json(reply, merge(parts), f, generated)
 
 
-def loaded_json(kind: Kind, model: str) -> dict:
-    """The answer to a body with no prompt: Ollama's "load" reply (the model is always loaded here)."""
+def loaded_json(kind: Kind, model: str, unload: bool = False) -> dict:
+    """The answer to a body with no prompt: Ollama's "load" reply, or its "unload" one for
+    `keep_alive: 0` (several models: it unloads once idle)."""
     empty = OllamaReply(kind, model, time.perf_counter())
-    return {**piece_json(empty, Part(), done=True), "done_reason": "load"}
+    return {**piece_json(empty, Part(), done=True), "done_reason": "unload" if unload else "load"}
 
 
 def _carries(part: Part) -> bool:

@@ -65,8 +65,22 @@ async def _choices(request: Request, group: PreparedGroup[Reply], members: Gener
 
 
 async def models(request: Request) -> dict:
-    """The served model, with llama-server's context and vocabulary figures in `meta`."""
-    rt = runtime(request)
+    """The served model, with llama-server's context and vocabulary figures in `meta`; with several,
+    every configured one with its `status` (loaded, loading, unloaded) and memory."""
+    registry = request.app.state.registry
+    if registry is None:
+        return {"object": "list", "data": [_entry(runtime(request))]}
+    data = []
+    for hosted in registry.hosted.values():
+        rt = hosted.runtime
+        entry = _entry(rt) if rt.loaded is not None else {
+            "id": hosted.name, "aliases": [hosted.name], "tags": [], "object": "model", "created": rt.started,
+            "owned_by": "mlxcel-py"}
+        data.append({**entry, "status": hosted.describe()})
+    return {"object": "list", "data": data}
+
+
+def _entry(rt: "Runtime") -> dict:
     stats = rt.worker.stats()
     meta = {"context_length": rt.loaded.context_length, "slots": len(stats.slots), "slot_context": stats.slot_context,
             # llama-server's names for the same
@@ -74,4 +88,4 @@ async def models(request: Request) -> dict:
     tags = list(rt.config.server.model_tags) if rt.config.server else []
     entry = {"id": rt.model_id, "aliases": list(rt.aliases) or [rt.model_id], "tags": tags, "object": "model",
              "created": rt.started, "owned_by": "mlxcel-py", "meta": meta}
-    return {"object": "list", "data": [entry]}
+    return entry

@@ -1,0 +1,72 @@
+"""How much memory a model takes: estimated from its files before loading, measured (the
+process's resident set) around the load, handed back after an unload (server/registry)."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import math
+from pathlib import Path
+from typing import Optional
+
+from ..errors import ModelLoadError
+from .loader import cpu_is_default, default_model_path
+
+_WEIGHT_FILES = ("*.safetensors", "*.npz")
+
+
+def resident_bytes() -> int:
+    """This process's resident set size (VmRSS), in bytes; 0 where /proc is absent."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def estimate_bytes(spec: Optional[str]) -> int:
+    """The memory a model is expected to take once loaded; 0 when it cannot be told from local files
+    (a Hugging Face id not in the cache, an unreadable file: the load itself says why).
+
+    On the CPU the loader keeps dense float32 weights (4 bytes per parameter) and, for a GGUF,
+    also reads the file's blocks; on a GPU the weights stay as stored (the file's size)."""
+    try:
+        path = Path(spec).expanduser() if spec else Path(default_model_path())
+    except ModelLoadError:
+        return 0
+    if path.is_dir():
+        return sum(p.stat().st_size for pattern in _WEIGHT_FILES for p in path.glob(pattern))
+    if not path.is_file():
+        return 0
+    size = path.stat().st_size
+    if path.suffix.lower() != ".gguf" or not cpu_is_default():
+        return size
+    from .gguf_file import read_gguf
+
+    try:
+        tensors = read_gguf(path).tensors.values()
+    except ModelLoadError:
+        return 0
+    return size + 4 * sum(math.prod(t.shape) for t in tensors)
+
+
+def release_memory() -> None:
+    """After an unload: collect what the dropped model held and return MLX's cached buffers."""
+    import mlx.core as mx
+
+    gc.unfreeze()  # the server froze the model's objects at attach; collect them now
+    gc.collect()
+    mx.clear_cache()
+    _malloc_trim()
+    gc.freeze()
+
+
+def _malloc_trim() -> None:
+    """Hand glibc's freed heap pages back to the system (without it the resident set keeps them)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to do
+        pass
