@@ -10,6 +10,7 @@ from .options import (
     DistributedOpt, DistributedTimeoutOpt, HostOpt, ItlBudgetOpt, LookupNgramOpt, DraftMaxOpt, DraftMinOpt, LogLevelOpt, MaxBodyBytesOpt, MaxQueueOpt,
     MaxTokensOpt, MinPOpt, ModelOpt, NoWebuiOpt, PoolingOpt, ReasoningBudgetOpt, ReasoningFormatOpt, ThreadsOpt, ParallelOpt, PortOpt, PrefillChunkOpt, PromptCacheOpt, RepeatPenaltyOpt, SeedOpt,
     ShutdownGraceOpt, TempOpt, TopKOpt, TopPOpt, MetricsOpt, SlotsOpt, TagsOpt,
+    CacheTypeKOpt, CacheTypeVOpt, CacheRamOpt, SlotSavePathOpt,
 )
 
 
@@ -57,6 +58,10 @@ def serve(
     reasoning_budget: ReasoningBudgetOpt = None,
     tags: TagsOpt = None,
     pooling: PoolingOpt = None,
+    cache_type_k: CacheTypeKOpt = None,
+    cache_type_v: CacheTypeVOpt = None,
+    cache_ram: CacheRamOpt = None,
+    slot_save_path: SlotSavePathOpt = None,
 ) -> None:
     """Serve the model over HTTP: the OpenAI, llama-server and Anthropic APIs (see docs/SERVER.md)."""
     cfg = resolve_or_exit(
@@ -73,6 +78,7 @@ def serve(
         chat_template=chat_template, chat_template_file=chat_template_file,
         chat_template_kwargs=chat_template_kwargs, reasoning_format=reasoning_format,
         reasoning_budget=reasoning_budget, pooling=pooling,
+        cache_type_k=cache_type_k, cache_type_v=cache_type_v, cache_ram=cache_ram, slot_save_path=slot_save_path,
     )
     # Imported here: the server pulls in MLX, which must load after the BLAS preload.
     from ..server.http.serving import serve_forever

@@ -23,6 +23,7 @@ from .http.errors import CatchBugs, install_error_handlers
 from .http.openapi import install_openapi
 from .http.status import health, metrics, slots
 from .llama.routes import apply_template, completion, detokenize, props, tokenize
+from .llama.slots import slot_action
 from .llama.schemas import ApplyTemplateRequest, DetokenizeRequest, NativeCompletionRequest, TokenizeRequest
 from .ollama.routes import chat, generate, manage_models, ps, show, tags, version
 from .ollama.schemas import OllamaChatRequest, OllamaGenerateRequest, OllamaShowRequest
@@ -97,6 +98,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/health", health, alias=True),
     Route("GET", "/metrics", metrics),
     Route("GET", "/slots", slots),
+    Route("POST", "/slots/{id_slot}", slot_action),  # llama-server's ?action=save|restore|erase (--slot-save-path)
 )
 
 

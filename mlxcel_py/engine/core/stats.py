@@ -35,6 +35,15 @@ class SlotInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class KVInfo:
+    """How the KV is stored (--cache-type-k/-v) and what one token of it costs over all layers."""
+
+    type_k: str = ""
+    type_v: str = ""
+    bytes_per_token: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class EngineStats:
     slots: tuple[SlotInfo, ...] = ()
     num_waiting: int = 0
@@ -53,6 +62,7 @@ class EngineStats:
     prompt_cache_bytes: int = 0
     peak_memory_bytes: int = 0  # the runner's peak (MLX's allocator, else the process's peak RSS)
     budget: Optional[BudgetStats] = None  # the ITL-budget policy and its cost model, when on
+    kv: KVInfo = KVInfo()
 
     @property
     def num_busy_slots(self) -> int:

@@ -60,8 +60,20 @@ class Retire:
 
 
 @dataclass(frozen=True, slots=True)
+class SlotFile:
+    """A slot action's file work (engine/core/slots.py): write a snapshot's first `length` positions
+    to `path` with `metadata` (save; no snapshot: a file of no tokens), or read `path` into a snapshot."""
+
+    action: str  # "save" | "restore"
+    path: str
+    snapshot_id: Optional[int]
+    length: int = 0
+    metadata: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Step:
-    """One record, executed in field order: retire, decode, prefill, then drop snapshots.
+    """One record, executed in this order: retire, decode, prefill, the slot file, then drop snapshots.
 
     Dropping last lets a piece adopt a snapshot that the same step's bookkeeping evicted.
     """
@@ -74,6 +86,7 @@ class Step:
     # Per decode row, draft tokens to verify after its last token (prompt lookup); () when no row drafts.
     # A runner may ignore them (decode one token per row): the scheduler then sees nothing accepted.
     drafts: tuple[tuple[int, ...], ...] = ()
+    slot_file: Optional[SlotFile] = None  # a slot save or restore, alone in its record (between ticks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +105,8 @@ class StepOutput:
     # Per decode row, the tokens after `decoded[i]` that its verified draft let the step emit (each one
     # an accepted draft token, the last one the target's own); () when no row drafted.
     decoded_extra: tuple[tuple[int, ...], ...] = ()
+    slot_file_bytes: int = 0  # the slot file's size, written or read
+    slot_file_error: Optional[str] = None  # why the slot file could not be written or read
 
 
 class Runner(Protocol):
@@ -103,6 +118,8 @@ class Runner(Protocol):
     compiler: Optional["ConstraintCompiler"] = None
     # Whether decode rows' drafts are verified; False: the engine does not draft (nothing would be accepted).
     verifies_drafts: bool = False
+    # Whether it executes `Step.slot_file` (writes and reads snapshots); False: slot actions answer 501.
+    saves_slots: bool = False
 
     def execute(self, step: Step) -> StepOutput:
         """Run one record in its order (retire, decode, prefill, drop snapshots); ends in a sync."""

@@ -41,11 +41,13 @@ async def slots(request: Request) -> list[dict]:
     if rt.config.server is not None and not rt.config.server.endpoint_slots:
         raise _switched_off("slots", "--slots")
     stats = rt.worker.stats()
+    kv = stats.kv
     return [
         {
             "id": s.slot_id, "state": s.state, "is_processing": s.state != "idle", "request_id": s.request_id,
             "n_ctx": stats.slot_context, "prompt_tokens": s.prompt_tokens, "processed": s.processed,
-            "generated": s.generated,
+            "generated": s.generated, "cache_type_k": kv.type_k, "cache_type_v": kv.type_v,
+            "kv_bytes_per_token": kv.bytes_per_token, "kv_bytes": (s.processed + s.generated) * kv.bytes_per_token,
         }
         for s in stats.slots
     ]
