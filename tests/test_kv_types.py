@@ -149,3 +149,39 @@ def test_the_decode_batch_of_a_typed_cache_is_its_own_class():
     assert [layer.size() for layer in runner._batch] == [34, 34]
     assert all(type(layer) is kv.QuantizedKVBatch and layer.bits == 8 for layer in runner._batch)
     assert not isinstance(runner._batch[0], BatchKVCache)
+
+
+def test_the_flags_their_short_names_and_variables_reach_the_config(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    import mlxcel_py.server.http.serving as serving
+    from mlxcel_py.cli.app import app
+
+    seen = []
+    monkeypatch.setattr(serving, "serve_forever", seen.append)
+    args = ["serve", "--port", "0", "-ctk", "q8_0", "-ctv", "Q8_0", "-cram", "64", "--slot-save-path", str(tmp_path)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    eng = seen[0].engine
+    assert (eng.kv_type_k, eng.kv_type_v, eng.prompt_cache.max_bytes) == ("q8_0", "q8_0", 64 << 20)
+    assert seen[0].server.slot_save_path == str(tmp_path.resolve())
+    env = {"LLAMA_ARG_CACHE_TYPE_K": "f16", "LLAMA_ARG_CACHE_TYPE_V": "bf16", "LLAMA_ARG_CACHE_RAM": "-1"}
+    cfg = resolve("serve", env=env).engine
+    assert (cfg.kv_type_k, cfg.kv_type_v, cfg.prompt_cache.max_bytes) == ("f16", "bf16", 1 << 62)
+    assert resolve("serve", env={"LLAMA_ARG_CACHE_RAM": "0"}).engine.prompt_cache.enabled is False
+    assert resolve("serve", env={}).engine.prompt_cache.max_bytes == 8192 << 20  # llama-server's default
+    bad = CliRunner().invoke(app, ["serve", "--port", "0", "-ctk", "q5_1"])
+    assert bad.exit_code == 2 and "--cache-type-k must be one of f32, f16, bf16, q8_0, q4_0 (got 'q5_1')" in bad.stderr
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"cache_ram": -2}, "--cache-ram must be at least -1 (got -2)"),
+    ({"cache_ram": 5, "cache_max_bytes": 3}, "--cache-ram and --cache-max-bytes both cap the prompt cache; give one"),
+    ({"env": {"LLAMA_ARG_CACHE_RAM": "lots"}}, "LLAMA_ARG_CACHE_RAM must be an integer number of MiB"),
+    ({"env": {"LLAMA_ARG_CACHE_TYPE_V": "q2_k"}}, "LLAMA_ARG_CACHE_TYPE_V must be one of"),
+    ({"slot_save_path": "/no/such/dir"}, "--slot-save-path '/no/such/dir' is not a directory"),
+])
+def test_bad_values_name_their_flag(kw, message):
+    kw.setdefault("env", {})
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        resolve("serve", **kw)
