@@ -1,7 +1,7 @@
 """Greedy agreement of each --cache-type-k/-v with the model's own KV, KV bytes per token, and
 the decode step's time, on one model (default: the embedded SmolLM2-135M-Instruct).
 
-    PYTHONPATH=$PWD python scripts/kv_types_measure.py [--model PATH] [--tokens 48] [--types f16,q8_0]
+    PYTHONPATH=$PWD python scripts/kv_types_measure.py [--model PATH] [--tokens 48] [--types q8_0,f16] [--plain 2]
 
 Prompts: four chat questions and four 128-token random-word prompts (loadtest/prompts.py).
 Every request runs alone through the real engine (build_engine), one slot, no prompt cache.
@@ -10,6 +10,7 @@ Every request runs alone through the real engine (build_engine), one slot, no pr
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 
 from mlxcel_py.config import resolve
@@ -44,13 +45,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=None)
     parser.add_argument("--tokens", type=int, default=48)
-    parser.add_argument("--types", default="f32,f16,bf16,q8_0,q4_0")
+    parser.add_argument("--types", default="q8_0,f16,q4_0,bf16")
+    parser.add_argument("--plain", type=int, default=2, help="prompts also decoded without the CPU decode step")
     args = parser.parse_args()
     loaded = load_model(args.model)
     ps = prompts(loaded)
     base = [greedy(loaded, None, p, args.tokens) for p in ps]
     print(f"{loaded.description}; {len(ps)} prompts x {args.tokens} greedy tokens; "
-          f"model dtype: {sum(t for _, t in base) / len(base) * 1000:.1f} ms per decode tick")
+          f"model dtype: {sum(t for _, t in base) / len(base) * 1000:.1f} ms per decode tick", flush=True)
+    plain = dataclasses.replace(loaded, cpu_decode=None)  # the model dtype through mlx-lm's forward
+    runs = [greedy(plain, None, p, args.tokens) for p in ps[: args.plain]]
+    print(f"model dtype without the CPU decode step: identical {sum(r == b for (r, _), (b, _) in zip(runs, base))}"
+          f"/{len(runs)}, {sum(t for _, t in runs) / max(len(runs), 1) * 1000:.1f} ms per decode tick", flush=True)
     for kv_type in args.types.split(","):
         engine = build_engine(resolve("serve", env={}, parallel=1, cache_type_k=kv_type,
                                       cache_type_v=kv_type).engine, loaded)
@@ -58,7 +64,7 @@ def main() -> None:
         same = sum(r == b for (r, _), (b, _) in zip(runs, base))
         agree = [next((i for i, (x, y) in enumerate(zip(r, b)) if x != y), len(b)) for (r, _), (b, _) in zip(runs, base)]
         print(f"{kv_type:5s} {engine.kv.bytes_per_token:6d} B/token  identical {same}/{len(ps)}  "
-              f"first divergence {agree}  {sum(t for _, t in runs) / len(runs) * 1000:.1f} ms per decode tick")
+              f"first divergence {agree}  {sum(t for _, t in runs) / len(runs) * 1000:.1f} ms per decode tick", flush=True)
 
 
 if __name__ == "__main__":
