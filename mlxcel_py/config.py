@@ -32,6 +32,9 @@ MAX_PARALLEL = 64
 MAX_THREADS = 1024
 MAX_ITL_BUDGET_MS = 600_000
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0")  # llama-server's --cache-type-k/-v names we store
+DEFAULT_CACHE_RAM_MIB = 8192  # llama-server's --cache-ram default
+NO_LIMIT = 1 << 62  # --cache-ram -1
 _SERVER_COMMANDS = ("serve", "bench")
 _SAMPLING_FLAGS = {
     "temperature": "--temp",
@@ -115,7 +118,7 @@ class ModelSpec:
 @dataclass(frozen=True, slots=True)
 class PromptCacheConfig:
     enabled: bool = True
-    max_bytes: int = 1 << 30
+    max_bytes: int = DEFAULT_CACHE_RAM_MIB << 20
     max_entries: int = 16
     min_prefix: int = 32
 
@@ -130,6 +133,8 @@ class EngineConfig:
     itl_budget_ms: Optional[int] = None  # choose the chunk per tick by time (engine/chunking/budget.py)
     drafting: DraftConfig = field(default_factory=DraftConfig)  # prompt lookup (--lookup-ngram); off by default
     context_shift: bool = False  # a full slot shifts its KV instead of ending the reply (--context-shift)
+    kv_type_k: Optional[str] = None  # --cache-type-k (engine/runner/kv.py); None: the model's dtype
+    kv_type_v: Optional[str] = None  # --cache-type-v
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,11 +197,33 @@ def _itl_budget(flag: Optional[int], env: Mapping[str, str], chunk: ResolvedChun
     return None
 
 
-def _prompt_cache(enabled: bool, max_bytes, max_entries, min_prefix) -> PromptCacheConfig:
+def _prompt_cache(enabled: bool, max_bytes, max_entries, min_prefix, env: Mapping[str, str],
+                  cache_ram: Optional[int] = None) -> PromptCacheConfig:
     given = {"max_bytes": max_bytes, "max_entries": max_entries, "min_prefix": min_prefix}
     for name, value in given.items():
         check_range("--cache-" + name.replace("_", "-"), value, 0)
+    ram, label = flag_or_env(cache_ram, "--cache-ram", env, "LLAMA_ARG_CACHE_RAM", parse=_mib)
+    if ram is not None:
+        if max_bytes is not None:
+            raise ConfigError(f"{label} and --cache-max-bytes both cap the prompt cache; give one", flag=label)
+        check_range(label, ram, -1)
+        enabled = enabled and ram != 0  # llama-server's 0: the prompt cache is off
+        given["max_bytes"] = NO_LIMIT if ram == -1 else ram << 20
     return PromptCacheConfig(enabled, **{k: v for k, v in given.items() if v is not None})
+
+
+def _mib(raw: str, name: str) -> int:
+    """--cache-ram's variable: MiB, or -1 for no limit."""
+    text = raw.strip()
+    if text.lstrip("-").isdigit() and text.count("-") <= 1 and not text.endswith("-"):
+        return int(text)
+    raise ConfigError(f"{name} must be an integer number of MiB (-1: no limit, 0: off) (got {raw!r})", flag=name)
+
+
+def _kv_types(env: Mapping[str, str], type_k: Optional[str], type_v: Optional[str]) -> tuple[Optional[str], ...]:
+    """--cache-type-k / --cache-type-v (llama-server's names and variables); None keeps the model's dtype."""
+    return tuple(choice(value, flag, env, name, KV_CACHE_TYPES, None) for value, flag, name in (
+        (type_k, "--cache-type-k", "LLAMA_ARG_CACHE_TYPE_K"), (type_v, "--cache-type-v", "LLAMA_ARG_CACHE_TYPE_V")))
 
 
 def resolve(
@@ -253,6 +280,10 @@ def resolve(
     models_memory: Optional[float] = None,
     keep_alive: Optional[str] = None,
     models_preload: Optional[str] = None,
+    cache_type_k: Optional[str] = None,
+    cache_type_v: Optional[str] = None,
+    cache_ram: Optional[int] = None,
+    slot_save_path: Optional[str] = None,
     env: Optional[Mapping[str, str]] = None,
 ) -> AppConfig:
     """Merge flags (None = not given) with the environment into one frozen AppConfig; raises ConfigError."""
@@ -270,10 +301,12 @@ def resolve(
     if router is None and first is not None and first.named and model_alias is None:
         model_alias = first.name  # -m NAME=SPEC with one model: NAME is the id replies report
     chunk = resolve_prefill_chunk_size(prefill_chunk_size, batch_size, env)
-    cache = _prompt_cache(prompt_cache, cache_max_bytes, cache_max_entries, cache_min_prefix)
+    cache = _prompt_cache(prompt_cache, cache_max_bytes, cache_max_entries, cache_min_prefix, env, cache_ram)
     budget = _itl_budget(itl_budget_ms, env, chunk)
     engine = _engine(command, env, chunk, parallel, ctx_size, max_queue, cache, budget)
-    engine = dataclasses.replace(engine, drafting=drafting_config(env, lookup_ngram, draft_max, draft_min))
+    type_k, type_v = _kv_types(env, cache_type_k, cache_type_v)
+    engine = dataclasses.replace(engine, drafting=drafting_config(env, lookup_ngram, draft_max, draft_min),
+                                 kv_type_k=type_k, kv_type_v=type_v)
     shift, _ = flag_or_env(context_shift, "--context-shift", env, "LLAMA_ARG_CONTEXT_SHIFT", parse=env_bool)
     engine = dataclasses.replace(engine, context_shift=bool(shift))
     given = {"temperature": temp, "top_p": top_p, "top_k": top_k, "min_p": min_p}
@@ -286,7 +319,9 @@ def resolve(
                                no_webui=no_webui, metrics=metrics, slots=slots, tags=tags,
                                chat_template=chat_template, chat_template_file=chat_template_file,
                                chat_template_kwargs=chat_template_kwargs, reasoning_format=reasoning_format,
-                               reasoning_budget=reasoning_budget, pooling=pooling)
+                               reasoning_budget=reasoning_budget, pooling=pooling, slot_save_path=slot_save_path)
+    elif slot_save_path is not None:
+        raise ConfigError(f"--slot-save-path applies to serve, not {command}", flag="--slot-save-path")
     elif pooling is not None:
         raise ConfigError(f"--pooling applies to serve, not {command}", flag="--pooling")
     elif host is not None or port is not None or api_key is not None:
@@ -335,8 +370,10 @@ def startup_summary(cfg: AppConfig) -> list[str]:
         f"lookup_ngram {eng.drafting.ngram or 'off'} draft_model {cfg.model.draft or 'none'} "
         f"draft_max {eng.drafting.draft_max} draft_min {eng.drafting.draft_min}",
         f"context_shift {'on' if eng.context_shift else 'off'}",
-        f"prompt_cache {'on' if cache.enabled else 'off'} max_bytes={cache.max_bytes} "
+        f"prompt_cache {'on' if cache.enabled else 'off'} "
+        f"max_bytes={'no limit' if cache.max_bytes >= NO_LIMIT else cache.max_bytes} "
         f"max_entries={cache.max_entries} min_prefix={cache.min_prefix}",
+        f"cache_type_k {eng.kv_type_k or 'the model dtype'} cache_type_v {eng.kv_type_v or 'the model dtype'}",
         f"sampling temp={s.temperature} top_p={s.top_p} top_k={s.top_k} min_p={s.min_p} "
         f"repeat_penalty={s.repetition_penalty} seed={s.seed} max_tokens={s.max_tokens}",
         f"blas {cfg.blas}",

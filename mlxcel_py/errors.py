@@ -48,6 +48,14 @@ class FieldError(RequestError):
     code = None  # type: ignore[assignment]
 
 
+class SlotActionError(RequestError):
+    """A /slots/{id}?action= the engine cannot do; `status` is the HTTP answer (400, 500, 501 or 503)."""
+
+    def __init__(self, message: str, *, status: int = 400, code: Optional[str] = None):
+        super().__init__(message, code=code)
+        self.status = status
+
+
 class PromptTooLongError(RequestError):
     """The prompt (plus room for one generated token) does not fit a slot's context."""
 

@@ -63,6 +63,7 @@ class ServerConfig:
     # -1: unrestricted; 0: thinking off (enable_thinking false); N: the end marker forced after N thinking tokens
     reasoning_budget: int = -1
     pooling: Optional[str] = None  # the embedding routes' --pooling; None: the model's, else last
+    slot_save_path: Optional[str] = None  # --slot-save-path: the directory /slots/{id}?action=save|restore uses
 
     @property
     def host(self) -> str:
@@ -138,7 +139,8 @@ def server_config(env: Mapping[str, str], *, host: Optional[str] = None, port: O
                   metrics: Optional[bool] = None, slots: Optional[bool] = None, chat_template: Optional[str] = None,
                   chat_template_file: Optional[str] = None, chat_template_kwargs: Optional[str] = None,
                   reasoning_format: Optional[str] = None, reasoning_budget: Optional[int] = None,
-                  tags: Optional[str] = None, pooling: Optional[str] = None) -> ServerConfig:
+                  tags: Optional[str] = None, pooling: Optional[str] = None,
+                  slot_save_path: Optional[str] = None) -> ServerConfig:
     """Flags (None = not given) over the environment -> ServerConfig; raises ConfigError."""
     host_text, host_label = flag_or_env(host, "--host", env, "LLAMA_ARG_HOST")
     hosts = _list(host_text, host_label, "address") or ("127.0.0.1",)
@@ -166,7 +168,17 @@ def server_config(env: Mapping[str, str], *, host: Optional[str] = None, port: O
         endpoint_slots=True if slots is None else slots,
         chat_template=template, reasoning_format=fmt, reasoning_budget=budget,
         model_tags=_list(tags_text, tags_label, "tag"), pooling=_pooling(env, pooling),
+        slot_save_path=_slot_save_path(slot_save_path),
     )
+
+
+def _slot_save_path(path: Optional[str]) -> Optional[str]:
+    """--slot-save-path: an existing directory, as llama-server requires (it never creates one)."""
+    if path is None:
+        return None
+    if not path.strip() or not Path(path).is_dir():
+        raise ConfigError(f"--slot-save-path {path!r} is not a directory", flag="--slot-save-path")
+    return str(Path(path).resolve())
 
 
 def _pooling(env: Mapping[str, str], pooling: Optional[str]) -> Optional[str]:
@@ -251,7 +263,8 @@ def server_summary(server: ServerConfig) -> list[str]:
         f"shutdown_grace={server.shutdown_grace_s:g} s, webui {'on' if server.webui else 'off'})",
         f"cors {cors}",
         f"endpoints /metrics {'on' if server.endpoint_metrics else 'off'}, "
-        f"/slots {'on' if server.endpoint_slots else 'off'}",
+        f"/slots {'on' if server.endpoint_slots else 'off'}, "
+        f"slot save/restore {server.slot_save_path or 'off (--slot-save-path)'}",
     ]
 
 

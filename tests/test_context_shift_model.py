@@ -179,3 +179,11 @@ def test_draft_model_rows_shift_token_exact(lm, parallel):
         assert tokens == plain[rid][0], rid
         assert done.timings.context_shifts >= 2, rid
         assert done.timings.draft_n > 0 and done.timings.draft_n_accepted == done.timings.draft_n, rid
+
+
+def test_a_kv_type_other_than_the_models_refuses_context_shift_at_startup(lm):
+    from mlxcel_py.errors import ConfigError
+
+    cfg = resolve("serve", env={}, parallel=1, ctx_size=CTX, context_shift=True, cache_type_k="f16", cache_type_v="f16")
+    with pytest.raises(ConfigError, match="--context-shift is not available for this model: the KV is stored as K f16"):
+        build_engine(cfg.engine, lm)

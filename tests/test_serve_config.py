@@ -80,7 +80,7 @@ def test_summary_lists_every_url_and_the_origins():
     lines = startup_summary(cfg)
     assert lines[-3].startswith("server http://127.0.0.1:9000, http://[::1]:9000 (no api key, ")
     assert lines[-2] == "cors loopback origins, http://a.example:3000"
-    assert lines[-1] == "endpoints /metrics on, /slots on"
+    assert lines[-1] == "endpoints /metrics on, /slots on, slot save/restore off (--slot-save-path)"
 
 
 def test_cli_flags_reach_the_config(monkeypatch):

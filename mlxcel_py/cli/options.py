@@ -165,7 +165,8 @@ PromptCacheOpt = Annotated[
     bool, typer.Option("--prompt-cache/--no-prompt-cache", help="Reuse the KV of shared prompt prefixes.")
 ]
 CacheMaxBytesOpt = Annotated[
-    Optional[int], typer.Option("--cache-max-bytes", help="Prompt cache size limit in bytes. Default 1 GiB.")
+    Optional[int], typer.Option("--cache-max-bytes", help="Prompt cache size limit in bytes. Default 8 GiB "
+                                "(--cache-ram's default); give one of the two.")
 ]
 CacheMaxEntriesOpt = Annotated[
     Optional[int], typer.Option("--cache-max-entries", help="Prompt cache entry limit. Default 16.")
@@ -256,4 +257,24 @@ KeepAliveOpt = Annotated[
 ModelsPreloadOpt = Annotated[
     Optional[str],
     typer.Option("--models-preload", help="With several models: these names (comma-separated) load at startup."),
+]
+CacheTypeKOpt = Annotated[
+    Optional[str],
+    typer.Option("--cache-type-k", "-ctk", help="KV storage type of K: f32, f16, bf16, q8_0, q4_0 (group 32). "
+                 "Default: the model's dtype; env LLAMA_ARG_CACHE_TYPE_K (docs/SERVER.md, KV cache types)."),
+]
+CacheTypeVOpt = Annotated[
+    Optional[str],
+    typer.Option("--cache-type-v", "-ctv", help="KV storage type of V (as --cache-type-k); a quantized type "
+                 "needs the same one for K. Env LLAMA_ARG_CACHE_TYPE_V."),
+]
+CacheRamOpt = Annotated[
+    Optional[int],
+    typer.Option("--cache-ram", "-cram", help="Prompt cache size limit in MiB: -1 no limit, 0 off. Default 8192 "
+                 "(llama-server's); env LLAMA_ARG_CACHE_RAM."),
+]
+SlotSavePathOpt = Annotated[
+    Optional[str],
+    typer.Option("--slot-save-path", help="An existing directory: enables POST /slots/{id}?action=save|restore"
+                 "|erase (llama-server's; docs/SERVER.md). Default: off."),
 ]

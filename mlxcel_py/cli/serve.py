@@ -11,6 +11,7 @@ from .options import (
     MaxTokensOpt, MinPOpt, NoWebuiOpt, PoolingOpt, ReasoningBudgetOpt, ReasoningFormatOpt, ThreadsOpt, ParallelOpt, PortOpt, PrefillChunkOpt, PromptCacheOpt, RepeatPenaltyOpt, SeedOpt,
     ShutdownGraceOpt, TempOpt, TopKOpt, TopPOpt, MetricsOpt, SlotsOpt, TagsOpt, ContextShiftOpt,
     KeepAliveOpt, ModelsDirOpt, ModelsMaxOpt, ModelsMemoryOpt, ModelsOpt, ModelsPreloadOpt,
+    CacheTypeKOpt, CacheTypeVOpt, CacheRamOpt, SlotSavePathOpt,
 )
 
 
@@ -65,6 +66,10 @@ def serve(
     models_memory: ModelsMemoryOpt = None,
     keep_alive: KeepAliveOpt = None,
     models_preload: ModelsPreloadOpt = None,
+    cache_type_k: CacheTypeKOpt = None,
+    cache_type_v: CacheTypeVOpt = None,
+    cache_ram: CacheRamOpt = None,
+    slot_save_path: SlotSavePathOpt = None,
 ) -> None:
     """Serve the model (or several) over HTTP: the OpenAI, llama-server and Anthropic APIs (see docs/SERVER.md)."""
     cfg = resolve_or_exit(
@@ -83,6 +88,7 @@ def serve(
         reasoning_budget=reasoning_budget, pooling=pooling, context_shift=context_shift,
         extra_models=tuple(model[1:]) if model else (), models_dir=models_dir, models_max=models_max,
         models_memory=models_memory, keep_alive=keep_alive, models_preload=models_preload,
+        cache_type_k=cache_type_k, cache_type_v=cache_type_v, cache_ram=cache_ram, slot_save_path=slot_save_path,
     )
     # Imported here: the server pulls in MLX, which must load after the BLAS preload.
     from ..server.http.serving import serve_forever

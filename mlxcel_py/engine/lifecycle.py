@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import logging
 from typing import TYPE_CHECKING, Iterator, Optional
 
@@ -18,6 +19,8 @@ from .core.scheduler import Scheduler
 from .core.step import Runner
 from .core.text_stream import stream_factory
 from .core.engine import Engine
+from .core.slots import ModelIdentity
+from .core.stats import KVInfo
 from .core.worker import EngineWorker
 
 if TYPE_CHECKING:
@@ -51,11 +54,16 @@ def build_engine(config: "EngineConfig", loaded: "LoadedModel", runner: Optional
     `runner`: one built by the caller (rank 0's distributed runner); default a local ModelRunner
     with the CPU decode step and prefill kernels the loader chose. `draft`: the --draft-model."""
     from .runner.model_runner import ModelRunner, kv_bytes_per_token  # the only import of the model-calling code
+    from .runner.kv import resolve_layout
 
     per_slot = slot_context(config.ctx_size, config.num_slots, loaded.context_length)
+    layout = resolve_layout(loaded.model, config.kv_type_k, config.kv_type_v)
+    local = runner is None
     drafting = config.drafting
     if runner is None:
-        fast = loaded.cpu_decode
+        fast = loaded.cpu_decode if layout.native else None
+        if loaded.cpu_decode is not None and fast is None:  # it writes float32 into mlx-lm's BatchKVCache
+            log.info("CPU decode step off: it needs the model's own KV dtype; decoding through mlx-lm")
         drafter = None
         if draft is not None:
             from .runner.draft_model import DraftModel
@@ -65,9 +73,13 @@ def build_engine(config: "EngineConfig", loaded: "LoadedModel", runner: Optional
                                  verify=quick.verify if quick is not None else None)
             drafting = dataclasses.replace(drafting, model=True)
         runner = ModelRunner(loaded.model, compiler_for(loaded), decode=fast, kernels=loaded.cpu_kernels,
-                             verify=fast.verify if fast is not None else None, draft=drafter)
+                             verify=fast.verify if fast is not None else None, draft=drafter, kv=layout)
+    elif not layout.native:
+        raise ConfigError("--cache-type-k/-v apply to one process; a distributed engine keeps the model's dtype",
+                          flag="--cache-type-k")
     elif draft is not None:
         log.warning("--draft-model is off: this runner (%s) drafts no tokens", type(runner).__name__)
+    bytes_per_token = kv_bytes_per_token(loaded.model, layout)
     drafting = drafting if drafting.enabled else None
     if drafting is not None and not runner.verifies_drafts:
         log.warning("--lookup-ngram is off: this runner (%s) does not verify drafts", type(runner).__name__)
@@ -75,7 +87,7 @@ def build_engine(config: "EngineConfig", loaded: "LoadedModel", runner: Optional
     pc = config.prompt_cache
     cache = None
     if pc.enabled:
-        cache = PromptCache(pc.max_bytes, pc.max_entries, pc.min_prefix, kv_bytes_per_token(loaded.model))
+        cache = PromptCache(pc.max_bytes, pc.max_entries, pc.min_prefix, bytes_per_token)
     scheduler = Scheduler(
         policy=config.policy,
         num_slots=config.num_slots,
@@ -90,8 +102,11 @@ def build_engine(config: "EngineConfig", loaded: "LoadedModel", runner: Optional
     log.info("prefill_chunk_size %s%s", config.policy.describe(),
              " until the ITL-budget calibration ends" if config.itl_budget_ms is not None else "")
     log.info("slots=%d context per slot=%d tokens (total %d)", config.num_slots, per_slot, per_slot * config.num_slots)
+    log.info("KV cache: %s; %d bytes per token, %.1f MiB per full slot", layout.describe(), bytes_per_token,
+             bytes_per_token * per_slot / (1 << 20))
     if cache is not None:
-        log.info("prompt cache: up to %d entries, %d MiB, min prefix %d", pc.max_entries, pc.max_bytes >> 20, pc.min_prefix)
+        size = "no size limit" if pc.max_bytes >= 1 << 62 else f"{pc.max_bytes >> 20} MiB"
+        log.info("prompt cache: up to %d entries, %s, min prefix %d", pc.max_entries, size, pc.min_prefix)
     else:
         log.info("prompt cache: off")
     if drafting is not None:
@@ -99,7 +114,19 @@ def build_engine(config: "EngineConfig", loaded: "LoadedModel", runner: Optional
             ["draft model"] if drafting.model else [])
         log.info("speculative decoding: %s, drafts of %d..%d tokens", " then ".join(sources),
                  max(drafting.draft_min, 1), drafting.draft_max)
-    return Engine(scheduler, runner, itl_budget_ms=config.itl_budget_ms, vocab_size=loaded.logits_width)
+    kv = KVInfo(layout.k.name, layout.v.name, bytes_per_token)
+    identity = model_identity(loaded, kv) if local else None  # a distributed engine keeps no slot files
+    return Engine(scheduler, runner, itl_budget_ms=config.itl_budget_ms, vocab_size=loaded.logits_width, kv=kv,
+                  identity=identity)
+
+
+def model_identity(loaded: "LoadedModel", kv: KVInfo) -> ModelIdentity:
+    """What a slot file records of the model: its name, and a digest of its parameters (names, shapes,
+    sampled values) and of how it was loaded, so a restore into another model is refused."""
+    from .runner.slot_io import model_digest
+
+    ident = "|".join((loaded.name, loaded.source, loaded.weights, model_digest(loaded.model)))
+    return ModelIdentity(loaded.name, hashlib.sha256(ident.encode()).hexdigest()[:16], kv.type_k, kv.type_v)
 
 
 @contextlib.contextmanager

@@ -24,6 +24,7 @@ from .http.errors import CatchBugs, install_error_handlers
 from .http.openapi import install_openapi
 from .http.status import health, metrics, slots
 from .llama.routes import apply_template, completion, detokenize, props, tokenize
+from .llama.slots import slot_action
 from .llama.schemas import ApplyTemplateRequest, DetokenizeRequest, NativeCompletionRequest, TokenizeRequest
 from .ollama.routes import chat, generate, manage_models, ps, show, tags, version
 from .ollama.schemas import OllamaChatRequest, OllamaGenerateRequest, OllamaShowRequest
@@ -102,6 +103,7 @@ ROUTES: tuple[Route, ...] = (
     # llama-server's router routes: several models (--models-dir, -m twice) loaded and unloaded on demand
     Route("POST", "/models/load", load_model_route, ModelNameRequest),
     Route("POST", "/models/unload", unload_model_route, ModelNameRequest),
+    Route("POST", "/slots/{id_slot}", slot_action),  # llama-server's ?action=save|restore|erase (--slot-save-path)
 )
 
 

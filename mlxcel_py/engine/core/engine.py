@@ -13,7 +13,9 @@ from ..chunking.probe import ROW_PROMPT, TickProbe
 from .events import Event
 from .request import Request
 from .scheduler import Scheduler
-from .stats import EngineStats, Limits
+from ...errors import SlotActionError
+from .slots import ModelIdentity, SlotAction, SlotFiles, SlotResult
+from .stats import EngineStats, KVInfo, Limits
 from .step import Runner, Step
 
 if TYPE_CHECKING:
@@ -39,8 +41,10 @@ class Engine:
     """Admit, decode the active batch, run one prefill piece, retire; returns the tick's events."""
 
     def __init__(self, scheduler: Scheduler, runner: Runner, *, itl_budget_ms: Optional[int] = None,
-                 vocab_size: int = 0):
+                 vocab_size: int = 0, kv: KVInfo = KVInfo(), identity: Optional[ModelIdentity] = None):
         self.scheduler = scheduler
+        self.kv = kv
+        self.slots = SlotFiles(scheduler, runner, identity) if identity is not None and runner.saves_slots else None
         self.runner = runner
         self.itl_budget_ms, self.vocab_size = itl_budget_ms, vocab_size
         self._peak_memory = 0  # read from the runner after each tick, on the engine thread
@@ -95,6 +99,13 @@ class Engine:
     def abort(self, request_id: str) -> None:
         self.scheduler.abort(request_id)
 
+    def slot_action(self, action: SlotAction) -> SlotResult:
+        """A slot save, restore or erase, between ticks (engine/core/slots.py)."""
+        if self.slots is None:
+            raise SlotActionError("This server does not support slots action with this runner (a distributed "
+                                  "engine keeps no slot files)", status=501, code="not_supported_error")
+        return self.slots.run(action)
+
     def has_work(self) -> bool:
         return self.scheduler.has_work()
 
@@ -114,7 +125,7 @@ class Engine:
         return Limits(s.num_slots, s.slot_context, s.max_queue)
 
     def stats(self) -> EngineStats:
-        return dataclasses.replace(self.scheduler.stats(), peak_memory_bytes=self._peak_memory)
+        return dataclasses.replace(self.scheduler.stats(), peak_memory_bytes=self._peak_memory, kv=self.kv)
 
     def close(self) -> None:
         """Called by the worker on the stopping thread once the engine thread has ended."""

@@ -85,6 +85,20 @@ class PromptCache:
             self._drop(next(iter(self._entries)))
         return self._next_id
 
+    def covering(self, tokens: tuple[int, ...]) -> Optional[CacheEntry]:
+        """An entry whose tokens start with `tokens` (itself, or a longer one that superseded it)."""
+        if tokens in self._entries:
+            return self._entries[tokens]
+        n = len(tokens)
+        return next((e for k, e in self._entries.items() if len(k) > n and k[:n] == tokens), None)
+
+    def remove(self, tokens: tuple[int, ...]) -> bool:
+        """Drop the entry of exactly `tokens`; whether there was one."""
+        if tokens not in self._entries:
+            return False
+        self._drop(tokens)
+        return True
+
     def take_dropped(self) -> tuple[int, ...]:
         """Snapshot ids no longer indexed, for the runner to free."""
         dropped, self._dropped = tuple(self._dropped), []

@@ -7,6 +7,7 @@ whether anything is decoding *now*; the plan resumes at the sequence's cursor.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import deque
 from typing import Callable, Optional
@@ -80,6 +81,8 @@ class Scheduler:
         self.counters = {"finished": 0, "prompt": 0, "cached": 0, "generated": 0, "decode_steps": 0,
                          "drafted": 0, "draft_accepted": 0, "context_shifts": 0, "discarded": 0}
         self.pieces_by_chunk: dict[int, int] = {}
+        # Per slot, the tokens whose KV its last request left in the prompt cache (slots.py saves them).
+        self.slot_tokens: dict[int, tuple[int, ...]] = {}
 
     # -- requests in ----------------------------------------------------------------------
     def add(self, request: Request) -> None:
@@ -158,6 +161,13 @@ class Scheduler:
         work = PrefillPiece(seq.seq_id, piece.start, prompt[piece.start : piece.end], chunk, piece.terminal,
                             snapshot_id, begin)
         return self._step(prefill=work)
+
+    def command_step(self, **fields) -> Step:
+        """A record outside the tick (a slot action's), carrying the pending retirements and drops."""
+        return dataclasses.replace(self._step(), **fields)
+
+    def slot_busy(self, slot: int) -> bool:
+        return any(s.slot == slot for s in ([self.prefilling] if self.prefilling else []) + self.running)
 
     def schedule_retire(self) -> Optional[Step]:
         """The retirements still pending at the end of a tick (requests done at their first token)."""
@@ -304,6 +314,8 @@ class Scheduler:
         if self._caching(seq) and seq.first_token_at is not None and reason != "abort" and not seq.shifts:
             snapshot_id = self.prompt_cache.insert(tokens)  # indexed now: the next admission may adopt it
         self._retired.append(Retire(seq.seq_id, snapshot_id, len(tokens) if snapshot_id is not None else 0))
+        if seq.slot is not None and reason != "abort":  # the slot's KV is now this request's (or none)
+            self.slot_tokens[seq.slot] = tokens if snapshot_id is not None else ()
         self.budget.release(seq.seq_id)
         if seq.slot is not None:
             self._free_slots.append(seq.slot)

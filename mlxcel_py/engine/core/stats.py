@@ -36,6 +36,15 @@ class SlotInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class KVInfo:
+    """How the KV is stored (--cache-type-k/-v) and what one token of it costs over all layers."""
+
+    type_k: str = ""
+    type_v: str = ""
+    bytes_per_token: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class EngineStats:
     slots: tuple[SlotInfo, ...] = ()
     num_waiting: int = 0
@@ -56,6 +65,7 @@ class EngineStats:
     budget: Optional[BudgetStats] = None  # the ITL-budget policy and its cost model, when on
     num_context_shifts: int = 0  # context shifts done (--context-shift)
     num_discarded_tokens: int = 0  # ... and the KV tokens they dropped
+    kv: KVInfo = KVInfo()
 
     @property
     def num_busy_slots(self) -> int:

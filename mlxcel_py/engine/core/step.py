@@ -74,8 +74,20 @@ class Shift:
 
 
 @dataclass(frozen=True, slots=True)
+class SlotFile:
+    """A slot action's file work (engine/core/slots.py): write a snapshot's first `length` positions
+    to `path` with `metadata` (save; no snapshot: a file of no tokens), or read `path` into a snapshot."""
+
+    action: str  # "save" | "restore"
+    path: str
+    snapshot_id: Optional[int]
+    length: int = 0
+    metadata: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Step:
-    """One record, executed in this order: retire, shift, decode, prefill, then drop snapshots.
+    """One record, executed in this order: retire, shift, decode, prefill, the slot file, then drop snapshots.
 
     Dropping last lets a piece adopt a snapshot that the same step's bookkeeping evicted.
     """
@@ -92,6 +104,7 @@ class Step:
     # A row has a lookup draft or a draft-model length, never both.
     draft_lengths: tuple[int, ...] = ()
     shift: tuple[Shift, ...] = ()  # context shifts of decode rows, run after retire and before decode
+    slot_file: Optional[SlotFile] = None  # a slot save or restore, alone in its record (between ticks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +123,8 @@ class StepOutput:
     # Per decode row, the tokens after `decoded[i]` that its verified draft let the step emit (each one
     # an accepted draft token, the last one the target's own); () when no row drafted.
     decoded_extra: tuple[tuple[int, ...], ...] = ()
+    slot_file_bytes: int = 0  # the slot file's size, written or read
+    slot_file_error: Optional[str] = None  # why the slot file could not be written or read
 
 
 class Runner(Protocol):
@@ -121,6 +136,8 @@ class Runner(Protocol):
     compiler: Optional["ConstraintCompiler"] = None
     # Whether decode rows' drafts are verified; False: the engine does not draft (nothing would be accepted).
     verifies_drafts: bool = False
+    # Whether it executes `Step.slot_file` (writes and reads snapshots); False: slot actions answer 501.
+    saves_slots: bool = False
 
     def execute(self, step: Step) -> StepOutput:
         """Run one record in its order (retire, shift, decode, prefill, drop snapshots); ends in a sync."""

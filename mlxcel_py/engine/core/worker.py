@@ -7,15 +7,17 @@ can be read from a plain thread (`get`, iteration) or from asyncio (`async for`)
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import queue
 import threading
 from typing import TYPE_CHECKING, AsyncIterator, Callable, Iterator, Optional, Protocol
 
-from ...errors import EngineError, EngineStoppedError, QueueFullError, RequestError
+from ...errors import EngineError, EngineStoppedError, MlxcelError, QueueFullError, RequestError
 from .events import Event, Finished, empty_finish
 from .request import Request
 from .scheduler import check_fits
+from .slots import SlotAction, SlotResult
 from .stats import EngineStats, Limits
 
 if TYPE_CHECKING:
@@ -31,6 +33,7 @@ class StepEngine(Protocol):
     def abort(self, request_id: str) -> None: ...
     def has_work(self) -> bool: ...
     def step(self, on_admitted: Optional[Callable[[], None]] = None) -> list[Event]: ...
+    def slot_action(self, action: SlotAction) -> SlotResult: ...
     def stats(self) -> EngineStats: ...
     def prepare(self) -> None: ...
     def idle(self) -> None: ...
@@ -129,6 +132,14 @@ class EngineWorker:
     def abort(self, request_id: str) -> None:
         self._inbox.put(("abort", request_id))
 
+    def slot_action(self, action: SlotAction) -> "concurrent.futures.Future[SlotResult]":
+        """Queue a slot save/restore/erase for the engine thread (the one MLX owner); its future result."""
+        if self._stopping.is_set():
+            raise EngineStoppedError("the server is shutting down")
+        future: "concurrent.futures.Future[SlotResult]" = concurrent.futures.Future()
+        self._inbox.put(("slot", (action, future)))
+        return future
+
     @property
     def compiler(self):
         """The engine's grammar compiler (None for engines without one); safe from any thread."""
@@ -197,12 +208,23 @@ class EngineWorker:
                 return False
             if kind == "submit":
                 self._engine.add_request(payload)  # type: ignore[arg-type]
+            elif kind == "slot":
+                self._slot_action(*payload)  # type: ignore[misc]
             else:
                 self._engine.abort(payload)  # type: ignore[arg-type]
             try:
                 kind, payload = self._inbox.get_nowait()
             except queue.Empty:
                 return True
+
+    def _slot_action(self, action: SlotAction, future: "concurrent.futures.Future[SlotResult]") -> None:
+        try:
+            future.set_result(self._engine.slot_action(action))
+        except MlxcelError as exc:  # refused (busy slot, bad file): the caller's answer, not a crash
+            future.set_exception(exc)
+        except BaseException as exc:  # a bug: the caller hears of it, and the engine thread's handler too
+            future.set_exception(exc)
+            raise
 
     def _dispatch(self, events: list[Event]) -> None:
         for event in events:
@@ -221,6 +243,8 @@ class EngineWorker:
                 break
             if kind == "submit":
                 self._engine.add_request(payload)  # type: ignore[arg-type]
+            elif kind == "slot":
+                payload[1].set_exception(EngineStoppedError("the server is shutting down"))  # type: ignore[index]
         with self._lock:
             ids = list(self._handles)
         for request_id in ids:

@@ -13,17 +13,18 @@ from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Optional
 
 import mlx.core as mx
-from mlx_lm.models.cache import KVCache, make_prompt_cache
 
+from . import slot_io
 from .constraints import ConstraintCompiler
 from .draft_model import DraftModel
+from .kv import KVLayout, adopt, arrays, bytes_per_token, make_cache, snapshot
 from ..core.events import TokenLogprobs
 from .logits import sequence_logprobs
 from .pooling import Pooler, hidden_fn
 from .sampling import SampledToken, SequenceSampler, sample_step
 from .shift import ContextShifter, shift_support
 from .verify import roll_back, verify_inputs, verify_row
-from ..core.step import PrefillPiece, Retire, Runner, Shift, Step, StepOutput
+from ..core.step import PrefillPiece, Retire, Runner, Shift, SlotFile, Step, StepOutput
 
 DecodeFn = Callable[[list[int], list], mx.array]  # (last tokens, batch KV) -> (B, V) logits
 VerifyFn = Callable[[list[list[int]], list], mx.array]  # (B rows of W tokens, batch KV) -> (B, W, V) logits
@@ -39,28 +40,16 @@ def _project_fn(model) -> Optional[Callable[[mx.array], mx.array]]:
     return getattr(model, "lm_head", None)
 
 
-def _copy_kv(cache: list, length: int) -> list[KVCache]:
+def _copy_kv(cache: list, length: int) -> list:
     """Independent per-layer copies of the first `length` positions."""
-    out = []
-    for layer in cache:
-        snap = KVCache()
-        snap.keys = mx.contiguous(layer.keys[..., :length, :])
-        snap.values = mx.contiguous(layer.values[..., :length, :])
-        snap.offset = length
-        out.append(snap)
-    mx.eval([(c.keys, c.values) for c in out])
+    out = [snapshot(layer, length) for layer in cache]
+    mx.eval([arrays(c) for c in out])
     return out
 
 
-def kv_bytes_per_token(model) -> int:
+def kv_bytes_per_token(model, layout: Optional[KVLayout] = None) -> int:
     """Bytes of K and V one token adds over all layers (what a prompt-cache entry costs per token)."""
-    cache = make_prompt_cache(model)
-    args = model.args
-    heads = getattr(args, "num_key_value_heads", None) or args.num_attention_heads
-    head_dim = getattr(args, "head_dim", None) or args.hidden_size // args.num_attention_heads
-    norm = getattr(getattr(model, "model", None), "norm", None)
-    dtype = norm.weight.dtype if norm is not None else mx.float32  # K and V are in the activations' dtype
-    return 2 * len(cache) * heads * head_dim * dtype.size
+    return bytes_per_token(model, layout)
 
 
 @dataclass(slots=True)
@@ -79,29 +68,33 @@ class ModelRunner(Runner):
 
     `decode`: the loader's CPU decode step (models/cpu_decode.py; None: mlx-lm's forward);
     `kernels`: the loader's scope for its CPU prefill kernels (models/cpu_kernels.py), entered
-    around every forward; `draft`: the draft model of --draft-model (engine/runner/draft_model.py)."""
+    around every forward; `draft`: the draft model of --draft-model (engine/runner/draft_model.py);
+    `kv`: the KV storage type (engine/runner/kv.py; None: the model's dtype)."""
 
     verifies_drafts = True  # a runner whose sampling must match other ranks' sets False: drafts ignored
+    saves_slots = True  # executes Step.slot_file (engine/runner/slot_io.py)
     shift_mode = "prefill"  # how Step.shift rebuilds a row (engine/runner/shift.py: "prefill" or "rotate")
 
     def __init__(self, model, compiler: Optional[ConstraintCompiler] = None, *,
                  decode: Optional[DecodeFn] = None, kernels: Optional[ContextManager[Any]] = None,
-                 verify: Optional[VerifyFn] = None, draft: Optional[DraftModel] = None):
+                 verify: Optional[VerifyFn] = None, draft: Optional[DraftModel] = None,
+                 kv: Optional[KVLayout] = None):
         self.model = model
+        self.kv = kv
         self.compiler = compiler  # grammars for constrained sequences (built lazily per model)
         self._project = _project_fn(model)
         self._fast_decode = decode
         self._fast_verify = verify  # the CPU decode step's span form; None: verify through mlx-lm
         self._kernels = kernels if kernels is not None else contextlib.nullcontext()
         self._seqs: dict[int, SequenceState] = {}
-        self._snapshots: dict[int, list[KVCache]] = {}
+        self._snapshots: dict[int, list] = {}  # KVCache or kv.TypedKVCache rows
         self._rows: list[int] = []  # the decode batch's row order
         self._batch: Optional[list] = None
         self.draft = draft
         self._shifter: Optional[ContextShifter] = None
 
     def execute(self, step: Step) -> StepOutput:
-        """Run one record in its order: retire, shift, decode, prefill, drop snapshots."""
+        """Run one record in its order: retire, shift, decode, prefill, the slot file, drop snapshots."""
         if step.retire:
             self._retire(step.retire)
         if step.shift:
@@ -112,6 +105,7 @@ class ModelRunner(Runner):
             embedding = self._embed_piece(step.prefill)
         elif step.prefill is not None:
             first, prompt = self._run_piece(step.prefill)
+        slot_bytes, slot_error = self._slot_file(step.slot_file) if step.slot_file is not None else (0, None)
         for snapshot_id in step.drop_snapshots:
             self._snapshots.pop(snapshot_id, None)
         logprobs = tuple(s.logprobs for s in decoded)
@@ -121,8 +115,21 @@ class ModelRunner(Runner):
         return StepOutput(
             tuple(s.token_id for s in decoded), first.token_id if first else None,
             logprobs if any(lp is not None for lp in logprobs) else (), first.logprobs if first else None, prompt,
-            tuple(failed), embedding, extra,
+            tuple(failed), embedding, extra, slot_bytes, slot_error,
         )
+
+    def _slot_file(self, work: SlotFile) -> tuple[int, Optional[str]]:
+        """Write a snapshot to a slot file, or read one into a snapshot: (bytes, None) or (0, why)."""
+        try:
+            if work.action == "save":
+                layers = self._snapshots[work.snapshot_id] if work.snapshot_id is not None else None
+                return slot_io.save(work.path, layers, work.length, dict(work.metadata)), None
+            layers, nbytes = slot_io.load(work.path, self.model, self.kv, work.length)
+            mx.eval([arrays(c) for c in layers])
+            self._snapshots[work.snapshot_id] = layers
+            return nbytes, None
+        except (OSError, ValueError, RuntimeError) as exc:  # a full disk, a damaged file: the action's answer
+            return 0, str(exc) or type(exc).__name__
 
     # -- prefill ----------------------------------------------------------------------------
     def _run_piece(self, piece: PrefillPiece) -> tuple[Optional[SampledToken], tuple]:
@@ -189,12 +196,10 @@ class ModelRunner(Runner):
 
     def _begin(self, piece: PrefillPiece) -> None:
         begin = piece.begin
-        cache = make_prompt_cache(self.model)
+        cache = make_cache(self.model, self.kv)
         if begin.adopt_id is not None:  # share the snapshot's first `start` positions, no copy
             for layer, snap in zip(cache, self._snapshots[begin.adopt_id]):
-                layer.keys = snap.keys[..., : piece.start, :]
-                layer.values = snap.values[..., : piece.start, :]
-                layer.offset = piece.start
+                adopt(layer, snap, piece.start)
         constraint = begin.sampling.constraint
         matcher = None
         if constraint is not None:
@@ -300,6 +305,8 @@ class ModelRunner(Runner):
 
     # -- context shift ----------------------------------------------------------------------
     def context_shift_support(self) -> Optional[str]:
+        if self.kv is not None and not self.kv.native:  # the shift rebuilds rows of mlx-lm's float BatchKVCache
+            return f"the KV is stored as {self.kv.describe()}; shift with the model's own KV dtype"
         return shift_support(self.model)
 
     def _shift(self, shifts: tuple[Shift, ...]) -> None:
@@ -332,15 +339,13 @@ class ModelRunner(Runner):
             else:
                 self._batch = None
 
-    def _extract(self, row: int, num_tokens: int) -> list[KVCache]:
+    def _extract(self, row: int, num_tokens: int) -> list:
         kv = [layer.extract(row) for layer in self._batch]
         if kv[0].offset < num_tokens:  # the scheduler's count and the KV disagree: a bug, not bad input
             raise RuntimeError(f"snapshot of {num_tokens} tokens asked, but the row holds {kv[0].offset}")
         if kv[0].offset > num_tokens:  # a verified draft ran past the finish: its tail is not the reply
-            for c in kv:
-                c.keys, c.values = c.keys[..., :num_tokens, :], c.values[..., :num_tokens, :]
-                c.offset = num_tokens
-        mx.eval([(c.keys, c.values) for c in kv])
+            kv = [snapshot(c, num_tokens) for c in kv]
+        mx.eval([arrays(c) for c in kv])
         return kv
 
     def peak_memory_bytes(self) -> int:
