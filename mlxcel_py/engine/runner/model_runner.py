@@ -1,7 +1,8 @@
 """The only code that calls the model: it executes `Step` records (engine/core/step.py).
 
 Per sequence id it holds one `SequenceState` (its sampler, its prefill KV cache until it
-joins the decode batch, its latest token); per snapshot id, the prompt cache's KV. The
+joins the decode batch, its latest token); per snapshot id, the prompt cache's KV. The prompt
+side (pieces, embeddings, prompt logprobs, joining the batch) is engine/runner/prompt_side.py. The
 batch's row order is an implementation detail: each decode step reorders it to the
 record's order when they differ.
 """
@@ -9,7 +10,6 @@ record's order when they differ.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Optional
 
 import mlx.core as mx
@@ -17,14 +17,12 @@ import mlx.core as mx
 from . import slot_io
 from .constraints import ConstraintCompiler
 from .draft_model import DraftModel
-from .kv import KVLayout, adopt, arrays, bytes_per_token, make_cache, snapshot
-from ..core.events import TokenLogprobs
-from .logits import sequence_logprobs
-from .pooling import Pooler, hidden_fn
-from .sampling import SampledToken, SequenceSampler, sample_step
+from .kv import KVLayout, arrays, bytes_per_token, snapshot
+from .prompt_side import PromptSide, SequenceState
+from .sampling import SampledToken, sample_step
 from .shift import ContextShifter, shift_support
 from .verify import roll_back, verify_inputs, verify_row
-from ..core.step import PrefillPiece, Retire, Runner, Shift, SlotFile, Step, StepOutput
+from ..core.step import Retire, Runner, Shift, SlotFile, Step, StepOutput
 
 DecodeFn = Callable[[list[int], list], mx.array]  # (last tokens, batch KV) -> (B, V) logits
 VerifyFn = Callable[[list[list[int]], list], mx.array]  # (B rows of W tokens, batch KV) -> (B, W, V) logits
@@ -40,30 +38,12 @@ def _project_fn(model) -> Optional[Callable[[mx.array], mx.array]]:
     return getattr(model, "lm_head", None)
 
 
-def _copy_kv(cache: list, length: int) -> list:
-    """Independent per-layer copies of the first `length` positions."""
-    out = [snapshot(layer, length) for layer in cache]
-    mx.eval([arrays(c) for c in out])
-    return out
-
-
 def kv_bytes_per_token(model, layout: Optional[KVLayout] = None) -> int:
     """Bytes of K and V one token adds over all layers (what a prompt-cache entry costs per token)."""
     return bytes_per_token(model, layout)
 
 
-@dataclass(slots=True)
-class SequenceState:
-    """What the runner holds for one sequence id, from its first piece to its retirement."""
-
-    sampler: SequenceSampler
-    prefill_cache: Optional[list] = None  # its own KV while prefilling; None once in the decode batch
-    last_token: Optional[int] = None  # the latest sampled token (the next decode step's input)
-    prompt_row: Optional[mx.array] = None  # echo: the last prompt position's raw logits, between pieces
-    pooler: Optional[Pooler] = None  # an embedding sequence: its pool across pieces (it never decodes)
-
-
-class ModelRunner(Runner):
+class ModelRunner(PromptSide, Runner):
     """Executes steps; owns every KV array and sampler, keyed by the ids the records carry.
 
     `decode`: the loader's CPU decode step (models/cpu_decode.py; None: mlx-lm's forward);
@@ -130,111 +110,6 @@ class ModelRunner(Runner):
             return nbytes, None
         except (OSError, ValueError, RuntimeError) as exc:  # a full disk, a damaged file: the action's answer
             return 0, str(exc) or type(exc).__name__
-
-    # -- prefill ----------------------------------------------------------------------------
-    def _run_piece(self, piece: PrefillPiece) -> tuple[Optional[SampledToken], tuple]:
-        if piece.begin is not None:
-            self._begin(piece)
-        state = self._seqs[piece.seq_id]
-        cache = state.prefill_cache
-        state.sampler.extend_prompt(piece.tokens)
-        prompt: tuple = ()
-        with self._kernels:
-            if state.sampler.params.prompt_logprobs:
-                logits, prompt = self._score_piece(piece, state)
-            else:
-                logits = self._forward_prefill(mx.array(piece.tokens)[None], cache, piece.terminal)
-        if self.draft is not None:
-            self.draft.prefill(piece.seq_id, piece.tokens, piece.terminal)
-        if piece.snapshot_id is not None:
-            self._snapshots[piece.snapshot_id] = _copy_kv(cache, piece.end)
-        if not piece.terminal:
-            return None, prompt
-        sampled = self._sample(logits, [piece.seq_id])[0]
-        self._join(piece.seq_id, state, sampled.token_id)
-        return sampled, prompt
-
-    def _pools(self, piece: PrefillPiece) -> bool:
-        if piece.begin is not None:
-            return piece.begin.pooling is not None
-        state = self._seqs.get(piece.seq_id)
-        return state is not None and state.pooler is not None
-
-    def _embed_piece(self, piece: PrefillPiece):
-        """Forward an embedding sequence's piece into its KV and pool its hidden states; after the
-        terminal piece, its vector (numpy), and the sequence's KV is freed at once (no decode)."""
-        if piece.begin is not None:
-            self._begin(piece)
-            self._seqs[piece.seq_id].pooler = Pooler(piece.begin.pooling)
-        state = self._seqs[piece.seq_id]
-        inner = hidden_fn(self.model)
-        if inner is None:
-            raise RuntimeError("this model exposes no hidden states (no inner `model` module) to embed")
-        with self._kernels:
-            hidden = inner(mx.array(piece.tokens)[None], cache=state.prefill_cache)
-        state.pooler.add(hidden[0])
-        mx.eval([c.state for c in state.prefill_cache] + state.pooler.arrays())
-        if not piece.terminal:
-            return None
-        del self._seqs[piece.seq_id]
-        return state.pooler.result()
-
-    def _score_piece(self, piece: PrefillPiece, state: SequenceState) -> tuple[mx.array, tuple[Optional[TokenLogprobs], ...]]:
-        """Forward a piece with logits at every position: each prompt token's logprob given the
-        tokens before it (the first token of the prompt has none). Returns the last row too."""
-        logits = self.model(mx.array(piece.tokens)[None], cache=state.prefill_cache)[0]
-        previous, state.prompt_row = state.prompt_row, None
-        rows = logits[:-1] if previous is None else mx.concatenate([previous, logits[:-1]], axis=0)
-        scored = piece.tokens[1:] if previous is None else piece.tokens
-        top = state.sampler.params.top_logprobs
-        out = tuple(sequence_logprobs(rows, list(scored), top)) if scored else ()
-        if previous is None:
-            out = (None,) + out
-        if not piece.terminal:
-            state.prompt_row = logits[-1:]
-        return logits[-1:], out
-
-    def _begin(self, piece: PrefillPiece) -> None:
-        begin = piece.begin
-        cache = make_cache(self.model, self.kv)
-        if begin.adopt_id is not None:  # share the snapshot's first `start` positions, no copy
-            for layer, snap in zip(cache, self._snapshots[begin.adopt_id]):
-                adopt(layer, snap, piece.start)
-        constraint = begin.sampling.constraint
-        matcher = None
-        if constraint is not None:
-            if self.compiler is None:
-                raise RuntimeError("a constrained sequence reached a runner without a grammar compiler")
-            matcher = self.compiler.matcher(constraint)  # compiled (and cached) when the request was checked
-        sampler = SequenceSampler(begin.sampling, prompt_ids=begin.history, matcher=matcher)
-        self._seqs[piece.seq_id] = SequenceState(sampler, prefill_cache=cache)
-        if self.draft is not None and begin.pooling is None:
-            self.draft.begin(piece.seq_id, begin.history)
-
-    def _forward_prefill(self, tokens: mx.array, cache: list, terminal: bool) -> Optional[mx.array]:
-        """Run one piece; the (1, V) logits of its last position when terminal, else only the KV."""
-        if self._project is None:
-            out = self.model(tokens, cache=cache)
-            if not terminal:
-                mx.eval([c.state for c in cache])
-                return None
-            return out[:, -1, :]
-        hidden = self.model.model(tokens, cache=cache)
-        if not terminal:
-            mx.eval([c.state for c in cache])  # the LM head is never computed for inner pieces
-            return None
-        return self._project(hidden[:, -1, :])
-
-    def _join(self, seq_id: int, state: SequenceState, token: int) -> None:
-        """Merge a finished prefill's KV into the decode batch."""
-        rows = [layer.merge([layer]) for layer in state.prefill_cache]
-        state.prefill_cache, state.last_token = None, token
-        if self._batch is None:
-            self._batch = rows
-        else:
-            for batch_layer, row in zip(self._batch, rows):
-                batch_layer.extend(row)
-        self._rows.append(seq_id)
 
     # -- decode -----------------------------------------------------------------------------
     def _decode(self, seq_ids: tuple[int, ...], drafts: tuple[tuple[int, ...], ...] = (),

@@ -1,0 +1,146 @@
+"""The prompt side of the ModelRunner: prefill pieces into a sequence's own KV, embedding
+sequences' pooling, prompt logprobs, and joining the decode batch after the terminal piece.
+
+A mixin of engine/runner/model_runner.py's ModelRunner (it uses the runner's model, KV layout,
+kernels, sequences, snapshots and batch); kept apart so each file reads as one side of a step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import mlx.core as mx
+
+from ..core.events import TokenLogprobs
+from ..core.step import PrefillPiece
+from .kv import adopt, arrays, make_cache, snapshot
+from .logits import sequence_logprobs
+from .pooling import Pooler, hidden_fn
+from .sampling import SampledToken, SequenceSampler
+
+
+def _copy_kv(cache: list, length: int) -> list:
+    """Independent per-layer copies of the first `length` positions."""
+    out = [snapshot(layer, length) for layer in cache]
+    mx.eval([arrays(c) for c in out])
+    return out
+
+
+@dataclass(slots=True)
+class SequenceState:
+    """What the runner holds for one sequence id, from its first piece to its retirement."""
+
+    sampler: SequenceSampler
+    prefill_cache: Optional[list] = None  # its own KV while prefilling; None once in the decode batch
+    last_token: Optional[int] = None  # the latest sampled token (the next decode step's input)
+    prompt_row: Optional[mx.array] = None  # echo: the last prompt position's raw logits, between pieces
+    pooler: Optional[Pooler] = None  # an embedding sequence: its pool across pieces (it never decodes)
+
+
+class PromptSide:
+    """Prefill pieces and their sequences (the ModelRunner's prompt side)."""
+
+    def _run_piece(self, piece: PrefillPiece) -> tuple[Optional[SampledToken], tuple]:
+        if piece.begin is not None:
+            self._begin(piece)
+        state = self._seqs[piece.seq_id]
+        cache = state.prefill_cache
+        state.sampler.extend_prompt(piece.tokens)
+        prompt: tuple = ()
+        with self._kernels:
+            if state.sampler.params.prompt_logprobs:
+                logits, prompt = self._score_piece(piece, state)
+            else:
+                logits = self._forward_prefill(mx.array(piece.tokens)[None], cache, piece.terminal)
+        if self.draft is not None:
+            self.draft.prefill(piece.seq_id, piece.tokens, piece.terminal)
+        if piece.snapshot_id is not None:
+            self._snapshots[piece.snapshot_id] = _copy_kv(cache, piece.end)
+        if not piece.terminal:
+            return None, prompt
+        sampled = self._sample(logits, [piece.seq_id])[0]
+        self._join(piece.seq_id, state, sampled.token_id)
+        return sampled, prompt
+
+    def _pools(self, piece: PrefillPiece) -> bool:
+        if piece.begin is not None:
+            return piece.begin.pooling is not None
+        state = self._seqs.get(piece.seq_id)
+        return state is not None and state.pooler is not None
+
+    def _embed_piece(self, piece: PrefillPiece):
+        """Forward an embedding sequence's piece into its KV and pool its hidden states; after the
+        terminal piece, its vector (numpy), and the sequence's KV is freed at once (no decode)."""
+        if piece.begin is not None:
+            self._begin(piece)
+            self._seqs[piece.seq_id].pooler = Pooler(piece.begin.pooling)
+        state = self._seqs[piece.seq_id]
+        inner = hidden_fn(self.model)
+        if inner is None:
+            raise RuntimeError("this model exposes no hidden states (no inner `model` module) to embed")
+        with self._kernels:
+            hidden = inner(mx.array(piece.tokens)[None], cache=state.prefill_cache)
+        state.pooler.add(hidden[0])
+        mx.eval([c.state for c in state.prefill_cache] + state.pooler.arrays())
+        if not piece.terminal:
+            return None
+        del self._seqs[piece.seq_id]
+        return state.pooler.result()
+
+    def _score_piece(self, piece: PrefillPiece, state: SequenceState) -> tuple[mx.array, tuple[Optional[TokenLogprobs], ...]]:
+        """Forward a piece with logits at every position: each prompt token's logprob given the
+        tokens before it (the first token of the prompt has none). Returns the last row too."""
+        logits = self.model(mx.array(piece.tokens)[None], cache=state.prefill_cache)[0]
+        previous, state.prompt_row = state.prompt_row, None
+        rows = logits[:-1] if previous is None else mx.concatenate([previous, logits[:-1]], axis=0)
+        scored = piece.tokens[1:] if previous is None else piece.tokens
+        top = state.sampler.params.top_logprobs
+        out = tuple(sequence_logprobs(rows, list(scored), top)) if scored else ()
+        if previous is None:
+            out = (None,) + out
+        if not piece.terminal:
+            state.prompt_row = logits[-1:]
+        return logits[-1:], out
+
+    def _begin(self, piece: PrefillPiece) -> None:
+        begin = piece.begin
+        cache = make_cache(self.model, self.kv)
+        if begin.adopt_id is not None:  # share the snapshot's first `start` positions, no copy
+            for layer, snap in zip(cache, self._snapshots[begin.adopt_id]):
+                adopt(layer, snap, piece.start)
+        constraint = begin.sampling.constraint
+        matcher = None
+        if constraint is not None:
+            if self.compiler is None:
+                raise RuntimeError("a constrained sequence reached a runner without a grammar compiler")
+            matcher = self.compiler.matcher(constraint)  # compiled (and cached) when the request was checked
+        sampler = SequenceSampler(begin.sampling, prompt_ids=begin.history, matcher=matcher)
+        self._seqs[piece.seq_id] = SequenceState(sampler, prefill_cache=cache)
+        if self.draft is not None and begin.pooling is None:
+            self.draft.begin(piece.seq_id, begin.history)
+
+    def _forward_prefill(self, tokens: mx.array, cache: list, terminal: bool) -> Optional[mx.array]:
+        """Run one piece; the (1, V) logits of its last position when terminal, else only the KV."""
+        if self._project is None:
+            out = self.model(tokens, cache=cache)
+            if not terminal:
+                mx.eval([c.state for c in cache])
+                return None
+            return out[:, -1, :]
+        hidden = self.model.model(tokens, cache=cache)
+        if not terminal:
+            mx.eval([c.state for c in cache])  # the LM head is never computed for inner pieces
+            return None
+        return self._project(hidden[:, -1, :])
+
+    def _join(self, seq_id: int, state: SequenceState, token: int) -> None:
+        """Merge a finished prefill's KV into the decode batch."""
+        rows = [layer.merge([layer]) for layer in state.prefill_cache]
+        state.prefill_cache, state.last_token = None, token
+        if self._batch is None:
+            self._batch = rows
+        else:
+            for batch_layer, row in zip(self._batch, rows):
+                batch_layer.extend(row)
+        self._rows.append(seq_id)
