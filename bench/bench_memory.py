@@ -40,7 +40,7 @@ def child(path: str, cpu_weights: str, prompt: int, decode: int) -> dict:
     base = rss_mib()
     lm = load_model(path, cpu_weights=cpu_weights)
     loaded = rss_mib()
-    ids = [random.Random(0).randrange(3, 1000) for _ in range(prompt)]
+    ids = [random.Random(0).randrange(3, min(1000, lm.vocab_size)) for _ in range(prompt)]
     cache = make_prompt_cache(lm.model)
     with lm.cpu_kernels:
         logits = lm.model(mx.array([ids]), cache=cache)[:, -1]

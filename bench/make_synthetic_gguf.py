@@ -72,7 +72,7 @@ def write(out: Path, layers: int, hidden: int, ffn: int, heads: int, kv_heads: i
 
     def add(name: str, qtype: T, rows: int, cols: int) -> None:
         nonlocal count
-        writer.add_tensor(name, random_blocks(qtype, rows, cols, rng), raw_shape=(rows, cols), raw_dtype=qtype)
+        writer.add_tensor(name, random_blocks(qtype, rows, cols, rng), raw_dtype=qtype)  # shape from the bytes
         count += rows * cols
 
     add("token_embd.weight", T.Q6_K, vocab, hidden)
