@@ -3,7 +3,8 @@
 `BlockLinear` and `BlockEmbedding` stand where mlx-lm has nn.Linear / nn.Embedding and hold a
 `quant.blocks.QuantWeight` (a view of the memory-mapped file, or of one fused copy) instead of a
 float32 weight. Many rows (prefill) multiply one dequantized tile at a time with BLAS
-(quant/prefill.py); a few rows (decode through mlx-lm) take the decode kernels (quant/products.py).
+(quant/prefill.py); a few rows (a prefill's last-position LM head, decode through mlx-lm) take the
+decode kernels with float activations (quant/products.py; exact to float32 rounding).
 q/k/v and gate/up of one type are fused once into one in-memory array whose row slices the layers
 hold (the native decode step multiplies the whole, docs/CPU_FAST_PATH.md), and the file pages they
 were copied from leave our mapping (madvise), so resident memory stays about the file's size."""
@@ -20,7 +21,7 @@ import numpy as np
 from .quant import prefill, products
 from .quant.blocks import BLOCK_TYPES, QuantWeight, make
 
-MIN_TILED_ROWS = 8  # fewer rows take the decode kernels (no float32 tile at all)
+MIN_TILED_ROWS = 8  # fewer rows take the decode kernels with float activations (no float32 tile at all)
 
 
 def _multiply(x: mx.array, w: QuantWeight, bias: Optional[mx.array]) -> mx.array:
@@ -30,8 +31,9 @@ def _multiply(x: mx.array, w: QuantWeight, bias: Optional[mx.array]) -> mx.array
     flat = a.reshape(-1, w.shape[1])
     if flat.shape[0] >= MIN_TILED_ROWS:
         out = prefill.matmul_tiled(flat, w)
-    else:
-        out = products.linear(np.ascontiguousarray(flat), w)
+    else:  # float activations: int8 ones moved the default model's first token off "The" (LM head gap 0.8)
+        kernel = products.linear_vector if products.chosen(w.qtype) != products.FLOAT else products.linear_float
+        out = kernel(np.ascontiguousarray(flat), w)
     y = mx.array(out.reshape(*a.shape[:-1], w.shape[0]))
     return y if bias is None else y + bias
 
