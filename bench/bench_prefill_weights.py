@@ -2,7 +2,7 @@
 
 (a) float32 weights through MLX's matmul (OpenBLAS: today's `--cpu-weights f32` prefill),
 (b) MLX's quantized layers (mx.quantized_matmul over the blocks repacked as affine groups of 32),
-(c) one dequantized tile (2 MiB) at a time into a reused scratch + numpy BLAS (quant/prefill.py).
+(c) one dequantized tile (prefill.TILE_BYTES) at a time into a reused scratch + OpenBLAS (quant/prefill.py).
 Usage: bench/bench_prefill_weights.py [GGUF] [--tokens 512 2048] [--repeat 2] [--ways abc]. Prints ms per
 token-piece summed over the layer matrices (the LM head apart), best of the repeats.
 """

@@ -47,13 +47,13 @@ def test_block_model_keeps_no_float32_matrix_and_its_prefill_equals_float32s(nam
     assert (got.argmax(-1) == want.argmax(-1)).all()
 
 
-def test_few_rows_take_the_decode_kernels_with_float_activations():
-    """qwen3 decodes through mlx-lm, and a prefill's LM head is one row: those products run the
-    float-activation kernels over the blocks (int8 ones moved the default model's first token)."""
+def test_few_rows_equal_the_float32_path_bit_for_bit():
+    """qwen3 decodes through mlx-lm, a short prefill piece or the runner's LM head is a row or two:
+    those go through the same tiles, each fixture matrix one tile, so they equal the f32 path exactly
+    (the decode kernels' rounding changed a small model's greedy answer)."""
     blocks, f32 = _pair("qwen3-q8_0")
     assert blocks.cpu_decode is None
-    gap = np.abs(_logits(blocks, [5, 7]) - _logits(f32, [5, 7])).max()
-    assert 0 < gap < EXACT
+    np.testing.assert_array_equal(_logits(blocks, [5, 7]), _logits(f32, [5, 7]))
 
 
 @pytest.mark.parametrize("name,fused", [("llama-q8_0", 2), ("llamaq-q4_k_m", 1), ("llamaq-q6_k", 2)])

@@ -105,8 +105,9 @@ def _split_held(model, weights: dict, held: dict, arch: Arch, args) -> dict:
     """mlx-lm's sanitize over both kinds of tensor; the held ones become block layers in `model` (or
     float32 where the module is no Linear/Embedding). Returns the tensors left to load_weights."""
     placeholder = mx.zeros((1,))
+    weights = {**weights, **dict.fromkeys(held, placeholder)}
     if hasattr(model, "sanitize"):
-        weights = model.sanitize({**weights, **dict.fromkeys(held, placeholder)})
+        weights = model.sanitize(weights)
     kept = {k: v for k, v in weights.items() if v is not placeholder}
     for key in (k for k, v in weights.items() if v is placeholder):
         if not install(model, key.rsplit(".", 1)[0], _block_weight(held[key], key, arch, args)):

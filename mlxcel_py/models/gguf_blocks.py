@@ -2,9 +2,9 @@
 
 `BlockLinear` and `BlockEmbedding` stand where mlx-lm has nn.Linear / nn.Embedding and hold a
 `quant.blocks.QuantWeight` (a view of the memory-mapped file, or of one fused copy) instead of a
-float32 weight. Many rows (prefill) multiply one dequantized tile at a time with BLAS
-(quant/prefill.py); a few rows (a prefill's last-position LM head, decode through mlx-lm) take the
-decode kernels with float activations (quant/products.py; exact to float32 rounding).
+float32 weight, and multiply one dequantized tile at a time with BLAS (quant/prefill.py) whatever
+the row count (the native decode step of a llama, cpu_decode_native.py, reads the same blocks with
+its own kernels).
 q/k/v and gate/up of one type are fused once into one in-memory array whose row slices the layers
 hold (the native decode step multiplies the whole, docs/CPU_FAST_PATH.md), and the file pages they
 were copied from leave our mapping (madvise), so resident memory stays about the file's size."""
@@ -21,19 +21,13 @@ import numpy as np
 from .quant import prefill, products
 from .quant.blocks import BLOCK_TYPES, QuantWeight, make
 
-MIN_TILED_ROWS = 8  # fewer rows take the decode kernels with float activations (no float32 tile at all)
-
-
 def _multiply(x: mx.array, w: QuantWeight, bias: Optional[mx.array]) -> mx.array:
-    """x (..., K) @ W.T (+ bias), computed in numpy over the blocks, as a float32 MLX array."""
+    """x (..., K) @ W.T (+ bias) over the blocks, one dequantized tile at a time through BLAS (any row
+    count: a short prefill piece then equals the f32 path's bit for bit, where the decode kernels'
+    rounding changed a small model's greedy answer), as a float32 MLX array."""
     mx.eval(x)
     a = np.asarray(x if x.dtype == mx.float32 else x.astype(mx.float32))
-    flat = a.reshape(-1, w.shape[1])
-    if flat.shape[0] >= MIN_TILED_ROWS:
-        out = prefill.matmul_tiled(flat, w)
-    else:  # float activations: int8 ones moved the default model's first token off "The" (LM head gap 0.8)
-        kernel = products.linear_vector if products.chosen(w.qtype) != products.FLOAT else products.linear_float
-        out = kernel(np.ascontiguousarray(flat), w)
+    out = prefill.matmul_tiled(a.reshape(-1, w.shape[1]), w)
     y = mx.array(out.reshape(*a.shape[:-1], w.shape[0]))
     return y if bias is None else y + bias
 

@@ -2,9 +2,11 @@
 
 Each tile of weight rows is dequantized (exactly, products.dequantize_serial, on the calling thread:
 numba's pool would fight BLAS's threads between tiles) into one reused float32 scratch buffer and
-multiplied with the preloaded OpenBLAS (MLX's, models/blas.py; numpy's own where none is), so no float32 copy of W stays resident: the extra memory is the
-scratch, at most TILE_BYTES (2 MiB: 910 rows of 576 columns, 256 of 2,048, 64 of 8,192) a thread
-that calls this, plus BLAS's own packing."""
+multiplied with the preloaded OpenBLAS (MLX's, models/blas.py; numpy's own where none is),
+so no float32 copy of W stays resident: the extra memory is the scratch, at most TILE_BYTES
+(16 MiB: all of a 1536x576 or 2048x2048 matrix, 2,048 rows of 2,048 columns, 512 of 8,192) for a
+thread that calls this, plus BLAS's own packing. A matrix that fits one tile gives the f32 path's
+result bit for bit; OpenBLAS rounds a split N differently (~1e-5 of the products)"""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from . import products
 from .blocks import QuantWeight
 from ..blas import sgemm_nt
 
-TILE_BYTES = 2 << 20
+TILE_BYTES = 16 << 20
 _local = threading.local()  # each engine thread its own scratch, reused across products
 
 
