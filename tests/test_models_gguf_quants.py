@@ -37,7 +37,7 @@ def test_mlx_quantized_tensor_matches_the_reference_dequantizer(qtype):
     back = np.array(mx.dequantize(got.weight, got.scales, got.biases, group_size=32, bits=got.bits))
     if qtype in gguf_tensors.REPACKED:
         # Same codes, same scale and offset per 32 values: exact.
-        assert got.bits == {T.Q8_0: 8, T.Q5_K: 5}.get(qtype, 4)
+        assert got.bits == {T.Q8_0: 8, T.Q5_K: 5, T.Q5_0: 5, T.Q5_1: 5}.get(qtype, 4)
         np.testing.assert_array_equal(back, want)
     else:
         # Requantized to 8 bits per 32 values (MLX keeps 0 exact): within one step of each group's range.

@@ -107,15 +107,15 @@ def test_real_model_shapes(qtype, shape):
 
 @pytest.mark.parametrize("qtype", (T.Q4_0, T.Q6_K, T.F16), ids=lambda t: t.name)
 def test_tiled_prefill_equals_blas_on_the_dequantized_weight(qtype):
-    w = _weight(qtype, 600, 512)  # three tiles of 256, the last one short
+    w = _weight(qtype, 600, 512)  # three tiles of 256 rows (512 KiB), the last one short
     x = np.random.default_rng(2).standard_normal((37, 512)).astype(np.float32)
     ref = _reference(w)
-    got = prefill.matmul_tiled(x, w)
+    got = prefill.matmul_tiled(x, w, tile_bytes=256 * 512 * 4)
     bound = 2e-5 * (np.abs(x) @ np.abs(ref).T) + 1e-6  # float32 BLAS against float64
     assert np.all(np.abs(got - x.astype(np.float64) @ ref.astype(np.float64).T) <= bound)
-    assert prefill.scratch_bytes(w) == 256 * 512 * 4
-    scratch = np.empty((64, 512), np.float32)
-    small_tiles = prefill.matmul_tiled(x, w, tile_rows=64, scratch=scratch)  # BLAS blocks differ: rounding only
+    assert prefill.scratch_bytes(w) == 600 * 512 * 4  # the 16 MiB default holds all 600 rows
+    assert prefill.scratch_bytes(w, 256 * 512 * 4) == 256 * 512 * 4
+    small_tiles = prefill.matmul_tiled(x, w, tile_bytes=64 * 512 * 4)  # BLAS blocks differ: rounding only
     assert np.all(np.abs(small_tiles - got) <= 2 * bound)
 
 

@@ -37,3 +37,9 @@ def test_format_schema_on_the_default_model(client):
     value = json.loads(reply.message.content)
     jsonschema.validate(value, SCHEMA)
     assert reply.done_reason == "stop" and reply.eval_count < 80
+
+
+def test_ps_reports_no_vram_for_the_cpu_block_weights(client):
+    """The default model on the CPU holds the GGUF's blocks (`--cpu-weights native` on AVX2) or float32."""
+    (entry,) = client.ps().models
+    assert entry.size > 0 and entry.size_vram == 0

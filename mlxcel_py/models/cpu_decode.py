@@ -108,11 +108,15 @@ class CpuDecoder:
         self.heads, self.kv_heads, self.head_dim = attn.n_heads, attn.n_kv_heads, attn.head_dim
         self.scale, self.eps = float(attn.scale), float(args.rms_norm_eps)
         self._rope = _Rope(attn.rope, self.head_dim)
-        self._embed = np.asarray(inner.embed_tokens.weight)
-        self._head = self._embed if args.tie_word_embeddings else np.asarray(model.lm_head.weight)
+        self._embed_rows, self._head = self._load_embedding(model)
         self._norm = np.asarray(inner.norm.weight)
         self._layers = self._load_layers(model)
         self._kv = _KvWriter()
+
+    def _load_embedding(self, model) -> tuple[Callable[[np.ndarray], np.ndarray], Optional[np.ndarray]]:
+        """(token ids -> embedding rows, the LM head's float32 weight)."""
+        embed = np.asarray(model.model.embed_tokens.weight)
+        return embed.__getitem__, embed if model.args.tie_word_embeddings else np.asarray(model.lm_head.weight)
 
     def _load_layers(self, model) -> list:
         return [self._layer(layer) for layer in model.model.layers]
@@ -138,7 +142,7 @@ class CpuDecoder:
             numba.set_num_threads(self.threads)
         positions, left_pad, views = self._kv.begin(caches, len(tokens))
         cos, sin = self._rope.at(positions)
-        h = self._embed[np.asarray(tokens)]
+        h = self._embed_rows(np.asarray(tokens))
         idx = caches[0]._idx
         for w, (keys, values) in zip(self._layers, views):
             self._step(h, w, keys, values, idx, left_pad, cos, sin)
@@ -153,7 +157,7 @@ class CpuDecoder:
         width = len(rows[0])
         positions, left_pad, views = self._kv.begin(caches, len(rows), width)
         cos, sin = self._rope.at((positions[:, None] + np.arange(width)).reshape(-1))
-        h = self._embed[np.asarray(rows).reshape(-1)]
+        h = self._embed_rows(np.asarray(rows).reshape(-1))
         idx = caches[0]._idx
         for w, (keys, values) in zip(self._layers, views):
             self._step(h, w, keys, values, idx, left_pad, cos, sin, width)

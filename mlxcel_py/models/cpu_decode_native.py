@@ -2,9 +2,10 @@
 
 Same step as `cpu_decode.CpuDecoder` (its KV writer, RoPE table and numba norm/attention kernels),
 but the products (fused q/k/v, o, fused gate/up, down, the LM head) multiply `QuantWeight` records
-through `quant.products.linear` instead of float32 views. A matrix whose type has no fast kernel
-(products.chosen is not the vector kind) keeps the float32 weight of the mlx-lm model, which prefill
-still uses in this slice, so resident memory does not drop yet."""
+through `quant.products.linear` instead of float32 views. Over a model loaded with block layers
+(gguf_blocks.py, the default) the records are the layers' own (fused q/k/v, gate/up as they fused);
+over a float32 model (tests) the file is read again and a matrix whose type has no fast kernel keeps
+the model's float32 weight."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import numpy as np
 
 from .cpu_decode import CpuDecoder, supported
 from .gguf_arch import ROPE_TENSORS
+from .gguf_blocks import BlockEmbedding, BlockLinear, has_blocks, unpermute_block_rows
 from .cpu_decode_kernels import attend, linear as f32_linear, rms_norm, rope, silu_mul, warm_up, write_kv
 from .quant import products, vector
 from .quant.blocks import QuantWeight, make
@@ -28,12 +30,6 @@ Part = Union[QuantWeight, np.ndarray]  # a block weight, or the float32 fallback
 
 def _fast(info) -> bool:
     return int(info.qtype) in vector.VECTOR_TYPES
-
-
-def _unpermute(raw: np.ndarray, heads: int) -> np.ndarray:
-    """llama.cpp's Q/K row permutation undone on rows of blocks (gguf.unpermute_rows, exact: blocks run along rows)."""
-    rows = raw.shape[0]
-    return raw.reshape(heads, rows // heads // 2, 2, raw.shape[1]).swapaxes(1, 2).reshape(raw.shape)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +72,7 @@ class _Blocks:
         raw = np.asarray(info.data).reshape(info.shape[0], -1)
         if self._permuted and (".q_proj." in key or ".k_proj." in key):
             heads = self._args.num_attention_heads if ".q_proj." in key else self._args.num_key_value_heads
-            raw = _unpermute(raw, heads)
+            raw = unpermute_block_rows(raw, heads)
         return raw
 
     def product(self, modules: Sequence, keys: Sequence[str]) -> Product:
@@ -92,16 +88,34 @@ class _Blocks:
         return Product(tuple(parts))
 
 
+class _ModuleBlocks:
+    """The model's own block layers (loaded with gguf_blocks: no file read again), made into Products;
+    a fused q/k/v or gate/up multiplies as the one array its layers slice."""
+
+    @staticmethod
+    def product(modules: Sequence, keys: Sequence[str]) -> Product:
+        whole = getattr(modules[0], "fused", None)
+        if len(modules) > 1 and whole is not None and all(getattr(m, "fused", None) is whole for m in modules) \
+                and sum(m.blocks.shape[0] for m in modules) == whole.shape[0]:
+            return Product((whole,))
+        return Product(tuple(m.blocks if isinstance(m, (BlockLinear, BlockEmbedding)) else np.asarray(m.weight)
+                             for m in modules))
+
+
 class NativeDecoder(CpuDecoder):
     """CpuDecoder whose products read the GGUF file's blocks (see the module docstring)."""
 
-    def __init__(self, model, blocks: _Blocks, threads: int = 1):
+    def __init__(self, model, blocks: Union[_Blocks, _ModuleBlocks], threads: int = 1):
         self._blocks = blocks
         super().__init__(model, threads)
         head_key = "model.embed_tokens.weight" if model.args.tie_word_embeddings else "lm_head.weight"
         head_module = model.model.embed_tokens if model.args.tie_word_embeddings else model.lm_head
         self._head_product = blocks.product([head_module], [head_key])
         self._blocks = None  # the Products hold what they need
+
+    def _load_embedding(self, model):
+        embed = model.model.embed_tokens
+        return (embed.rows, None) if isinstance(embed, BlockEmbedding) else super()._load_embedding(model)
 
     def _load_layers(self, model) -> list:
         out = []
@@ -144,7 +158,7 @@ def native_decoder_for(model, path: Path, threads: int = 1) -> Optional[CpuDecod
         log.info("decode stays in mlx-lm: %s", why)
         return None
     warm_up()
-    decoder = NativeDecoder(model, blocks_of(model, path), threads)
+    decoder = NativeDecoder(model, _ModuleBlocks() if has_blocks(model) else blocks_of(model, path), threads)
     quantized, fallback = decoder.counts()
     if not quantized:
         log.info("native CPU decode: no block weights in %s, decoding over float32", path.name)

@@ -10,10 +10,13 @@ from typing import Any, Callable, Optional
 
 import mlx.core as mx
 import mlx.nn as nn
+import numpy as np
 from gguf.constants import LlamaFileType
 
 from .gguf_tensors import GROUP_SIZE, check_supported, native, quantized_or_none
 from .gguf_tensors import dense as dense_tensor
+from .gguf_blocks import fuse_layers, install, is_block_type, release, unpermute_block_rows
+from .quant.blocks import QuantWeight, make
 from .gguf_arch import ROPE_TENSORS, Arch, Meta, arch_for
 from .gguf_file import GGUFFile, TensorInfo, read_gguf
 from .tokenizer import TokenizerInfo, gguf_tokenizer
@@ -64,28 +67,60 @@ def _tensor(info: TensorInfo, key: str, dense: bool, arch: Arch, args) -> dict[s
     return out
 
 
-def _convert(gguf: GGUFFile, arch: Arch, args, dense: bool) -> tuple[dict, dict]:
-    """Every weight tensor renamed and converted; returns (weights, bits per quantized module)."""
+def _convert(gguf: GGUFFile, arch: Arch, args, dense: bool, blocks: bool = False) -> tuple[dict, dict, dict]:
+    """Every weight tensor renamed and converted; returns (weights, bits per quantized module, and, when
+    `blocks`, the 2-D block-type tensors left as they are, by mlx-lm name)."""
     source = gguf.path.name
     weights: dict[str, mx.array] = {}
     bits: dict[str, int] = {}
+    held: dict[str, TensorInfo] = {}
     for name, info in gguf.tensors.items():
         if name in ROPE_TENSORS:
             continue
         check_supported(info, source)
         key = arch.mlx_name(name, source)
+        if blocks and is_block_type(info.qtype) and len(info.shape) == 2 and key.endswith(".weight"):
+            held[key] = info
+            continue
         converted = _tensor(info, key, dense, arch, args)
         if len(converted) == 3:
             base = key.rsplit(".", 1)[0]
             bits[base] = converted[key].shape[-1] * 32 // (converted[f"{base}.scales"].shape[-1] * GROUP_SIZE)
         weights.update(converted)
         mx.eval(list(converted.values()))  # free each numpy intermediate as we go
-    return weights, bits
+    return weights, bits, held
 
 
-def _build(module, args, weights: dict, bits: dict, source: str) -> nn.Module:
-    model = module.Model(args)
+def _block_weight(info: TensorInfo, key: str, arch: Arch, args) -> QuantWeight:
+    """The tensor's blocks (a view of the mapped file; Q/K rows unpermuted into a copy, whose source pages
+    then leave the mapping)."""
+    raw = np.asarray(info.data).reshape(info.shape[0], -1)
+    if arch.permuted_qk and (".q_proj." in key or ".k_proj." in key):
+        raw = unpermute_block_rows(raw, args.num_attention_heads if ".q_proj." in key else args.num_key_value_heads)
+        release(info.data)
+    return make(info.qtype, info.shape, raw, key)
+
+
+def _split_held(model, weights: dict, held: dict, arch: Arch, args) -> dict:
+    """mlx-lm's sanitize over both kinds of tensor; the held ones become block layers in `model` (or
+    float32 where the module is no Linear/Embedding). Returns the tensors left to load_weights."""
+    placeholder = mx.zeros((1,))
+    weights = {**weights, **dict.fromkeys(held, placeholder)}
     if hasattr(model, "sanitize"):
+        weights = model.sanitize(weights)
+    kept = {k: v for k, v in weights.items() if v is not placeholder}
+    for key in (k for k, v in weights.items() if v is placeholder):
+        if not install(model, key.rsplit(".", 1)[0], _block_weight(held[key], key, arch, args)):
+            kept.update(_tensor(held[key], key, True, arch, args))
+    return kept
+
+
+def _build(module, args, weights: dict, bits: dict, source: str, held: Optional[dict] = None,
+           arch: Optional[Arch] = None) -> nn.Module:
+    model = module.Model(args)
+    if held:
+        weights = _split_held(model, weights, held, arch, args)
+    elif hasattr(model, "sanitize"):
         weights = model.sanitize(weights)
     if bits:
         nn.quantize(
@@ -96,6 +131,8 @@ def _build(module, args, weights: dict, bits: dict, source: str) -> nn.Module:
         model.load_weights(list(weights.items()), strict=True)
     except ValueError as exc:
         raise ModelLoadError(f"GGUF tensors do not fit a {args.model_type} model in {source}: {exc}") from None
+    if held:
+        fuse_layers(model)
     mx.eval(model.parameters())
     return model
 
@@ -107,8 +144,8 @@ def _file_type(metadata: dict) -> str:
         return "?"
 
 
-def _param_count(weights: dict, bits: dict) -> int:
-    total = 0
+def _param_count(weights: dict, bits: dict, held: dict) -> int:
+    total = sum(int(np.prod(info.shape)) for info in held.values())
     for key, value in weights.items():
         base = key.rsplit(".", 1)[0]
         if key.endswith((".scales", ".biases")) and base in bits:
@@ -127,8 +164,10 @@ def _size_label(n: int) -> str:
 POOLING_TYPES = {0: "none", 1: "mean", 2: "cls", 3: "last"}
 
 
-def load_gguf(path: Path, dense: bool, on_progress: Optional[Callable[[str], None]] = None) -> GGUFModel:
-    """Load a GGUF; `dense` dequantizes everything to float32 (the CPU fast path)."""
+def load_gguf(path: Path, dense: bool, on_progress: Optional[Callable[[str], None]] = None,
+              blocks: bool = False) -> GGUFModel:
+    """Load a GGUF; `dense` dequantizes everything to float32 (the CPU fast path); `blocks` (with dense)
+    keeps each quantized matrix as the file's blocks instead (gguf_blocks.py: no float32 copy)."""
     from .gguf_fixups import apply_fixups
 
     progress = on_progress or (lambda _msg: None)
@@ -137,13 +176,15 @@ def load_gguf(path: Path, dense: bool, on_progress: Optional[Callable[[str], Non
     arch = arch_for(gguf.metadata, path.name)
     module, args = model_args(gguf, arch)
     tokenizer = gguf_tokenizer(gguf.metadata, path.name)
-    progress("dequantizing to float32" if dense else "building quantized model")
-    weights, bits = _convert(gguf, arch, args, dense)
-    size = _size_label(_param_count(weights, bits))
-    model = _build(module, args, weights, bits, path.name)
+    progress("keeping the GGUF blocks" if blocks else "dequantizing to float32" if dense else "building quantized model")
+    weights, bits, held = _convert(gguf, arch, args, dense, blocks)
+    size = _size_label(_param_count(weights, bits, held))
+    model = _build(module, args, weights, bits, path.name, held, arch)
     apply_fixups(model, gguf, arch, args)
     if bits:
         kind = "quantized"
+    elif held:
+        kind = "gguf-blocks"
     elif dense:
         kind = "dense-float32"
     else:

@@ -2,9 +2,11 @@
 
 Dense conversion uses the `gguf` package's reference dequantizers (`gguf.quants`). The
 quantized path (GPU) repacks the types whose blocks are exactly MLX's affine layout
-(32-wide groups, w = scale * q + bias): Q4_0, Q4_1, Q8_0, Q4_K, Q5_K keep their codes
-bit for bit. Types with 16-wide groups (Q6_K, Q3_K, Q2_K) or 5-bit legacy blocks are
-dequantized and requantized to MLX 8-bit (error within one 8-bit step of the group)."""
+(32-wide groups, w = scale * q + bias): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K keep their
+codes bit for bit (legacy scales are float16 in the file, so float16 scales are exact; a K-quant's
+d * sub-scale is rounded to float16, 2^-11 of the scale). Types with 16-wide groups (Q6_K, Q3_K,
+Q2_K; MLX 0.32 has no group of 16) are dequantized and requantized to MLX 8-bit (error within one
+8-bit step of the group)."""
 
 from __future__ import annotations
 
@@ -21,8 +23,8 @@ from ..errors import ModelLoadError
 
 GROUP_SIZE = 32
 FLOATS = (T.F32, T.F16, T.BF16)
-REPACKED = (T.Q4_0, T.Q4_1, T.Q8_0, T.Q4_K, T.Q5_K)
-REQUANTIZED = (T.Q5_0, T.Q5_1, T.Q2_K, T.Q3_K, T.Q6_K)
+REPACKED = (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q4_K, T.Q5_K)
+REQUANTIZED = (T.Q2_K, T.Q3_K, T.Q6_K)
 SUPPORTED = FLOATS + REPACKED + REQUANTIZED
 SUPPORTED_NAMES = ", ".join(t.name for t in SUPPORTED)
 
@@ -96,6 +98,15 @@ def _legacy(blocks: np.ndarray, qtype: T) -> tuple[np.ndarray, np.ndarray, np.nd
     return _nibbles(blocks[:, 4:], 16), d, _f16(blocks[:, 2:4]), 4
 
 
+def _legacy5(blocks: np.ndarray, qtype: T) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Q5_0/Q5_1 blocks (n, bytes) -> codes (n, 32), scale, bias, 5: code i's fifth bit is bit i of qh."""
+    d = _f16(blocks[:, :2])
+    at, bias = (2, -16.0 * d) if qtype == T.Q5_0 else (4, _f16(blocks[:, 2:4]))
+    qh = np.ascontiguousarray(blocks[:, at : at + 4]).view("<u4")
+    high = ((qh >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8)
+    return _nibbles(blocks[:, at + 4 :], 16) | (high << 4), d, bias, 5
+
+
 def _k_quant(blocks: np.ndarray, qtype: T) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Q4_K/Q5_K super-blocks (n, bytes) -> codes (n*8, 32), scale (n*8, 1), bias (n*8, 1), bits."""
     d, dmin = _f16(blocks[:, 0:2]), _f16(blocks[:, 2:4])
@@ -114,7 +125,8 @@ def quantized(info: TensorInfo, dtype=mx.float16) -> Quantized:
     rows = int(np.prod(info.shape[:-1], dtype=np.int64))
     blocks = np.ascontiguousarray(info.data).reshape(-1, quants.GGML_QUANT_SIZES[info.qtype][1])
     if info.qtype in REPACKED:
-        unpack = _legacy if info.qtype in (T.Q4_0, T.Q4_1, T.Q8_0) else _k_quant
+        unpack = {T.Q4_0: _legacy, T.Q4_1: _legacy, T.Q8_0: _legacy, T.Q5_0: _legacy5, T.Q5_1: _legacy5}.get(
+            info.qtype, _k_quant)
         codes, scale, bias, bits = unpack(blocks, info.qtype)
         shape = (*info.shape[:-1], info.shape[-1] // GROUP_SIZE)
         packed = _pack(codes.reshape(rows, -1), bits).reshape(*info.shape[:-1], -1)

@@ -57,16 +57,18 @@ def load_model(
 ) -> LoadedModel:
     """Load a GGUF file or an mlx-lm model directory (the default model when `spec_path` is None).
 
-    dense=None picks dense float32 weights on the CPU (BLAS matmuls) and keeps quantized
-    weights on a GPU; True/False forces either. cpu_weights "native" makes the CPU decode step
-    of a GGUF read the file's blocks (models/cpu_decode_native.py), "f32" the float32 weights; None:
+    dense=None picks the CPU fast path on the CPU and keeps quantized weights on a GPU; True/False
+    forces float32 or MLX's own weights. On the CPU, cpu_weights "native" keeps a GGUF's quantized
+    matrices as the file's blocks (models/gguf_blocks.py: prefill by dequantized tiles, decode over the
+    blocks in models/cpu_decode_native.py, no float32 copy), "f32" dequantizes them to float32; None:
     `default_cpu_weights()`."""
     path, hub_name = _local_path(spec_path or default_model_path())
     use_dense = cpu_is_default() if dense is None else dense
+    native_cpu = (cpu_weights or default_cpu_weights()) == "native" and cpu_is_default()
     if path.is_file():
         if path.suffix.lower() != ".gguf":
             raise ModelLoadError(f"not a model: {path} (expected a .gguf file or an mlx-lm model directory)")
-        loaded = _load_gguf(path, use_dense, on_progress)
+        loaded = _load_gguf(path, use_dense, on_progress, blocks=native_cpu and dense is None)
     elif path.is_dir():
         loaded = _load_mlx_dir(path, use_dense, on_progress)
     else:
@@ -75,7 +77,7 @@ def load_model(
         loaded = replace(loaded, name=hub_name)
     _materialize(loaded.model)
     if use_dense and cpu_is_default():
-        native = path if (cpu_weights or default_cpu_weights()) == "native" and loaded.source == "gguf" else None
+        native = path if native_cpu and loaded.source == "gguf" else None
         loaded = _install_cpu_kernels(loaded, threads or os.cpu_count() or 1, native)
     log.info("loaded %s: %s", loaded.name, loaded.description)
     return loaded
@@ -144,15 +146,16 @@ def _install_cpu_kernels(loaded: LoadedModel, threads: int, native: Optional[Pat
 
 def _describe(base: str, weights: str) -> str:
     blas = loaded_blas()
-    path = {"dense-float32": "dense float32", "quantized": "quantized (MLX kernels)"}.get(weights, weights)
+    path = {"dense-float32": "dense float32", "quantized": "quantized (MLX kernels)",
+            "gguf-blocks": "GGUF blocks (no float32 copy)"}.get(weights, weights)
     kernels = f" ({blas.note.removeprefix('kernels ')})" if blas.note.startswith("kernels ") else ""
     return f"{base} -> {path}, BLAS {blas.name}{kernels}"
 
 
-def _load_gguf(path: Path, dense: bool, on_progress: Progress) -> LoadedModel:
+def _load_gguf(path: Path, dense: bool, on_progress: Progress, blocks: bool = False) -> LoadedModel:
     from .gguf import load_gguf
 
-    got = load_gguf(path, dense, on_progress)
+    got = load_gguf(path, dense, on_progress, blocks=blocks and dense)
     tok = got.tokenizer
     return LoadedModel(
         model=got.model, tokenizer=tok.wrapper, eos_token_ids=tok.eos_token_ids,

@@ -57,6 +57,15 @@ def dequant_rows(qtype, raw, out, threads, lanes):  # pragma: no cover - jitted
             dequant_row(qtype, raw[n], out[n], codes, scale, offset, lanes)
 
 
+@njit(cache=True, nogil=True)
+def dequant_rows_serial(qtype, raw, out, lanes):  # pragma: no cover - jitted
+    """dequant_rows on the calling thread (prefill's tiles: see vector.dequant_rows_serial)."""
+    k = out.shape[1]
+    codes, scale, offset = np.empty(k, np.int8), np.empty(k // 16, np.float32), np.empty(k // 16, np.float32)
+    for n in range(raw.shape[0]):
+        dequant_row(qtype, raw[n], out[n], codes, scale, offset, lanes)
+
+
 @njit(fastmath=True, cache=True, nogil=True, inline="always")
 def _dots(x, w, out, n):  # pragma: no cover - jitted
     """out[:, n] = x @ w for one float32 weight row w, 4 input rows per pass."""

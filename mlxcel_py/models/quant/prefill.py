@@ -1,41 +1,58 @@
 """Prefill over quantized weights: x @ W.T for many rows, one dequantized tile of W at a time.
 
-Each tile of `tile_rows` weight rows is dequantized (exactly, products.dequantize_into) into one
-reused float32 scratch buffer and multiplied with numpy's BLAS, so no float32 copy of W stays
-resident: the extra memory is the scratch, tile_rows x in_features x 4 bytes (256 rows:
-576 KiB for 576 columns, 2 MiB for 2,048, 8 MiB for 8,192), plus BLAS's own packing."""
+Each tile of weight rows is dequantized (exactly, products.dequantize_serial, on the calling thread:
+numba's pool would fight BLAS's threads between tiles) into one reused float32 scratch buffer and
+multiplied with the preloaded OpenBLAS (MLX's, models/blas.py; numpy's own where none is),
+so no float32 copy of W stays resident: the extra memory is the scratch, at most TILE_BYTES
+(16 MiB: all of a 1536x576 or 2048x2048 matrix, 2,048 rows of 2,048 columns, 512 of 8,192) for a
+thread that calls this, plus BLAS's own packing. A matrix that fits one tile gives the f32 path's
+result bit for bit; OpenBLAS rounds a split N differently (~1e-5 of the products)"""
 
 from __future__ import annotations
 
-import numba
+import threading
+
 import numpy as np
 
 from . import products
 from .blocks import QuantWeight
+from ..blas import sgemm_nt
 
-TILE_ROWS = 256
+TILE_BYTES = 16 << 20
+_local = threading.local()  # each engine thread its own scratch, reused across products
 
 
-def scratch_bytes(w: QuantWeight, tile_rows: int = TILE_ROWS) -> int:
+def tile_rows(w: QuantWeight, tile_bytes: int = TILE_BYTES) -> int:
+    """Weight rows a tile holds: as many as fit `tile_bytes` of float32 (at least 16)."""
+    return max(16, min(w.shape[0], tile_bytes // (4 * w.shape[1])))
+
+
+def scratch_bytes(w: QuantWeight, tile_bytes: int = TILE_BYTES) -> int:
     """The float32 scratch `matmul_tiled` uses for `w`."""
-    return min(tile_rows, w.shape[0]) * w.shape[1] * 4
+    return tile_rows(w, tile_bytes) * w.shape[1] * 4
 
 
-def matmul_tiled(x: np.ndarray, w: QuantWeight, out: np.ndarray | None = None, tile_rows: int = TILE_ROWS,
-                 scratch: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
-    """x (M, K) float32 @ W.T -> (M, N) float32; `scratch` (tile_rows, K) float32 may be passed to reuse."""
+def _scratch(size: int) -> np.ndarray:
+    buf = getattr(_local, "buf", None)
+    if buf is None or buf.size < size:
+        buf = _local.buf = np.empty(size, np.float32)
+    return buf
+
+
+def matmul_tiled(x: np.ndarray, w: QuantWeight, out: np.ndarray | None = None,
+                 tile_bytes: int = TILE_BYTES) -> np.ndarray:
+    """x (M, K) float32 @ W.T -> (M, N) float32, equal to x @ dequantize(W).T up to BLAS's summation order."""
     rows, k = w.shape
     if x.ndim != 2 or x.shape[1] != k:
         raise ValueError(f"x of shape {x.shape} does not multiply a weight of shape {w.shape}")
-    tile_rows = min(tile_rows, rows)
-    if scratch is None or scratch.shape[0] < tile_rows or scratch.shape[1] != k:
-        scratch = np.empty((tile_rows, k), np.float32)
+    step = tile_rows(w, tile_bytes)
+    scratch = _scratch(step * k)
     out = np.empty((x.shape[0], rows), np.float32) if out is None else out
     x = np.ascontiguousarray(x, dtype=np.float32)
-    n_threads = numba.get_num_threads() if threads is None else threads
-    for start in range(0, rows, tile_rows):
-        stop = min(start + tile_rows, rows)
-        tile = scratch[: stop - start]
-        products.dequantize_into(w.blocks[start:stop], w.qtype, tile, n_threads)
-        np.matmul(x, tile.T, out=out[:, start:stop])
+    for start in range(0, rows, step):
+        stop = min(start + step, rows)
+        tile = scratch[: (stop - start) * k].reshape(stop - start, k)
+        products.dequantize_serial(w.blocks[start:stop], w.qtype, tile)
+        if not sgemm_nt(x, tile, out[:, start:stop]):
+            np.matmul(x, tile.T, out=out[:, start:stop])
     return out

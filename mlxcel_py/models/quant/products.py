@@ -51,6 +51,14 @@ def dequantize_into(raw: np.ndarray, qtype: T, out: np.ndarray, threads: int) ->
         kernels.dequant_rows(int(qtype), raw, out, threads, LANES)
 
 
+def dequantize_serial(raw: np.ndarray, qtype: T, out: np.ndarray) -> None:
+    """dequantize_into on the calling thread alone (numba's pool stays asleep: prefill.matmul_tiled)."""
+    if int(qtype) in vector.VECTOR_TYPES:
+        vector.dequant_rows_serial(int(qtype), np.ascontiguousarray(raw), out, out.shape[1] // UNITS[int(qtype)][0])
+    else:
+        kernels.dequant_rows_serial(int(qtype), raw, out, LANES)
+
+
 def linear_float(x: np.ndarray, w: QuantWeight, out=None, threads: int | None = None) -> np.ndarray:
     """Candidate a: each weight row dequantized once into L1, float FMA dot products."""
     out = _out(x, w, out)

@@ -192,3 +192,20 @@ def dequant_rows(qtype, raw, out, threads, units):  # pragma: no cover - jitted
                 _q_q4_k(raw[n], out[n], units)
             elif qtype == Q6_K:
                 _q_q6_k(raw[n], out[n], units)
+
+
+@njit(cache=True, nogil=True)
+def dequant_rows_serial(qtype, raw, out, units):  # pragma: no cover - jitted
+    """dequant_rows on the calling thread: prefill's tiles alternate with BLAS calls, and waking numba's
+    pool between them cost 40x the work (5.7 ms against 0.14 ms for a 1536x576 Q4_1 tile)."""
+    for n in range(raw.shape[0]):
+        if qtype == Q4_0:
+            _q_q4_0(raw[n], out[n], units)
+        elif qtype == Q4_1:
+            _q_q4_1(raw[n], out[n], units)
+        elif qtype == Q8_0:
+            _q_q8_0(raw[n], out[n], units)
+        elif qtype == Q4_K:
+            _q_q4_k(raw[n], out[n], units)
+        elif qtype == Q6_K:
+            _q_q6_k(raw[n], out[n], units)
