@@ -107,3 +107,14 @@ def test_release_drops_a_copied_tensors_pages_from_resident_memory(tmp_path):
     assert touched - before > 6 * 1024 and _rss_file_kib() < touched - 6 * 1024
     assert int(view[-1].sum(dtype=np.int64)) > 0  # still readable: pages fault back in
     release(np.ones((4, 4), np.uint8))  # a copy: nothing to drop, no error
+
+
+def test_the_memory_estimate_follows_the_cpu_weights():
+    from mlxcel_py.models import default_model_path
+    from mlxcel_py.models.footprint import estimate_bytes
+
+    path = str(default_model_path())
+    size = Path(path).stat().st_size
+    native, dense = estimate_bytes(path, "native"), estimate_bytes(path, "f32")
+    assert size <= native < 1.1 * size  # the blocks are the file; only norms become float32 arrays
+    assert dense > 5 * size  # a float32 copy of every tensor beside the file

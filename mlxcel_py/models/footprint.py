@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import ModelLoadError
-from .loader import cpu_is_default, default_model_path
+from .loader import cpu_is_default, default_cpu_weights, default_model_path
 
 _WEIGHT_FILES = ("*.safetensors", "*.npz")
 
@@ -27,12 +27,13 @@ def resident_bytes() -> int:
     return 0
 
 
-def estimate_bytes(spec: Optional[str]) -> int:
+def estimate_bytes(spec: Optional[str], cpu_weights: Optional[str] = None) -> int:
     """The memory a model is expected to take once loaded; 0 when it cannot be told from local files
     (a Hugging Face id not in the cache, an unreadable file: the load itself says why).
 
-    On the CPU the loader keeps dense float32 weights (4 bytes per parameter) and, for a GGUF,
-    also reads the file's blocks; on a GPU the weights stay as stored (the file's size)."""
+    On the CPU a GGUF's quantized matrices stay the file's own blocks under `--cpu-weights native`
+    (the default on AVX2) and its float tensors become float32 arrays; under `f32` every tensor
+    does (4 bytes per parameter) beside the file; on a GPU the weights stay as stored."""
     try:
         path = Path(spec).expanduser() if spec else Path(default_model_path())
     except ModelLoadError:
@@ -50,7 +51,9 @@ def estimate_bytes(spec: Optional[str]) -> int:
         tensors = read_gguf(path).tensors.values()
     except ModelLoadError:
         return 0
-    return size + 4 * sum(math.prod(t.shape) for t in tensors)
+    native = (cpu_weights or default_cpu_weights()) == "native"
+    floats = ("F32", "F16", "BF16")
+    return size + 4 * sum(math.prod(t.shape) for t in tensors if not native or t.type_name in floats)
 
 
 def release_memory() -> None:
