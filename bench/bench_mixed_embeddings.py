@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -100,8 +101,11 @@ def run(args: argparse.Namespace) -> dict:
     with ManagedServer(spec, health_timeout_s=600) as server:
         url = server.spec.url
         asyncio.run(warm_up(url, encode, eos_ids, 0))
+        t0 = time.perf_counter()
         solo = asyncio.run(alone(url, texts))
+        print(f"{len(texts)} embeddings alone: {time.perf_counter() - t0:.1f} s", flush=True)
         piece = asyncio.run(piece_ms(url, build_prompt(encode, CONTENDED_CHUNK, round_seed(0, 0, "piece"))))
+        print(f"a lone {CONTENDED_CHUNK}-token piece: {piece:.0f} ms", flush=True)
         got = asyncio.run(mixed(url, prompts, texts, eos_ids, args.quiet_s))
     diffs = [float(np.abs(a - b).max()) for a, b in zip(got.pop("vectors"), solo)]
     figure = max(got["quiet_p95_ms"]) + piece
@@ -120,6 +124,8 @@ def main() -> None:
     ap.add_argument("--quiet-s", type=float, default=QUIET_S)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    # A SIGTERM (timeout, Ctrl-C's cousin) unwinds, so the server started here is stopped too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     print(machine(), flush=True)
     result = run(args)
     print(f"end: {machine()}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import os
 import platform
 import statistics
@@ -116,6 +117,8 @@ def main() -> None:
     ap.add_argument("--window-s", type=float, default=10.0)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    # A SIGTERM (timeout, Ctrl-C's cousin) unwinds, so the server started here is stopped too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     print(machine(), flush=True)
     results = []
     for model in args.models:
