@@ -32,7 +32,6 @@ import side_by_side as sbs  # noqa: E402
 from mlxcel_py.loadtest.admit import warm_up  # noqa: E402
 from mlxcel_py.loadtest.prompts import build_prompt, load_encoder, round_seed  # noqa: E402
 from mlxcel_py.loadtest.servers import ManagedServer  # noqa: E402
-from mlxcel_py.loadtest.ttft import TtftConfig, measure_ttft  # noqa: E402
 
 DECODE_PROMPT_TOKENS = 32
 TTFT_TOKENS = 2048
@@ -58,14 +57,15 @@ def measure(name: str, model: str, args: argparse.Namespace) -> dict:
                 rates.append(asyncio.run(sbs.decode_rate(server.spec.url, prompts, eos_ids, args.window_s,
                                                          max_tokens)))
             out[f"decode_{streams}"] = {"median": statistics.median(rates), "rounds": rates}
-        cfg = TtftConfig(prompt_tokens=TTFT_TOKENS, rounds=args.rounds, max_tokens=1)
-        ttfts = [asyncio.run(measure_ttft(server.spec.url, build_prompt(encode, TTFT_TOKENS, round_seed(0, r, "ttft")),
-                                          cfg, eos_ids))["ttft_ms"] for r in range(args.rounds)]
+        lone = [build_prompt(encode, TTFT_TOKENS, round_seed(0, r, "ttft")) for r in range(args.rounds)]
+        ttfts = [asyncio.run(sbs.lone_ttft_ms(server.spec.url, p, eos_ids)) for p in lone]
         out["ttft_ms"] = {"median": statistics.median(ttfts), "rounds": ttfts}
         out["rss_after_decoding"] = sbs.resident_mb(pid)
         log = server.log_path.read_text(errors="replace")
-        out["kv"] = sbs.llama_kv(log) if name == "llama" else sbs.ours_kv(server.spec.url, log, model)
+        out["kv"] = None if name == "llama" else sbs.ours_kv(server.spec.url, log, model)
         out["load_line"] = sbs.ours_description(log) if name == "ours" else ""
+    if name == "llama":
+        out["kv"] = sbs.llama_kv_probe(model, args.slots, args.ctx, args.threads)
     return out
 
 
@@ -116,13 +116,20 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--window-s", type=float, default=10.0)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--previous", type=Path, help="an earlier run's output: its result lines are kept, not rerun")
     args = ap.parse_args()
     # A SIGTERM (timeout, Ctrl-C's cousin) unwinds, so the server started here is stopped too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     print(machine(), flush=True)
-    results = []
+    results = [json.loads(line) for line in (args.previous.read_text().splitlines() if args.previous else [])
+               if line.startswith('{"server"')]
     for model in args.models:
         for name in args.servers:
+            kept = [r for r in results if r["model"] == Path(model).name and r["server"] == name]
+            if kept and kept[0]["server"] == "llama" and kept[0]["kv"] is None:
+                kept[0]["kv"] = sbs.llama_kv_probe(model, args.slots, args.ctx, args.threads)
+            if kept:
+                continue
             print(f"{Path(model).name}: {name} ...", flush=True)
             results.append(measure(name, model, args))
             print(json.dumps(results[-1]), flush=True)

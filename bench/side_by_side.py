@@ -14,7 +14,7 @@ from typing import Optional
 import httpx
 
 from mlxcel_py.loadtest.client import StreamLog, completion_body, new_client, stream_request
-from mlxcel_py.loadtest.servers import Arm, ServerSpec, free_port, mlxcel_spec
+from mlxcel_py.loadtest.servers import Arm, ManagedServer, ServerSpec, free_port, mlxcel_spec
 
 LLAMA_SERVER = os.environ.get("LLAMA_SERVER", "/work/llama-build/bin/llama-server")
 # Greedy prompts whose first dozen characters both servers must agree on (leading spaces included).
@@ -108,6 +108,19 @@ async def decode_rate(url: str, prompts: list[str], eos_ids: frozenset[int], win
     return sum(start < t <= end for g in logs for t in g.token_times) / max(end - start, 1e-6)
 
 
+async def lone_ttft_ms(url: str, prompt: str, eos_ids: frozenset[int]) -> float:
+    """A lone prompt's time to its first token: one token asked for, so its frame (with text or, for a
+    partial UTF-8 character, with only the finish) is the first token's arrival."""
+    log = StreamLog()
+    async with new_client() as client:
+        await asyncio.wait_for(stream_request(client, url + "/v1/completions",
+                                              completion_body(prompt, 1, eos_ids=eos_ids), log), 1800)
+        ended = time.perf_counter()  # the one frame, then [DONE]: the stream's end is the token's arrival
+    if log.error is not None or log.sent is None:
+        raise RuntimeError(f"the TTFT request failed: {log.error}")
+    return ((log.first_token or ended) - log.sent) * 1000
+
+
 def greedy_texts(url: str) -> list[str]:
     """Each greedy prompt's completion text (GREEDY_TOKENS tokens, temperature 0, no prompt cache)."""
     out = []
@@ -120,18 +133,28 @@ def greedy_texts(url: str) -> list[str]:
     return out
 
 
-LLAMA_KV = re.compile(r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells.*?K \((\w+)\).*?V \((\w+)\)")
+LLAMA_KV = re.compile(r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells.*?(\d+)/\d+ seqs.*?K \((\w+)\).*?V \((\w+)\)")
 OURS_KV = re.compile(r"(\d[\d,]*) (?:bytes|B) (?:of KV )?per token", re.IGNORECASE)
 
 
 def llama_kv(log: str) -> Optional[dict]:
-    """llama-server's KV bytes per token, from its startup log (its whole cache over its cells)."""
+    """llama-server's KV bytes per token, from its startup log: the cache's size over its cells (the line
+    counts one sequence's cells; without --kv-unified each of the `n/n seqs` has its own)."""
     m = LLAMA_KV.search(log)
     if m is None:
         return None
-    size_mib, cells = float(m.group(1)), int(m.group(2))
-    return {"bytes_per_token": round(size_mib * 2**20 / cells), "cells": cells, "types": f"K {m.group(3)}, "
-            f"V {m.group(4)}", "source": "startup log"}
+    size_mib, cells = float(m.group(1)), int(m.group(2)) * int(m.group(3))
+    return {"bytes_per_token": round(size_mib * 2**20 / cells), "cells": cells, "types": f"K {m.group(4)}, "
+            f"V {m.group(5)}", "source": "startup log (-lv 4)"}
+
+
+def llama_kv_probe(model: str, slots: int, ctx: int, threads: int) -> Optional[dict]:
+    """llama-server logs its KV cache's size only at verbosity 4: a second start with -lv 4, read, stopped
+    (the measured server runs at its default verbosity)."""
+    spec = server_spec("llama", model, slots, ctx, threads)
+    spec = ServerSpec("llama-kv", spec.argv + ("-lv", "4"), spec.port)
+    with ManagedServer(spec, health_timeout_s=300) as server:
+        return llama_kv(server.log_path.read_text(errors="replace"))
 
 
 def ours_kv(url: str, log: str, model: str) -> dict:
