@@ -46,6 +46,9 @@ class TokenizerInfo:
     bos_token_id: Optional[int]
     eos_token_ids: frozenset[int]
     add_bos: bool
+    # tokenizer.ggml.add_eos_token's eos, which encode(add_special_tokens=True) appends as llama.cpp's
+    # tokenize(add_special) does (a Qwen3-Embedding GGUF pools its state); None when the file does not ask.
+    appended_eos: Optional[int] = None
 
 
 class ByteLevelDetokenizer(BPEStreamingDetokenizer):
@@ -137,14 +140,19 @@ def end_of_generation_ids(meta: dict) -> set[int]:
     return ids | {i for i, text in enumerate(meta["tokenizer.ggml.tokens"]) if text in EOG_TEXTS}
 
 
-def _byte_level(meta: dict, source: str, bos: Optional[int], eos: Optional[int], add_bos: bool):
+def _byte_level(meta: dict, source: str, bos: Optional[int], eos: Optional[int], add_bos: bool,
+                add_eos: bool = False):
     from transformers import PreTrainedTokenizerFast  # slow import, only when loading
 
     tokens = meta["tokenizer.ggml.tokens"]
     tok = _build_tokenizer(meta, source)
-    if add_bos and bos is not None:
+    head = [bos] if add_bos and bos is not None else []
+    tail = [eos] if add_eos and eos is not None else []
+    if head or tail:
+        ends = lambda ids: " ".join(tokens[i] for i in ids)  # noqa: E731
         tok.post_processor = processors.TemplateProcessing(
-            single=f"{tokens[bos]} $A", pair=f"{tokens[bos]} $A $B", special_tokens=[(tokens[bos], bos)]
+            single=f"{ends(head)} $A {ends(tail)}".strip(), pair=f"{ends(head)} $A $B {ends(tail)}".strip(),
+            special_tokens=[(tokens[i], i) for i in dict.fromkeys(head + tail)],
         )
     name = lambda i: tokens[i] if i is not None and i < len(tokens) else None  # noqa: E731
     return PreTrainedTokenizerFast(
@@ -153,7 +161,7 @@ def _byte_level(meta: dict, source: str, bos: Optional[int], eos: Optional[int],
         eos_token=name(eos),
         pad_token=name(_metadata_int(meta, "tokenizer.ggml.padding_token_id")),
         add_bos_token=add_bos,  # transformers 5 rebuilds the post-processor from this flag
-        add_eos_token=False,
+        add_eos_token=add_eos,
         chat_template=meta.get("tokenizer.chat_template"),
     )
 
@@ -199,15 +207,18 @@ def gguf_tokenizer(meta: dict, source: str) -> TokenizerInfo:
         )
     bos = _metadata_int(meta, "tokenizer.ggml.bos_token_id")
     eos = _metadata_int(meta, "tokenizer.ggml.eos_token_id")
+    # llama.cpp appends the eos to text tokenized with add_special when the file asks (Qwen3-Embedding).
+    add_eos = bool(meta.get("tokenizer.ggml.add_eos_token", False)) and eos is not None
     if kind == "gpt2":
         add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", False))
-        hf, detokenizer = _byte_level(meta, source, bos, eos, add_bos), ByteLevelDetokenizer
+        hf, detokenizer = _byte_level(meta, source, bos, eos, add_bos, add_eos), ByteLevelDetokenizer
     else:
         # llama.cpp adds BOS to a sentencepiece vocabulary unless the file says otherwise.
         add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", True))
         # mlx-lm's SPM detokenizer: byte-fallback tokens as raw bytes, as llama.cpp streams them.
         hf, detokenizer = _sentencepiece(meta, source), SPMStreamingDetokenizer
         hf.add_bos_token = add_bos
+        hf.add_eos_token = add_eos
     wrapper = keep_leading_space(TokenizerWrapper(hf, detokenizer_class=detokenizer,
                                                   eos_token_ids=end_of_generation_ids(meta)))
-    return TokenizerInfo(wrapper, bos, frozenset(wrapper.eos_token_ids), add_bos)
+    return TokenizerInfo(wrapper, bos, frozenset(wrapper.eos_token_ids), add_bos, eos if add_eos else None)

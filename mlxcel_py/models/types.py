@@ -25,6 +25,7 @@ class LoadedModel:
     cpu_decode: Optional[Callable[[list[int], list], Any]] = None  # models/cpu_decode.CpuDecoder
     cpu_kernels: Optional[ContextManager[Any]] = None  # models/cpu_kernels.PrefillKernels, entered per forward
     pooling: Optional[str] = None  # the GGUF's pooling_type (mean, cls, last, none), when it names one
+    appended_eos: Optional[int] = None  # the eos a GGUF's add_eos_token appends to tokenized text (llama.cpp's)
 
     @property
     def vocab_size(self) -> int:

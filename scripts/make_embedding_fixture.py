@@ -1,0 +1,120 @@
+"""Make tests/fixtures/gguf/qwen3emb-f16.gguf, a tiny Qwen3-Embedding-style model, and record llama-server's
+embeddings of it in qwen3emb_llama_server.json (issue 23's reference for the embedding routes).
+
+The model is the qwen3 fixture's shapes and vocabulary with new random weights, written by the `gguf` package,
+plus what a converted Qwen3-Embedding GGUF says: `qwen3.pooling_type` last and `tokenizer.ggml.add_eos_token`
+with `<|endoftext|>` as the eos, so llama.cpp appends it to every text input and pools its hidden state.
+
+    /work/main/.venv/bin/python scripts/make_embedding_fixture.py [--server /work/llama-build/bin/llama-server]
+
+Without a llama-server binary only the GGUF is (re)written."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from llama_server_tokens import _free_port, _post, _wait_ready  # noqa: E402
+
+FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "gguf"
+SOURCE = FIXTURES / "qwen3-f16.gguf"
+OUT = FIXTURES / "qwen3emb-f16.gguf"
+RECORD = FIXTURES / "qwen3emb_llama_server.json"
+LLAMA_SERVER = "/work/llama-build/bin/llama-server"
+ENDOFTEXT = "<|endoftext|>"
+INPUTS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Paris is the capital of France.",
+    "hello",
+    "What is 12345 + 678? def main():\n    return 42\n",
+    "Tokenizers split text into pieces, and models predict the next piece. " * 6,
+]
+# Weights large enough that the pooled state depends on the whole input, not only on the appended token.
+WEIGHT_SCALE = 1.0
+
+
+def _weights(shape: tuple[int, ...], name: str, rng: np.random.Generator) -> np.ndarray:
+    if name.endswith("norm.weight"):
+        return (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
+    fan_in = shape[-1]
+    values = rng.standard_normal(shape) * WEIGHT_SCALE / np.sqrt(fan_in)
+    return values.astype(np.float16)
+
+
+def write_gguf(seed: int = 23) -> None:
+    """The embedding GGUF: the qwen3 fixture's metadata and tensor shapes, new random weights."""
+    from gguf import GGUFReader, GGUFValueType, GGUFWriter, PoolingType
+
+    reader = GGUFReader(SOURCE)
+    tokens = reader.fields["tokenizer.ggml.tokens"].contents()
+    writer = GGUFWriter(OUT, "qwen3")
+    skip = {"general.architecture", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.padding_token_id",
+            "general.name"}
+    for field in reader.fields.values():
+        if field.name.startswith("GGUF.") or field.name in skip:
+            continue
+        sub = field.types[1] if field.types[0] == GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, field.contents(), field.types[0], sub_type=sub)
+    writer.add_name("tiny-embedding")
+    writer.add_pooling_type(PoolingType.LAST)
+    writer.add_eos_token_id(tokens.index(ENDOFTEXT))
+    writer.add_pad_token_id(tokens.index(ENDOFTEXT))
+    writer.add_add_eos_token(True)
+    rng = np.random.default_rng(seed)
+    for tensor in reader.tensors:
+        # The reader's shape lists ggml's order (fastest axis first); numpy's is the reverse.
+        shape = tuple(int(n) for n in reversed(tensor.shape.tolist()))
+        writer.add_tensor(tensor.name, _weights(shape, tensor.name, rng))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    print(f"wrote {OUT.name} ({OUT.stat().st_size} bytes)")
+
+
+def record(server: str) -> None:
+    """llama-server's tokens and embeddings of INPUTS: /v1/embeddings (L2-normalised) and /embedding."""
+    import subprocess
+
+    port = _free_port()
+    cmd = [server, "-m", str(OUT), "--embeddings", "--pooling", "last", "-c", "1024", "-np", "1", "-t", "2",
+           "--host", "127.0.0.1", "--port", str(port)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_ready(port, proc)
+        oai = _post(port, "/v1/embeddings", {"input": INPUTS, "encoding_format": "float"})["data"]
+        native = [_post(port, "/embedding", {"content": text})[0]["embedding"][0] for text in INPUTS]
+        ids = [_post(port, "/tokenize", {"content": text, "add_special": True})["tokens"] for text in INPUTS]
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    version = subprocess.run([server, "--version"], capture_output=True, text=True)
+    entries = [{"input": text, "tokens": tok, "v1_embeddings": d["embedding"], "embedding": vec}
+               for text, tok, d, vec in zip(INPUTS, ids, sorted(oai, key=lambda d: d["index"]), native)]
+    body = {"model": OUT.name, "server": (version.stdout + version.stderr).strip().splitlines()[-2:],
+            "command": " ".join(["llama-server", "-m", OUT.name, *cmd[3:-4]]),
+            "inputs": entries}
+    RECORD.write_text(json.dumps(body, indent=1) + "\n")
+    print(f"recorded {len(entries)} embeddings in {RECORD.name}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--server", default=LLAMA_SERVER, help="llama-server binary (skip the record if absent)")
+    parser.add_argument("--record-only", action="store_true", help="keep the GGUF, only re-record")
+    args = parser.parse_args()
+    if not args.record_only:
+        write_gguf()
+    if Path(args.server).exists():
+        record(args.server)
+    else:
+        print(f"{args.server} not found: embeddings not recorded")
+
+
+if __name__ == "__main__":
+    main()
