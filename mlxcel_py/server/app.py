@@ -53,7 +53,7 @@ class Route:
     body: Optional[type[BaseModel]] = None
     streams: bool = False  # with `stream: true` the reply is server-sent events (Ollama's: NDJSON)
     alias: bool = False
-    refuses: bool = False  # always a 501 saying what to do instead (published in /openapi.json)
+    refuses: bool = False  # may answer 501 with what to do instead (always, or until a flag enables it)
 
 
 ROUTES: tuple[Route, ...] = (
@@ -103,7 +103,8 @@ ROUTES: tuple[Route, ...] = (
     # llama-server's router routes: several models (--models-dir, -m twice) loaded and unloaded on demand
     Route("POST", "/models/load", load_model_route, ModelNameRequest),
     Route("POST", "/models/unload", unload_model_route, ModelNameRequest),
-    Route("POST", "/slots/{id_slot}", slot_action),  # llama-server's ?action=save|restore|erase (--slot-save-path)
+    # llama-server's ?action=save|restore|erase; a 501 without --slot-save-path, as llama-server
+    Route("POST", "/slots/{id_slot}", slot_action, refuses=True),
 )
 
 
