@@ -30,4 +30,4 @@ def test_schemathesis_finds_no_server_error(model_path, tmp_path):
     record("schemathesis", operations=result["operations"]["tested"], cases=cases["generated"],
            failures=cases["with_failures"], errored=cases["errored"], seconds=round(result["running_time"]))
     assert run.returncode == 0 and cases["with_failures"] == 0 and cases["errored"] == 0, run.stdout[-8000:]
-    assert result["operations"]["tested"] == 31 and cases["generated"] >= 500
+    assert result["operations"]["tested"] == 34 and cases["generated"] >= 500
