@@ -13,13 +13,14 @@ import logging
 import signal
 import socket
 import threading
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import uvicorn
 
 from ...config import AppConfig, startup_summary
 from ...errors import ServeError
 from ..app import create_app
+from ..registry.registry import in_thread
 from ..runtime import serving as serving_state
 from .errors import APIError
 
@@ -120,28 +121,6 @@ def make_server(app: Any, config: AppConfig) -> GracefulServer:
     return GracefulServer(uv_config, serving_state(app), grace)
 
 
-def _in_daemon_thread(loop: asyncio.AbstractEventLoop, fn: Callable[[], Any]) -> asyncio.Future:
-    # A daemon thread (not to_thread): a signal during a long load must not wait for it.
-    future: asyncio.Future = loop.create_future()
-
-    def settle(setter: Callable[[Any], None], value: Any) -> None:
-        if not future.done():
-            setter(value)
-
-    def target() -> None:
-        try:
-            outcome: tuple = (future.set_result, fn())
-        except BaseException as exc:  # handed to the event loop, which re-raises it
-            outcome = (future.set_exception, exc)
-        try:
-            loop.call_soon_threadsafe(settle, *outcome)
-        except RuntimeError:  # the loop is closed: the server stopped during the load
-            pass
-
-    threading.Thread(target=target, name="mlxcel-load", daemon=True).start()
-    return future
-
-
 def _with_draft(loaded, spec):
     """(target, draft): the --draft-model loaded after the target, in the loading thread."""
     from ...models import load_draft
@@ -168,7 +147,7 @@ async def _serve(server: GracefulServer, socks: list[socket.socket], config: App
     if spec.draft is not None:  # the resolver refused a draft beside --distributed
         load_target = load
         load = lambda: _with_draft(load_target(), spec)  # noqa: E731
-    loading = _in_daemon_thread(asyncio.get_running_loop(), load)
+    loading = in_thread(load)
     await asyncio.wait({serving, loading}, return_when=asyncio.FIRST_COMPLETED)
     if not loading.done():  # stopped by a signal while loading
         loading.cancel()
