@@ -77,7 +77,25 @@ def arrays(layer) -> tuple[mx.array, ...]:
     return tuple(a for a in (layer.keys, layer.values) if a is not None)
 
 
-class TypedKVCache:
+class _Held:
+    """What mlx-lm asks of any cache about the arrays it holds (shared by the row and batch caches)."""
+
+    def empty(self) -> bool:
+        return self.keys is None
+
+    @property
+    def state(self):
+        return arrays(self)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in arrays(self))
+
+    def is_trimmable(self) -> bool:
+        return True
+
+
+class TypedKVCache(_Held):
     """One sequence's KV in a storage type other than the model's (mlx-lm's KVCache contract)."""
 
     def __init__(self, k_codec: Codec, v_codec: Codec):
@@ -109,20 +127,6 @@ class TypedKVCache:
     def size(self) -> int:
         return self.offset
 
-    def empty(self) -> bool:
-        return self.keys is None
-
-    @property
-    def state(self):
-        return arrays(self)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(a.nbytes for a in arrays(self))
-
-    def is_trimmable(self) -> bool:
-        return True
-
     def trim(self, n: int) -> int:
         n = min(self.offset, n)
         self.offset -= n
@@ -147,7 +151,7 @@ def _pad(parts, left: int, right: int):
     return tuple(mx.pad(p, [(0, 0), (0, 0), (left, right), (0, 0)]) for p in parts)
 
 
-class TypedBatchKVCache:
+class TypedBatchKVCache(_Held):
     """The left-padded decode batch in a storage type (mlx-lm's BatchKVCache bookkeeping)."""
 
     def __init__(self, k_codec: Codec, v_codec: Codec, left_padding: list[int]):
@@ -253,19 +257,6 @@ class TypedBatchKVCache:
     def size(self) -> int:
         return self._idx
 
-    def empty(self) -> bool:
-        return self.keys is None
-
-    @property
-    def state(self):
-        return arrays(self)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(a.nbytes for a in arrays(self))
-
-    def is_trimmable(self) -> bool:
-        return True
 
 
 class QuantizedKVBatch(TypedBatchKVCache):
