@@ -9,10 +9,11 @@ import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
 from mlxcel_py.config import resolve
-from mlxcel_py.engine import Finished, Request, SamplingParams, TokenDelta, build_engine
+from mlxcel_py.engine import Request, SamplingParams, build_engine
 from mlxcel_py.engine.core.step import BeginSequence, PrefillPiece, Shift, Step
 from mlxcel_py.engine.runner.model_runner import ModelRunner
 
+from test_speculative import run  # run requests to completion: (tokens, Finished) per id
 from tiny import tiny_model
 
 CTX = 64
@@ -25,21 +26,6 @@ def lm():
 
 def prompt(n, start=5):
     return tuple(start + (i * 7) % 290 for i in range(n))
-
-
-def run(engine, requests):
-    for r in requests:
-        engine.add_request(r)
-    out, done = {r.request_id: [] for r in requests}, {}
-    for _ in range(5000):
-        if not engine.has_work():
-            break
-        for e in engine.step():
-            if isinstance(e, TokenDelta):
-                out[e.request_id].append(e.token_id)
-            elif isinstance(e, Finished):
-                done[e.request_id] = e
-    return {rid: (out[rid], done[rid]) for rid in out}
 
 
 def engine_for(lm, parallel=1, mode="prefill", **kw):
