@@ -78,6 +78,25 @@ def test_every_command_hands_the_engine_the_itl_budget(capture, monkeypatch):
     assert engine_config(capture, ["serve", "-b", "512"]).itl_budget_ms is None  # the explicit chunk wins
 
 
+def test_every_command_hands_the_engine_context_shift_and_kv_types(capture):
+    for command in (["generate", "hi"], ["run"], ["serve"]):
+        cfg = engine_config(capture, command + ["--context-shift", "-ctk", "q8_0", "-ctv", "q8_0"])
+        assert (cfg.context_shift, cfg.kv_type_k, cfg.kv_type_v) == (True, "q8_0", "q8_0"), command
+        cfg = engine_config(capture, command)
+        assert (cfg.context_shift, cfg.kv_type_k, cfg.kv_type_v) == (False, None, None), command
+
+
+@pytest.mark.parametrize("command", [["run"], ["generate", "hi"]])
+def test_a_flag_the_engine_refuses_at_start_is_one_line(monkeypatch, command):
+    lm = tiny_model()
+    monkeypatch.setattr("mlxcel_py.models.load_model", lambda *a, **k: lm)
+    result = runner.invoke(app, command + ["--context-shift", "-ctk", "f16", "--max-tokens", "2"], input="hi\n")
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2, result.output
+    assert lines == ["error: --context-shift is not available for this model: the KV is stored as K f16, V f32; "
+                     "shift with the model's own KV dtype"], result.output
+
+
 def test_one_slot_front_ends_and_serve_slots(capture):
     assert engine_config(capture, ["generate", "hi"]).num_slots == 1
     assert engine_config(capture, ["run"]).num_slots == 1

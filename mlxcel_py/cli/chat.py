@@ -8,10 +8,11 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
+from ..errors import MlxcelError
 from ..logs import setup_logging
-from .common import resolve_or_exit
+from .common import fail, resolve_or_exit
 from .options import (
-    CpuWeightsOpt,
+    CacheTypeKOpt, CacheTypeVOpt, ContextShiftOpt, CpuWeightsOpt,
     BatchSizeOpt, CtxSizeOpt, ItlBudgetOpt, LookupNgramOpt, DraftMaxOpt, DraftMinOpt, DraftModelOpt, LogLevelOpt, MaxTokensOpt, MinPOpt, ModelOpt, ThreadsOpt, PrefillChunkOpt,
     PromptCacheOpt, RepeatPenaltyOpt, SeedOpt, TempOpt, TopKOpt, TopPOpt,
 )
@@ -42,6 +43,9 @@ def run(
     draft_max: DraftMaxOpt = None,
     draft_min: DraftMinOpt = None,
     draft_model: DraftModelOpt = None,
+    context_shift: ContextShiftOpt = None,
+    cache_type_k: CacheTypeKOpt = None,
+    cache_type_v: CacheTypeVOpt = None,
     prompt_cache: PromptCacheOpt = True,
     markdown: MarkdownOpt = True,
     log_level: LogLevelOpt = None,
@@ -51,7 +55,8 @@ def run(
         "run", model=model, threads=threads, cpu_weights=cpu_weights,
         max_tokens=max_tokens, temp=temp, top_p=top_p, top_k=top_k, min_p=min_p,
         repeat_penalty=repeat_penalty, seed=seed, ctx_size=ctx_size, prefill_chunk_size=prefill_chunk_size,
-        batch_size=batch_size, itl_budget_ms=itl_budget_ms, lookup_ngram=lookup_ngram, draft_max=draft_max, draft_min=draft_min, draft_model=draft_model, prompt_cache=prompt_cache, log_level=log_level,
+        batch_size=batch_size, itl_budget_ms=itl_budget_ms, lookup_ngram=lookup_ngram, draft_max=draft_max, draft_min=draft_min, draft_model=draft_model,
+        context_shift=context_shift, cache_type_k=cache_type_k, cache_type_v=cache_type_v, prompt_cache=prompt_cache, log_level=log_level,
     )
     setup_logging(log_level or "warning")  # a chat shows answers, not engine logs, unless asked
     interactive = sys.stdin.isatty() and sys.stdout.isatty()
@@ -67,10 +72,13 @@ def run(
     from .chat_render import ChatRenderer
     from .repl import ChatSession, Repl, stream_reader, terminal_reader
 
-    with engine_session(cfg.engine, loaded, draft=draft) as worker:
-        session = ChatSession(worker, loaded.tokenizer, cfg.sampling, system=system)
-        renderer = ChatRenderer(Console(highlight=False), err, interactive=interactive, markdown=markdown)
-        renderer.banner(loaded.name)
-        reader = terminal_reader() if interactive else stream_reader(sys.stdin)
-        code = Repl(session, renderer, reader).run()
+    try:
+        with engine_session(cfg.engine, loaded, draft=draft) as worker:
+            session = ChatSession(worker, loaded.tokenizer, cfg.sampling, system=system)
+            renderer = ChatRenderer(Console(highlight=False), err, interactive=interactive, markdown=markdown)
+            renderer.banner(loaded.name)
+            reader = terminal_reader() if interactive else stream_reader(sys.stdin)
+            code = Repl(session, renderer, reader).run()
+    except MlxcelError as exc:  # e.g. a flag the model refuses at engine start (--context-shift)
+        fail(str(exc), code=2)
     raise typer.Exit(code)

@@ -14,7 +14,7 @@ from ..errors import MlxcelError
 from ..logs import setup_logging
 from .common import fail, resolve_or_exit
 from .options import (
-    CpuWeightsOpt,
+    CacheTypeKOpt, CacheTypeVOpt, ContextShiftOpt, CpuWeightsOpt,
     BatchSizeOpt, CtxSizeOpt, ItlBudgetOpt, LookupNgramOpt, DraftMaxOpt, DraftMinOpt, DraftModelOpt, LogLevelOpt, MaxTokensOpt, MinPOpt, ModelOpt, ThreadsOpt, PrefillChunkOpt,
     RepeatPenaltyOpt, SeedOpt, TempOpt, TopKOpt, TopPOpt,
 )
@@ -49,6 +49,9 @@ def generate(
     draft_max: DraftMaxOpt = None,
     draft_min: DraftMinOpt = None,
     draft_model: DraftModelOpt = None,
+    context_shift: ContextShiftOpt = None,
+    cache_type_k: CacheTypeKOpt = None,
+    cache_type_v: CacheTypeVOpt = None,
     log_level: LogLevelOpt = None,
 ) -> None:
     """Generate a completion for one prompt; text to stdout, speed stats to stderr."""
@@ -56,7 +59,8 @@ def generate(
         "generate", model=model, threads=threads, cpu_weights=cpu_weights,
         max_tokens=max_tokens, temp=temp, top_p=top_p, top_k=top_k, min_p=min_p,
         repeat_penalty=repeat_penalty, seed=seed, ctx_size=ctx_size, prefill_chunk_size=prefill_chunk_size,
-        batch_size=batch_size, itl_budget_ms=itl_budget_ms, lookup_ngram=lookup_ngram, draft_max=draft_max, draft_min=draft_min, draft_model=draft_model, log_level=log_level,
+        batch_size=batch_size, itl_budget_ms=itl_budget_ms, lookup_ngram=lookup_ngram, draft_max=draft_max, draft_min=draft_min, draft_model=draft_model,
+        context_shift=context_shift, cache_type_k=cache_type_k, cache_type_v=cache_type_v, log_level=log_level,
     )
     if prompt is None:
         prompt = "" if sys.stdin.isatty() else sys.stdin.read()
