@@ -1,4 +1,5 @@
-"""Batched decode steps for dense float32 llama models on the CPU, outside MLX.
+"""Batched decode steps for dense float32 models on the CPU, outside MLX (llama, mistral, qwen2,
+qwen3, gemma3, phi3: what differs between them is read into an `ArchSpec`, cpu_decode_arch.py).
 
 A decode step runs 30 layers x 7 small products plus the LM head; through MLX each one is an
 OpenBLAS GEMM that packs (copies) the whole weight, and the graph costs ~2 ms a step to build.
@@ -7,6 +8,7 @@ model's own weights (q/k/v and gate/up fused once at install, no copies kept), s
 weight once, and writing the new keys/values in place into the runner's mlx-lm
 `BatchKVCache`, whose bookkeeping (offsets, left padding) is advanced exactly as
 `update_and_fetch` advances it. Prefill, and every other device or model, is mlx-lm's.
+A llama layer is one `layer_step` call; the others one `arch_layer_step` (cpu_decode_arch_kernels.py).
 """
 
 from __future__ import annotations
