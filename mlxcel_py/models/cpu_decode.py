@@ -1,4 +1,5 @@
-"""Batched decode steps for dense float32 llama models on the CPU, outside MLX.
+"""Batched decode steps for dense float32 models on the CPU, outside MLX (llama, mistral, qwen2,
+qwen3, gemma3, phi3: what differs between them is read into an `ArchSpec`, cpu_decode_arch.py).
 
 A decode step runs 30 layers x 7 small products plus the LM head; through MLX each one is an
 OpenBLAS GEMM that packs (copies) the whole weight, and the graph costs ~2 ms a step to build.
@@ -7,6 +8,7 @@ model's own weights (q/k/v and gate/up fused once at install, no copies kept), s
 weight once, and writing the new keys/values in place into the runner's mlx-lm
 `BatchKVCache`, whose bookkeeping (offsets, left padding) is advanced exactly as
 `update_and_fetch` advances it. Prefill, and every other device or model, is mlx-lm's.
+A llama layer is one `layer_step` call; the others one `arch_layer_step` (cpu_decode_arch_kernels.py).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import numba
 import numpy as np
 from mlx_lm.models.cache import BatchKVCache
 
+from .cpu_decode_arch import GELU_TANH, Norms, final_norm, layer_norms, projections, spec_for, supported
+from .cpu_decode_arch_kernels import arch_layer_step, warm_up as warm_up_arch
 from .cpu_decode_kernels import layer_step, linear, rms_norm, warm_up
 
 log = logging.getLogger("mlxcel_py.models")
@@ -36,32 +40,14 @@ class _Layer:
     norm2: np.ndarray
     gate_up: np.ndarray  # (2 * ffn, hidden)
     down: np.ndarray
+    norms: Optional[Norms] = None  # the parts beyond llama's (cpu_decode_arch.py); None: a llama layer
+    window: int = 0  # sliding window (0: full attention)
+    rope: int = 0  # index of this layer's rope table
 
 
-def supported(model) -> Optional[str]:
-    """None when `model` can decode here, else why not (it then decodes through mlx-lm)."""
-    from mlx_lm.models import llama
-
-    if type(model) is not llama.Model:
-        return f"model class {type(model).__module__}.{type(model).__name__}"
-    args = model.args
-    if args.attention_bias or args.mlp_bias:
-        return "biases"
-    if any(t != "full_attention" for t in args.layer_types):
-        return "sliding-window layers"
-    attn = model.model.layers[0].self_attn
-    # FactorRoPE: the GGUF loader's llama3 rope (rope_freqs), rotate-half like the others
-    if type(attn.rope).__name__ not in ("RoPE", "Llama3RoPE", "FactorRoPE") or getattr(attn.rope, "traditional", False):
-        return f"rope {type(attn.rope).__name__}"
-    if getattr(attn.rope, "dims", None) != attn.head_dim:
-        return "partial rope"
-    for _, module in model.named_modules():
-        if isinstance(module, (nn.Linear, nn.Embedding)) and type(module) not in (nn.Linear, nn.Embedding):
-            return f"{type(module).__name__} layers"
-        weight = getattr(module, "weight", None)
-        if isinstance(weight, mx.array) and weight.dtype != mx.float32:
-            return f"{weight.dtype} weights"
-    return None
+def _fused(modules: Sequence[nn.Linear]) -> np.ndarray:
+    """The float32 weight of one module as it is, of several fused (`_fuse`)."""
+    return np.asarray(modules[0].weight) if len(modules) == 1 else _fuse(modules)
 
 
 def _fuse(modules: Sequence[nn.Linear]) -> np.ndarray:
@@ -103,13 +89,12 @@ class CpuDecoder:
     def __init__(self, model, threads: int = 1):
         # numba's pool holds NUMBA_NUM_THREADS (every core by default); the count is per calling thread.
         self.threads = max(1, min(threads, numba.config.NUMBA_NUM_THREADS))
-        args, inner = model.args, model.model
-        attn = inner.layers[0].self_attn
-        self.heads, self.kv_heads, self.head_dim = attn.n_heads, attn.n_kv_heads, attn.head_dim
-        self.scale, self.eps = float(attn.scale), float(args.rms_norm_eps)
-        self._rope = _Rope(attn.rope, self.head_dim)
+        self.spec = spec = spec_for(model)
+        self.heads, self.kv_heads, self.head_dim = spec.heads, spec.kv_heads, spec.head_dim
+        self.scale, self.eps = spec.scale, spec.eps
+        self._ropes = [_Rope(r, self.head_dim) for r in spec.ropes]
         self._embed_rows, self._head = self._load_embedding(model)
-        self._norm = np.asarray(inner.norm.weight)
+        self._norm = final_norm(model, spec)
         self._layers = self._load_layers(model)
         self._kv = _KvWriter()
 
@@ -119,33 +104,46 @@ class CpuDecoder:
         return embed.__getitem__, embed if model.args.tie_word_embeddings else np.asarray(model.lm_head.weight)
 
     def _load_layers(self, model) -> list:
-        return [self._layer(layer) for layer in model.model.layers]
+        return [self._layer(layer, i) for i, layer in enumerate(model.model.layers)]
+
+    def _embed(self, ids: np.ndarray) -> np.ndarray:
+        h = self._embed_rows(ids)
+        if self.spec.embed_scale != 1.0:  # gemma3: rows are a fresh gather, scaled as mlx-lm scales them
+            h *= np.float32(self.spec.embed_scale)
+        return h
+
+    def _trig(self, positions: np.ndarray) -> list:
+        return [r.at(positions) for r in self._ropes]
 
     def _step(self, h, w, keys, values, idx, left_pad, cos, sin, width: int = 1) -> None:
-        layer_step(h, w.norm1, w.qkv, w.o, w.norm2, w.gate_up, w.down, keys, values, idx, left_pad,
-                   cos, sin, self.heads, self.scale, self.eps, width)
+        if w.norms is None:
+            layer_step(h, w.norm1, w.qkv, w.o, w.norm2, w.gate_up, w.down, keys, values, idx, left_pad,
+                       cos, sin, self.heads, self.scale, self.eps, width)
+            return
+        n = w.norms
+        arch_layer_step(h, w.norm1, w.qkv, n.qkv_bias, n.q_norm, n.k_norm, w.o, n.post_attn, w.norm2, w.gate_up,
+                        w.down, n.post_ffn, keys, values, idx, left_pad, cos, sin, self.heads, self.scale,
+                        self.eps, self.spec.activation == GELU_TANH, w.window, width)
 
     def _lm_head(self, x: np.ndarray) -> np.ndarray:
         return linear(x, self._head)
 
-    @staticmethod
-    def _layer(layer) -> _Layer:
-        a, m = layer.self_attn, layer.mlp
-        return _Layer(
-            np.asarray(layer.input_layernorm.weight), _fuse([a.q_proj, a.k_proj, a.v_proj]),
-            np.asarray(a.o_proj.weight), np.asarray(layer.post_attention_layernorm.weight),
-            _fuse([m.gate_proj, m.up_proj]), np.asarray(m.down_proj.weight),
-        )
+    def _layer(self, layer, i: int) -> _Layer:
+        qkv, o, gate_up, down = projections(layer)
+        norm1, norm2, norms = layer_norms(layer, self.spec)
+        return _Layer(norm1, _fused(qkv), np.asarray(o[0].weight), norm2, _fused(gate_up),
+                      np.asarray(down[0].weight), None if self.spec.plain else norms,
+                      self.spec.windows[i], self.spec.rope_of[i])
 
     def __call__(self, tokens: Sequence[int], caches: list) -> mx.array:
         if numba.get_num_threads() != self.threads:  # set once on the engine thread, which calls this
             numba.set_num_threads(self.threads)
         positions, left_pad, views = self._kv.begin(caches, len(tokens))
-        cos, sin = self._rope.at(positions)
-        h = self._embed_rows(np.asarray(tokens))
+        trig = self._trig(positions)
+        h = self._embed(np.asarray(tokens))
         idx = caches[0]._idx
         for w, (keys, values) in zip(self._layers, views):
-            self._step(h, w, keys, values, idx, left_pad, cos, sin)
+            self._step(h, w, keys, values, idx, left_pad, *trig[w.rope])
         self._kv.end(caches, positions)
         return mx.array(self._lm_head(rms_norm(h, self._norm, self.eps)))
 
@@ -156,11 +154,11 @@ class CpuDecoder:
             numba.set_num_threads(self.threads)
         width = len(rows[0])
         positions, left_pad, views = self._kv.begin(caches, len(rows), width)
-        cos, sin = self._rope.at((positions[:, None] + np.arange(width)).reshape(-1))
-        h = self._embed_rows(np.asarray(rows).reshape(-1))
+        trig = self._trig((positions[:, None] + np.arange(width)).reshape(-1))
+        h = self._embed(np.asarray(rows).reshape(-1))
         idx = caches[0]._idx
         for w, (keys, values) in zip(self._layers, views):
-            self._step(h, w, keys, values, idx, left_pad, cos, sin, width)
+            self._step(h, w, keys, values, idx, left_pad, *trig[w.rope], width)
         self._kv.end(caches, positions, width)
         logits = self._lm_head(rms_norm(h, self._norm, self.eps))
         return mx.array(logits.reshape(len(rows), width, -1))
@@ -222,4 +220,5 @@ def decoder_for(model, threads: int = 1) -> Optional[CpuDecoder]:
         log.info("decode stays in mlx-lm: %s", why)
         return None
     warm_up()
+    warm_up_arch()
     return CpuDecoder(model, threads)

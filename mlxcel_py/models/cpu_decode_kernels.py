@@ -138,9 +138,10 @@ def write_kv(qkv, keys, values, idx, heads, width=1):  # pragma: no cover - jitt
 
 
 @njit(fastmath=True, cache=True, nogil=True)
-def attend(qkv, keys, values, end, left_pad, heads, scale, width=1):  # pragma: no cover - jitted
+def attend(qkv, keys, values, end, left_pad, heads, scale, width=1, window=0):  # pragma: no cover - jitted
     """Row r = b * width + j's query against keys/values[b, kv, left_pad[b]:end + j] (causal
-    within a verified span; width 1: one query per row); q is the head of qkv."""
+    within a verified span; width 1: one query per row); q is the head of qkv. window > 0: only
+    the last `window` positions up to the query's own (a sliding-window layer, as llama.cpp)."""
     kv_heads, dim = keys.shape[1], keys.shape[3]
     rows = qkv.shape[0]
     group = heads // kv_heads
@@ -148,7 +149,7 @@ def attend(qkv, keys, values, end, left_pad, heads, scale, width=1):  # pragma: 
     scores = np.empty(end + width, dtype=np.float32)
     for r in range(rows):
         b, stop = r // width, end + r % width
-        start = left_pad[b]
+        start = left_pad[b] if window <= 0 else max(left_pad[b], stop - window)
         for h in range(heads):
             kv, q0 = h // group, h * dim
             top = np.float32(-np.inf)

@@ -17,6 +17,8 @@ from typing import Optional, Sequence, Union
 import numpy as np
 
 from .cpu_decode import CpuDecoder, supported
+from .cpu_decode_arch import GELU_TANH, Norms, layer_norms, projection_keys, projections
+from .cpu_decode_arch_kernels import activation, attention_part, residual, warm_up as warm_up_arch
 from .gguf_arch import ROPE_TENSORS
 from .gguf_blocks import BlockEmbedding, BlockLinear, has_blocks, unpermute_block_rows
 from .cpu_decode_kernels import attend, linear as f32_linear, rms_norm, rope, silu_mul, warm_up, write_kv
@@ -56,6 +58,9 @@ class _Layer:
     norm2: np.ndarray
     gate_up: Product
     down: Product
+    norms: Optional[Norms] = None  # as cpu_decode._Layer: the parts beyond llama's; None: a llama layer
+    window: int = 0
+    rope: int = 0
 
 
 class _Blocks:
@@ -118,27 +123,28 @@ class NativeDecoder(CpuDecoder):
         return (embed.rows, None) if isinstance(embed, BlockEmbedding) else super()._load_embedding(model)
 
     def _load_layers(self, model) -> list:
-        out = []
+        out, b, spec = [], self._blocks, self.spec
         for i, layer in enumerate(model.model.layers):
-            a, m, p = layer.self_attn, layer.mlp, f"model.layers.{i}."
-            b = self._blocks
-            out.append(_Layer(
-                np.asarray(layer.input_layernorm.weight),
-                b.product([a.q_proj, a.k_proj, a.v_proj], [p + f"self_attn.{x}_proj.weight" for x in "qkv"]),
-                b.product([a.o_proj], [p + "self_attn.o_proj.weight"]),
-                np.asarray(layer.post_attention_layernorm.weight),
-                b.product([m.gate_proj, m.up_proj], [p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"]),
-                b.product([m.down_proj], [p + "mlp.down_proj.weight"]),
-            ))
+            norm1, norm2, norms = layer_norms(layer, spec)
+            qkv, o, gate_up, down = (b.product(m, k) for m, k in zip(projections(layer), projection_keys(layer, i)))
+            out.append(_Layer(norm1, qkv, o, norm2, gate_up, down, None if spec.plain else norms,
+                              spec.windows[i], spec.rope_of[i]))
         return out
 
     def _step(self, h, w, keys, values, idx, left_pad, cos, sin, width: int = 1) -> None:
-        t, dim = self.threads, self.head_dim
-        qkv = w.qkv(rms_norm(h, w.norm1, self.eps), t)
-        rope(qkv, cos, sin, self.heads + self.kv_heads, dim)
-        write_kv(qkv, keys, values, idx, self.heads, width)
-        h += w.o(attend(qkv, keys, values, idx + 1, left_pad, self.heads, self.scale, width), t)
-        h += w.down(silu_mul(w.gate_up(rms_norm(h, w.norm2, self.eps), t)), t)
+        t, dim, n, eps = self.threads, self.head_dim, w.norms, self.eps
+        qkv = w.qkv(rms_norm(h, w.norm1, eps), t)
+        if n is None:  # a llama layer: today's sequence
+            rope(qkv, cos, sin, self.heads + self.kv_heads, dim)
+            write_kv(qkv, keys, values, idx, self.heads, width)
+            h += w.o(attend(qkv, keys, values, idx + 1, left_pad, self.heads, self.scale, width), t)
+            h += w.down(silu_mul(w.gate_up(rms_norm(h, w.norm2, eps), t)), t)
+            return
+        att = attention_part(qkv, n.qkv_bias, n.q_norm, n.k_norm, keys, values, idx, left_pad, cos, sin,
+                             self.heads, self.scale, eps, width, w.window)
+        residual(h, w.o(att, t), n.post_attn, eps)
+        gate_up = w.gate_up(rms_norm(h, w.norm2, eps), t)
+        residual(h, w.down(activation(gate_up, self.spec.activation == GELU_TANH), t), n.post_ffn, eps)
 
     def _lm_head(self, x: np.ndarray) -> np.ndarray:
         return self._head_product(x, self.threads)
@@ -158,6 +164,7 @@ def native_decoder_for(model, path: Path, threads: int = 1) -> Optional[CpuDecod
         log.info("decode stays in mlx-lm: %s", why)
         return None
     warm_up()
+    warm_up_arch()
     decoder = NativeDecoder(model, _ModuleBlocks() if has_blocks(model) else blocks_of(model, path), threads)
     quantized, fallback = decoder.counts()
     if not quantized:

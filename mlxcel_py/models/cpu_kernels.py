@@ -1,9 +1,11 @@
-"""Prefill attention and SwiGLU through numpy on the CPU.
+"""Prefill attention and SwiGLU (gemma3: GELU-tanh) through numpy on the CPU.
 
 MLX's CPU `exp` is scalar: at 512 queries x 2048 keys its softmax costs ~190 ms a layer,
 and SiLU over a 2048-token MLP ~180 ms, most of a long prefill. numpy's vectorized exp is
 ~18x faster, so these run here for multi-token inputs; decode (one token per sequence,
 batched masks) stays in MLX, where the round trip would cost more than it saves.
+Every mlx-lm module that calls them through its globals gets them (llama, qwen2, qwen3, phi3;
+gemma3's attention, its sliding-window layers' boolean masks included, and its GELU).
 The loader hands a `PrefillKernels` to the runner in `LoadedModel.cpu_kernels`; mlx-lm's
 module is patched only while the runner's forwards run inside it.
 """
@@ -62,12 +64,48 @@ def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float) 
     return out
 
 
+def masked_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, seen: np.ndarray) -> np.ndarray:
+    """Attention under a boolean (L, S) mask (True: the key is seen), e.g. a sliding window's.
+    q (H, L, D), k/v (KV, S, D). Each block of queries multiplies only the keys some row of it sees:
+    under a window of W that is at most QUERY_BLOCK + W keys, whatever the context."""
+    num_heads, num_q, _ = q.shape
+    group = num_heads // k.shape[0]
+    out = np.empty((num_heads, num_q, v.shape[2]), dtype=np.float32)
+    for b0 in range(0, num_q, QUERY_BLOCK):
+        b1 = min(num_q, b0 + QUERY_BLOCK)
+        cols = np.flatnonzero(seen[b0:b1].any(axis=0))
+        lo, hi = int(cols[0]), int(cols[-1]) + 1
+        hidden = np.where(seen[b0:b1, lo:hi], np.float32(0.0), np.float32(-np.inf))
+        for h in range(k.shape[0]):
+            heads = slice(h * group, (h + 1) * group)
+            scores = (q[heads, b0:b1] * np.float32(scale)) @ k[h, lo:hi].T
+            scores += hidden
+            scores -= scores.max(axis=-1, keepdims=True)
+            np.exp(scores, out=scores)
+            total = scores.sum(axis=-1, keepdims=True)
+            res = scores @ v[h, lo:hi]
+            res /= total
+            out[heads, b0:b1] = res
+    return out
+
+
+def _mask_kind(mask, queries, keys) -> Optional[str]:
+    """"causal", "array" (a boolean (L, S) mask: gemma3's sliding window), or None (MLX's own kernel)."""
+    if isinstance(mask, str):
+        return "causal" if mask == "causal" else None
+    if isinstance(mask, mx.array) and mask.dtype == mx.bool_ and mask.shape == (queries.shape[2], keys.shape[2]):
+        return "array"
+    return None
+
+
 def make_sdpa(original: Callable) -> Callable:
-    """Wrap mlx-lm's `scaled_dot_product_attention`: numpy for unbatched causal prefill."""
+    """Wrap mlx-lm's `scaled_dot_product_attention`: numpy for unbatched causal prefill, and for one
+    under a boolean (L, S) mask (a sliding-window layer's)."""
 
     def sdpa(queries, keys, values, cache, scale, mask, sinks=None):
+        kind = _mask_kind(mask, queries, keys)
         eligible = (
-            isinstance(mask, str) and mask == "causal" and sinks is None and queries.shape[0] == 1
+            kind is not None and sinks is None and queries.shape[0] == 1
             and queries.shape[2] >= MIN_QUERIES and not hasattr(cache, "bits")
             and queries.dtype == mx.float32 and keys.dtype == mx.float32
         )
@@ -77,7 +115,11 @@ def make_sdpa(original: Callable) -> Callable:
         # Index in numpy, not MLX: the cache hands over a strided view of its buffer, which
         # numpy reads in place, while an MLX `keys[0]` is a new op that copies the whole KV
         # (2.4 ms a layer at 4,096 positions, most of a short piece's time at long context).
-        out = causal_attention(np.asarray(queries)[0], np.asarray(keys)[0], np.asarray(values)[0], scale)
+        q, k, v = np.asarray(queries)[0], np.asarray(keys)[0], np.asarray(values)[0]
+        if kind == "causal":
+            out = causal_attention(q, k, v, scale)
+        else:
+            out = masked_attention(q, k, v, scale, np.asarray(mask))
         return mx.array(out)[None]
 
     sdpa.mlxcel_numpy = True  # type: ignore[attr-defined]
@@ -106,7 +148,43 @@ def make_swiglu(original: Callable) -> Callable:
     return swiglu
 
 
+def numpy_gelu_mul(g: np.ndarray) -> np.ndarray:
+    """mlx's `nn.gelu_approx` (0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)))) in numpy, a new array."""
+    out = g * g
+    out *= np.float32(0.044715)
+    out += np.float32(1.0)
+    out *= g
+    out *= np.float32(np.sqrt(2.0 / np.pi))
+    np.tanh(out, out=out)
+    out += np.float32(1.0)
+    out *= g
+    out *= np.float32(0.5)
+    return out
+
+
+class _NnWithGelu:
+    """mlx.nn as a gemma3 module sees it inside the scope: `gelu_approx` in numpy for many float32 rows
+    (MLX's CPU tanh is scalar: 0.18 s for a 2,048 x 2,048 gate, numpy's 0.025 s), the rest mlx.nn's."""
+
+    mlxcel_numpy = True
+
+    def __init__(self, original):
+        self.__wrapped__ = original
+
+    def __getattr__(self, name):
+        return getattr(self.__wrapped__, name)
+
+    def gelu_approx(self, gate):
+        rows = gate.size // max(gate.shape[-1], 1)
+        if rows < MIN_QUERIES or gate.dtype != mx.float32:
+            return self.__wrapped__.gelu_approx(gate)
+        mx.eval(gate)
+        return mx.array(numpy_gelu_mul(np.asarray(gate)))
+
+
 KERNELS = {"scaled_dot_product_attention": make_sdpa, "swiglu": make_swiglu}
+# Globals routed only in one mlx-lm module: gemma3's MLP calls `nn.gelu_approx` through the module's `nn`.
+MODULE_KERNELS = {"mlx_lm.models.gemma3_text": {"nn": _NnWithGelu}}
 
 
 class PrefillKernels:
@@ -122,7 +200,8 @@ class PrefillKernels:
     def __init__(self, module, originals: dict[str, Callable]):
         self.module = module
         self._originals = originals
-        self._wrapped = {name: KERNELS[name](fn) for name, fn in originals.items()}
+        factories = {**KERNELS, **MODULE_KERNELS.get(module.__name__, {})}
+        self._wrapped = {name: factories[name](fn) for name, fn in originals.items()}
 
     def __enter__(self) -> "PrefillKernels":
         with self._lock:
@@ -149,11 +228,12 @@ def kernels_for(model) -> Optional[PrefillKernels]:
     module_name = type(model).__module__  # e.g. mlx_lm.models.llama
     module = importlib.import_module(module_name)
     originals = {}
-    for name in KERNELS:
+    for name in {**KERNELS, **MODULE_KERNELS.get(module_name, {})}:
         fn = getattr(module, name, None)
         if fn is not None:  # loaded while another engine's scope is open: keep mlx-lm's own
             originals[name] = fn.__wrapped__ if getattr(fn, "mlxcel_numpy", False) else fn
     if not originals:
         return None
-    log.info("CPU prefill kernels in numpy (vectorized exp) for %s: %s", module_name, ", ".join(originals))
+    log.info("CPU prefill kernels in numpy (vectorized exp) for %s: %s", module_name,
+             ", ".join("gelu_approx" if n == "nn" else n for n in originals))
     return PrefillKernels(module, originals)
