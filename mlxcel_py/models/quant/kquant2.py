@@ -21,11 +21,14 @@ def _vec(values):
     return ir.Constant(ir.VectorType(I8, len(values)), values)
 
 
-def _bits32(builder, row, at):
-    """The 32 bits of the little-endian u32 at byte `at`, one 0/1 byte per lane (bit i in lane i)."""
+def _bit4s(builder, row, at):
+    """Bit i of the little-endian u32 at byte `at` as 16 (set) or 0 in lane i: bit 4 of Q5 code i.
+    A mask and a compare, as AVX2 has no per-byte variable shift."""
     four = _load(builder, row, at, ir.VectorType(I8, 4))
     wide = builder.shuffle_vector(four, four, ir.Constant(ir.VectorType(I32, 32), [i // 8 for i in range(32)]))
-    return builder.and_(builder.lshr(wide, _vec([i % 8 for i in range(32)])), _splat(V32I8, 1))
+    masks = _vec([(1 << (i % 8)) - (256 if i % 8 == 7 else 0) for i in range(32)])
+    is_set = builder.icmp_unsigned("!=", builder.and_(wide, masks), _splat(V32I8, 0))
+    return builder.select(is_set, _splat(V32I8, 16), _splat(V32I8, 0))
 
 
 def _q5_legacy(builder, row, base, has_min, unsigned):
@@ -33,7 +36,7 @@ def _q5_legacy(builder, row, base, has_min, unsigned):
     at = lambda n: builder.add(base, ir.Constant(I64, n))  # noqa: E731 - byte n of this block
     qh = 2 + 2 * has_min
     low = _nibbles(builder, _load(builder, row, at(qh + 4), V16I8))
-    codes = builder.or_(low, builder.shl(_bits32(builder, row, at(qh)), _splat(V32I8, 4)))
+    codes = builder.or_(low, _bit4s(builder, row, at(qh)))
     if has_min:
         return [(0, codes, _f16(builder, row, base), _f16(builder, row, at(2)))]
     return [(0, codes if unsigned else builder.sub(codes, _splat(V32I8, 16)), _f16(builder, row, base), None)]

@@ -25,6 +25,7 @@ UNITS = {2: (32, 18, False), 3: (32, 20, True), 8: (32, 34, False), 12: (256, 14
 MAX_ROWS = 4  # input rows per pass; the caller loops over more
 UNSIGNED_BIAS = {2: -8.0, 14: -32.0}  # Q4_0, Q6_K: w = scale * (code + bias)
 MORE_CODES: dict = {}  # type id -> unit_codes(builder, row, base, unsigned) of the types kquant2.py registers
+SIGNED_CODES = {8}  # types whose codes are signed int8 whatever `unsigned` asks (Q8_0; affine_ir's A8)
 
 
 def _splat(vtype, value):
