@@ -1,6 +1,7 @@
 """Time the quantized decode kernels and the tiled prefill against float32 (docs/QUANT_KERNELS.md).
 
     python bench/bench_quant_kernels.py [--threads 1] [--min-s 0.15] [--tables model,shapes,prefill]
+        [--types Q5_0,Q5_K] [--kinds float,vector,int8v]
 
 Prints the CPU first. `model`: every product of one decode step over a model's worth of weights
 (larger than the L3 cache, as in real decode), ms per step at 1 and 4 input rows, float32
@@ -108,7 +109,7 @@ def prefill_table(args, rng) -> None:
         f32 = (rng.standard_normal((rows_out, cols)) * 0.05).astype(np.float32)
         t = timed(lambda: x @ f32.T, args.min_s, clock=time.perf_counter)
         print(f"| {rows_out}x{cols} | float32 numpy matmul | {t * 1e3:.1f} | - |", flush=True)
-        for qtype in (T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K):
+        for qtype in [T[name] for name in args.types.split(",")] if args.types else (T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K):
             w = weight(qtype, rows_out, cols, rng)
             if w is None:
                 continue
@@ -119,7 +120,8 @@ def prefill_table(args, rng) -> None:
 # A decode step's weights, larger than the L3 cache as in a real model: (layers, shapes, LM head).
 MODELS = {"SmolLM2-135M": (30, [(960, 576), (576, 576), (3072, 576), (576, 1536)], (49152, 576)),
           "1B (4 of Llama-3.2-1B's 16 layers)": (4, [(3072, 2048), (2048, 2048), (16384, 2048), (2048, 8192)], None)}
-SCALE_FIELDS = {T.Q4_0: (0,), T.Q4_1: (0, 2), T.Q8_0: (0,), T.Q4_K: (0, 2), T.Q6_K: (208,)}
+SCALE_FIELDS = {T.Q4_0: (0,), T.Q4_1: (0, 2), T.Q8_0: (0,), T.Q4_K: (0, 2), T.Q6_K: (208,), T.Q5_0: (0,),
+                T.Q5_1: (0, 2), T.Q2_K: (80, 82), T.Q3_K: (108,), T.Q5_K: (0, 2)}
 
 
 def random_blocks(qtype: T, rows: int, cols: int, rng) -> blocks.QuantWeight:
@@ -154,14 +156,14 @@ def model_table(args, rng) -> None:
             total = sum(w.nbytes for w in dense)
             print(f"| {name} | float32 {total / 1e6:.0f} MB | {rows} | _stream | {t * 1e3:.2f} | {total / t / 1e9:.1f} |", flush=True)
         del dense
-        for qtype in SCALE_FIELDS:
+        for qtype in [T[name] for name in args.types.split(",")] if args.types else SCALE_FIELDS:
             if any(cols % GGML_QUANT_SIZES[qtype][0] for _, cols in shapes):
                 continue  # llama.cpp stores such rows in another type
             weights = [random_blocks(qtype, *shape, rng) for shape in shapes]
             total = sum(w.nbytes for w in weights)
             for rows in (1, 4):
-                for kind, fn in KINDS[2:]:
-                    if fn is None:
+                for kind, fn in KINDS:
+                    if fn is None or kind not in args.kinds.split(","):
                         continue
                     t = _step_time(weights, rows, lambda x, w, out: fn(x, w, out, args.threads), args.min_s, rng)
                     print(f"| {name} | {qtype.name} {total / 1e6:.0f} MB | {rows} | {kind} | {t * 1e3:.2f} | {total / t / 1e9:.1f} |", flush=True)
@@ -173,6 +175,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="numba threads for every kernel (1: shared machine)")
     parser.add_argument("--min-s", type=float, default=0.15, help="seconds each timing runs at least")
     parser.add_argument("--tables", default="model,shapes,prefill", help="which tables, comma-separated")
+    parser.add_argument("--types", default="", help="model and prefill tables: GGUF types, comma-separated")
+    parser.add_argument("--kinds", default="vector,int8v", help="model table: candidates (float,int8,vector,int8v)")
     args = parser.parse_args()
     numba.set_num_threads(args.threads)
     print(cpu_line())

@@ -1,10 +1,13 @@
-"""Write a llama GGUF of >= 1B parameters in Q4_K_M's mix of types, with random blocks (for memory
-and speed, not text): bench/make_synthetic_gguf.py [OUT] [--layers 16] [--hidden 2048] [--ffn 8192].
+"""Write a llama GGUF in llama.cpp's Q4_K_M mix of types, with random blocks (for memory and speed, not
+text): bench/make_synthetic_gguf.py [OUT] [--preset 1b|smollm2-135m|smollm2-360m] [--layers N] [--hidden N] ...
 
-Q4_K_M as llama.cpp writes it: Q4_K everywhere except Q6_K for the token embedding (the tied LM head)
-and for attn_v / ffn_down in about half the layers. Blocks are random bytes with their float16
-scales set to small normal values (random bytes could be NaN). The tokenizer (and its chat
-template) is the default model's, SmolLM2's 49,152 tokens. Default OUT: /tmp/synthetic-1b-q4_k_m.gguf.
+Types as llama.cpp's llama_tensor_get_type chooses them for Q4_K_M (`q4_k_m_type`): Q4_K by default, Q6_K
+for attn_v and ffn_down in the "use_more_bits" layers (the first and last eighth, every third between)
+and for the output (here the tied token embedding); a row that is not whole 256-blocks takes the
+fallback llama.cpp converts to (Q4_K -> Q5_0, Q6_K -> Q8_0; the output -> Q8_0), as on SmolLM2's 576-wide
+rows. Blocks are random bytes with their float16 scales set to small normal values (random bytes could
+be NaN). The tokenizer (and its chat template) is the default model's, SmolLM2's 49,152 tokens. Default
+OUT: /tmp/synthetic-<preset>-q4_k_m.gguf; the 1b preset is 1.07B parameters (638 MiB).
 """
 
 from __future__ import annotations
@@ -23,8 +26,27 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from mlxcel_py.models.gguf_file import read_gguf  # noqa: E402
 from mlxcel_py.models.loader import default_model_path  # noqa: E402
 
-# Byte offsets of each super-block's float16 scales: Q4_K d, dmin first; Q6_K d last.
-F16_FIELDS = {T.Q4_K: (0, 2), T.Q6_K: (208,)}
+# Byte offsets of each block's float16 scales: Q4_K d, dmin first; Q6_K d last; Q5_0, Q8_0 d first.
+F16_FIELDS = {T.Q4_K: (0, 2), T.Q6_K: (208,), T.Q5_0: (0,), T.Q8_0: (0,)}
+FALLBACK = {T.Q4_K: T.Q5_0, T.Q6_K: T.Q8_0}  # llama.cpp's convert for rows that are not whole 256-blocks
+PRESETS = {  # layers, hidden, ffn, heads, kv heads
+    "1b": (16, 2048, 8192, 32, 8),
+    "smollm2-135m": (30, 576, 1536, 9, 3),
+    "smollm2-360m": (32, 960, 2560, 15, 5),
+}
+
+
+def use_more_bits(i: int, n: int) -> bool:
+    """llama.cpp's choice of the layers that get Q6_K attn_v / ffn_down in Q4_K_M (about half)."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def q4_k_m_type(name: str, layer: int, layers: int, cols: int) -> T:
+    """The type llama.cpp's Q4_K_M gives tensor `name` (gguf name without `.weight`) of `cols` columns."""
+    if name in ("output", "token_embd"):  # token_embd here is the tied output
+        return T.Q8_0 if cols % 256 else T.Q6_K
+    qtype = T.Q6_K if name in ("attn_v", "ffn_down") and use_more_bits(layer, layers) else T.Q4_K
+    return FALLBACK[qtype] if cols % 256 else qtype
 
 
 def random_blocks(qtype: T, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
@@ -56,7 +78,7 @@ def write(out: Path, layers: int, hidden: int, ffn: int, heads: int, kv_heads: i
     rng = np.random.default_rng(0)
     writer = GGUFWriter(str(out), "llama")
     vocab = _tokenizer(writer)
-    writer.add_name("synthetic-q4_k_m")
+    writer.add_name(out.stem)
     writer.add_file_type(15)  # LlamaFileType.MOSTLY_Q4_K_M
     writer.add_context_length(4096)
     writer.add_embedding_length(hidden)
@@ -75,15 +97,13 @@ def write(out: Path, layers: int, hidden: int, ffn: int, heads: int, kv_heads: i
         writer.add_tensor(name, random_blocks(qtype, rows, cols, rng), raw_dtype=qtype)  # shape from the bytes
         count += rows * cols
 
-    add("token_embd.weight", T.Q6_K, vocab, hidden)
+    add("token_embd.weight", q4_k_m_type("token_embd", 0, layers, hidden), vocab, hidden)
     writer.add_tensor("output_norm.weight", np.ones(hidden, np.float32))
     for i in range(layers):
-        six = T.Q6_K if i % 2 == 0 else T.Q4_K  # llama.cpp's "use_more_bits" layers, about half
-        for name, qtype, rows, cols in (("attn_q", T.Q4_K, hidden, hidden), ("attn_k", T.Q4_K, kv, hidden),
-                                        ("attn_v", six, kv, hidden), ("attn_output", T.Q4_K, hidden, hidden),
-                                        ("ffn_gate", T.Q4_K, ffn, hidden), ("ffn_up", T.Q4_K, ffn, hidden),
-                                        ("ffn_down", six, hidden, ffn)):
-            add(f"blk.{i}.{name}.weight", qtype, rows, cols)
+        for name, rows, cols in (("attn_q", hidden, hidden), ("attn_k", kv, hidden), ("attn_v", kv, hidden),
+                                 ("attn_output", hidden, hidden), ("ffn_gate", ffn, hidden), ("ffn_up", ffn, hidden),
+                                 ("ffn_down", hidden, ffn)):
+            add(f"blk.{i}.{name}.weight", q4_k_m_type(name, i, layers, cols), rows, cols)
         for norm in ("attn_norm", "ffn_norm"):
             writer.add_tensor(f"blk.{i}.{norm}.weight", np.ones(hidden, np.float32))
     writer.write_header_to_file()
@@ -95,15 +115,15 @@ def write(out: Path, layers: int, hidden: int, ffn: int, heads: int, kv_heads: i
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("out", nargs="?", default="/tmp/synthetic-1b-q4_k_m.gguf")
-    ap.add_argument("--layers", type=int, default=16)
-    ap.add_argument("--hidden", type=int, default=2048)
-    ap.add_argument("--ffn", type=int, default=8192)
-    ap.add_argument("--heads", type=int, default=32)
-    ap.add_argument("--kv-heads", type=int, default=8)
+    ap.add_argument("out", nargs="?")
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="1b")
+    for flag in ("layers", "hidden", "ffn", "heads", "kv-heads"):
+        ap.add_argument(f"--{flag}", type=int, help="overrides the preset's")
     opts = ap.parse_args()
-    out = Path(opts.out)
-    params = write(out, opts.layers, opts.hidden, opts.ffn, opts.heads, opts.kv_heads)
+    shape = [getattr(opts, f.replace("-", "_")) or v for f, v in zip(("layers", "hidden", "ffn", "heads", "kv-heads"),
+                                                                    PRESETS[opts.preset])]
+    out = Path(opts.out or f"/tmp/synthetic-{opts.preset}-q4_k_m.gguf")
+    params = write(out, *shape)
     print(f"{out}: {params / 1e9:.2f}B parameters, {out.stat().st_size / 2**20:.0f} MiB")
 
 

@@ -105,7 +105,7 @@ def test_real_model_shapes(qtype, shape):
     _check_int8(x, w, ref)
 
 
-@pytest.mark.parametrize("qtype", (T.Q4_0, T.Q6_K, T.F16), ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", (T.Q4_0, T.Q6_K, T.F16, T.Q5_0, T.Q5_1, T.Q2_K, T.Q3_K, T.Q5_K), ids=lambda t: t.name)
 def test_tiled_prefill_equals_blas_on_the_dequantized_weight(qtype):
     w = _weight(qtype, 600, 512)  # three tiles of 256 rows (512 KiB), the last one short
     x = np.random.default_rng(2).standard_normal((37, 512)).astype(np.float32)

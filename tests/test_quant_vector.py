@@ -10,7 +10,8 @@ from gguf.constants import GGMLQuantizationType as T
 from mlxcel_py.models.quant import blocks, int8_ir, products
 from test_quant_blocks import _reference, _weight
 
-VECTOR = (T.Q4_0, T.Q4_1, T.Q8_0, T.Q4_K, T.Q6_K)
+VECTOR = (T.Q4_0, T.Q4_1, T.Q8_0, T.Q4_K, T.Q6_K, T.Q5_0, T.Q5_1, T.Q2_K, T.Q3_K, T.Q5_K)
+OFFSET = (T.Q4_1, T.Q4_K, T.Q5_1, T.Q2_K, T.Q5_K)  # w = scale * code + offset
 
 
 def _bound(x, ref):
@@ -31,7 +32,8 @@ def test_vector_products_match_float64(qtype, rows):
 
 
 @pytest.mark.parametrize("qtype,shape", [(T.Q4_0, (1536, 576)), (T.Q8_0, (576, 1536)), (T.Q4_K, (257, 2048)),
-                                         (T.Q6_K, (64, 768))], ids=str)
+                                         (T.Q6_K, (64, 768)), (T.Q5_0, (1536, 576)), (T.Q5_1, (576, 1536)),
+                                         (T.Q2_K, (65, 1024)), (T.Q3_K, (130, 768)), (T.Q5_K, (257, 2048))], ids=str)
 def test_vector_real_model_shapes(qtype, shape):
     w = _weight(qtype, *shape)
     ref = _reference(w)
@@ -41,8 +43,8 @@ def test_vector_real_model_shapes(qtype, shape):
 
 
 def test_vector_refuses_what_it_does_not_read():
-    with pytest.raises(ValueError, match="does not read Q5_0"):
-        products.linear_vector(np.zeros((1, 32), np.float32), _weight(T.Q5_0, 2, 32))
+    with pytest.raises(ValueError, match="does not read F16"):
+        products.linear_vector(np.zeros((1, 32), np.float32), _weight(T.F16, 2, 32))
     with pytest.raises(ValueError, match="C-contiguous float32"):
         products.linear_vector(np.zeros((1, 32), np.float32), _weight(T.Q4_0, 2, 32), out=np.zeros((1, 4), np.float32)[:, ::2])
 
@@ -85,7 +87,7 @@ def test_vector_unpacks_every_weight_where_the_file_has_it(qtype):
     w = _weight(qtype, 5, 512, seed=7)
     ref = _reference(w)
     got = products.linear_vector(np.eye(512, dtype=np.float32), w).T
-    if qtype in (T.Q4_1, T.Q4_K):
+    if qtype in OFFSET:
         assert np.all(np.abs(got - ref) <= 1e-6 * np.abs(ref).max())
     else:
         assert np.array_equal(got, ref)
@@ -93,8 +95,8 @@ def test_vector_unpacks_every_weight_where_the_file_has_it(qtype):
 
 def test_linear_runs_the_fastest_candidate_for_this_cpu():
     kind = "int8v" if int8_ir.HAS_AVX2 else "vector"
-    assert [products.chosen(t) for t in VECTOR] == [kind] * 5
-    assert products.chosen(T.Q5_0) == products.chosen(T.F16) == "float"
+    assert [products.chosen(t) for t in VECTOR] == [kind] * 10
+    assert products.chosen(T.F16) == products.chosen(T.BF16) == "float"
     w, x = _weight(T.Q4_K, 3, 256), np.ones((2, 256), np.float32)
     expected = products.linear_int8_vector(x, w) if int8_ir.HAS_AVX2 else products.linear_vector(x, w)
     assert np.array_equal(products.linear(x, w), expected)
@@ -108,5 +110,5 @@ def test_the_ir_digest_follows_the_ir_sources():
     from mlxcel_py.models.quant import vector
 
     folder = Path(vector.__file__).parent
-    text = b"".join((folder / name).read_bytes() for name in ("int8_ir.py", "vector_ir.py"))
+    text = b"".join((folder / name).read_bytes() for name in ("affine_ir.py", "int8_ir.py", "kquant2.py", "vector_ir.py"))
     assert vector.IR_DIGEST == hashlib.sha256(text).hexdigest()[:16], "update IR_DIGEST in models/quant/vector.py"

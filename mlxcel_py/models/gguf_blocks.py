@@ -19,7 +19,7 @@ import mlx.nn as nn
 import numpy as np
 
 from .quant import prefill, products
-from .quant.blocks import BLOCK_TYPES, QuantWeight, make
+from .quant.blocks import BLOCK_TYPES, QuantWeight
 
 def _multiply(x: mx.array, w: QuantWeight, bias: Optional[mx.array]) -> mx.array:
     """x (..., K) @ W.T (+ bias) over the blocks, one dequantized tile at a time through BLAS (any row
@@ -131,7 +131,7 @@ def fuse_layers(model: nn.Module) -> int:
             whole = np.concatenate([m.blocks.blocks for m in mods])
             for m in mods:
                 release(m.blocks.blocks)
-            group = make(mods[0].blocks.qtype, (whole.shape[0], mods[0].blocks.shape[1]), whole)
+            group = QuantWeight(mods[0].blocks.qtype, (whole.shape[0], mods[0].blocks.shape[1]), whole)  # any block type
             start = 0
             for m in mods:
                 rows = m.blocks.shape[0]

@@ -70,14 +70,14 @@ def load_model(
             raise ModelLoadError(f"not a model: {path} (expected a .gguf file or an mlx-lm model directory)")
         loaded = _load_gguf(path, use_dense, on_progress, blocks=native_cpu and dense is None)
     elif path.is_dir():
-        loaded = _load_mlx_dir(path, use_dense, on_progress)
+        loaded = _load_mlx_dir(path, use_dense, on_progress, blocks=native_cpu and dense is None)
     else:
         raise ModelLoadError(f"not a model: {path} (expected a .gguf file or an mlx-lm model directory)")
     if hub_name:
         loaded = replace(loaded, name=hub_name)
     _materialize(loaded.model)
     if use_dense and cpu_is_default():
-        native = path if native_cpu and loaded.source == "gguf" else None
+        native = path if native_cpu and (loaded.source == "gguf" or loaded.weights == "mlx-blocks") else None
         loaded = _install_cpu_kernels(loaded, threads or os.cpu_count() or 1, native)
     log.info("loaded %s: %s", loaded.name, loaded.description)
     return loaded
@@ -147,7 +147,7 @@ def _install_cpu_kernels(loaded: LoadedModel, threads: int, native: Optional[Pat
 def _describe(base: str, weights: str) -> str:
     blas = loaded_blas()
     path = {"dense-float32": "dense float32", "quantized": "quantized (MLX kernels)",
-            "gguf-blocks": "GGUF blocks (no float32 copy)"}.get(weights, weights)
+            "gguf-blocks": "GGUF blocks (no float32 copy)", "mlx-blocks": "affine blocks (no float32 copy)"}.get(weights, weights)
     kernels = f" ({blas.note.removeprefix('kernels ')})" if blas.note.startswith("kernels ") else ""
     return f"{base} -> {path}, BLAS {blas.name}{kernels}"
 
@@ -166,10 +166,13 @@ def _load_gguf(path: Path, dense: bool, on_progress: Progress, blocks: bool = Fa
     )
 
 
-def _load_mlx_dir(path: Path, dense: bool, on_progress: Progress) -> LoadedModel:
+def _load_mlx_dir(path: Path, dense: bool, on_progress: Progress, blocks: bool = False) -> LoadedModel:
+    """An mlx-lm directory; on the CPU path (`dense`) float32, except that with `blocks` its affine-quantized
+    layers become block layers (models/mlx_blocks.py) and only the rest is made float32."""
     import mlx.core as mx
     from mlx_lm.utils import dequantize_model, load
 
+    from .mlx_blocks import install_affine_blocks
     from .tokenizer import keep_leading_space
 
     if not (path / "config.json").is_file():
@@ -177,17 +180,18 @@ def _load_mlx_dir(path: Path, dense: bool, on_progress: Progress) -> LoadedModel
     if on_progress:
         on_progress(f"loading {path.name}")
     try:
-        model, tokenizer, config = load(str(path), return_config=True)
+        model, tokenizer, config = load(str(path), return_config=True, lazy=blocks)  # lazy: one layer at a time
     except (OSError, ValueError) as exc:  # missing or unreadable files, configs mlx-lm refuses
         raise ModelLoadError(f"cannot load mlx-lm model {path}: {exc}") from None
     tokenizer = keep_leading_space(tokenizer)
     quantized = "quantization" in config
     if dense:
         # CPU: dequantize and cast to float32 (float16 matmuls on CPU are ~40x slower).
+        repacked = install_affine_blocks(model)[0] if blocks and quantized else 0
         model = dequantize_model(model) if quantized else model
         model.set_dtype(mx.float32)
         mx.eval(model.parameters())
-        weights = "dense-float32"
+        weights = "mlx-blocks" if repacked else "dense-float32"
     else:
         dtype = model.model.embed_tokens.weight.dtype if hasattr(model, "model") else mx.float16
         weights = "quantized" if quantized else str(dtype).removeprefix("mlx.core.")

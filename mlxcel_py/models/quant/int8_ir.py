@@ -19,7 +19,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 from numba.core import cgutils
 
-from .vector_ir import CONTRACT, I32, I64, UNITS, UNSIGNED_BIAS, V2F, V8F, V32I8, load_pair, reduce_sum, spread, unit_codes
+from .vector_ir import CONTRACT, I32, I64, SIGNED_CODES, UNITS, UNSIGNED_BIAS, V2F, V8F, V32I8, load_pair, reduce_sum, spread, unit_codes
 
 V16I16, V8I32 = ir.VectorType(ir.IntType(16), 16), ir.VectorType(I32, 8)
 HAS_AVX2 = platform.machine().lower() in ("x86_64", "amd64") and bool(llvm.get_host_cpu_features().get("avx2"))
@@ -79,7 +79,7 @@ def emit_dots(builder, qtype, wrows, xq, xd, xs, units):
             _, codes, sv, ov = units_of[i][c]
             if bias:
                 ov = builder.fmul(sv, ir.Constant(V2F, [bias, bias]))
-            sums = _int_dot(builder, codes, qs[r], signed=qtype == 8)
+            sums = _int_dot(builder, codes, qs[r], signed=qtype in SIGNED_CODES)
             scaled = builder.fmul(builder.fmul(sums, dxs[r]), spread(builder, sv, 8), flags=CONTRACT)
             new_acc[p] = builder.fadd(scaled, new_acc[p], flags=CONTRACT)
             if offs:

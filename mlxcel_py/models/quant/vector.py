@@ -18,13 +18,15 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from . import int8_ir, vector_ir
+from . import affine_ir, int8_ir, kquant2, vector_ir  # kquant2 registers Q5_0 .. Q5_K, affine_ir A8
 from .kernels import quantize_rows_q8
 
-IR_DIGEST = "253ca27a850bfcdf"  # sha256 of int8_ir.py then vector_ir.py, first 16 hex digits
-from .unpack import Q4_0, Q4_1, Q4_K, Q6_K, Q8_0
+IR_DIGEST = "22a00bcfd43a9472"  # sha256 of affine_ir.py, int8_ir.py, kquant2.py, vector_ir.py, first 16 hex digits
+from .affine_ir import A8
+from .unpack import Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
 
-VECTOR_TYPES = tuple(vector_ir.UNITS)  # GGUF type ids: Q4_0, Q4_1, Q8_0, Q4_K, Q6_K
+_REGISTERED = (kquant2, affine_ir)  # imported for their types' registration with vector_ir
+VECTOR_TYPES = tuple(vector_ir.UNITS)  # GGUF type ids: Q4_0, Q4_1, Q8_0, Q4_K, Q6_K, then kquant2's, A8
 
 
 def _rows_switch(context, builder, count, emit):
@@ -92,6 +94,9 @@ def _int8_intrinsic(qtype):
 
 _c_q4_0, _c_q4_1, _c_q8_0, _c_q4_k, _c_q6_k = (_float_intrinsic(t) for t in (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K))
 _d_q4_0, _d_q4_1, _d_q8_0, _d_q4_k, _d_q6_k = (_int8_intrinsic(t) for t in (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K))
+_c_q5_0, _c_q5_1, _c_q2_k, _c_q3_k, _c_q5_k = (_float_intrinsic(t) for t in (Q5_0, Q5_1, Q2_K, Q3_K, Q5_K))
+_d_q5_0, _d_q5_1, _d_q2_k, _d_q3_k, _d_q5_k = (_int8_intrinsic(t) for t in (Q5_0, Q5_1, Q2_K, Q3_K, Q5_K))
+_c_a8, _d_a8 = _float_intrinsic(A8), _int8_intrinsic(A8)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -106,6 +111,18 @@ def _row_c(qtype, r, x, b, count, out, n, units):  # pragma: no cover - jitted
         _c_q4_k(r, x, b, count, out, n, units)
     elif qtype == Q6_K:
         _c_q6_k(r, x, b, count, out, n, units)
+    elif qtype == Q5_0:
+        _c_q5_0(r, x, b, count, out, n, units)
+    elif qtype == Q5_1:
+        _c_q5_1(r, x, b, count, out, n, units)
+    elif qtype == Q2_K:
+        _c_q2_k(r, x, b, count, out, n, units)
+    elif qtype == Q3_K:
+        _c_q3_k(r, x, b, count, out, n, units)
+    elif qtype == Q5_K:
+        _c_q5_k(r, x, b, count, out, n, units)
+    elif qtype == A8:
+        _c_a8(r, x, b, count, out, n, units)
 
 
 @njit(fastmath=True, cache=True, nogil=True, parallel=True)
@@ -143,6 +160,18 @@ def _row_d(qtype, r, xq, xd, xs, b, count, out, n, units):  # pragma: no cover -
         _d_q4_k(r, xq, xd, xs, b, count, out, n, units)
     elif qtype == Q6_K:
         _d_q6_k(r, xq, xd, xs, b, count, out, n, units)
+    elif qtype == Q5_0:
+        _d_q5_0(r, xq, xd, xs, b, count, out, n, units)
+    elif qtype == Q5_1:
+        _d_q5_1(r, xq, xd, xs, b, count, out, n, units)
+    elif qtype == Q2_K:
+        _d_q2_k(r, xq, xd, xs, b, count, out, n, units)
+    elif qtype == Q3_K:
+        _d_q3_k(r, xq, xd, xs, b, count, out, n, units)
+    elif qtype == Q5_K:
+        _d_q5_k(r, xq, xd, xs, b, count, out, n, units)
+    elif qtype == A8:
+        _d_a8(r, xq, xd, xs, b, count, out, n, units)
 
 
 @njit(fastmath=True, cache=True, nogil=True, parallel=True)
@@ -174,6 +203,8 @@ def _dequant_intrinsic(qtype):
 
 
 _q_q4_0, _q_q4_1, _q_q8_0, _q_q4_k, _q_q6_k = (_dequant_intrinsic(t) for t in (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K))
+_q_q5_0, _q_q5_1, _q_q2_k, _q_q3_k, _q_q5_k = (_dequant_intrinsic(t) for t in (Q5_0, Q5_1, Q2_K, Q3_K, Q5_K))
+_q_a8 = _dequant_intrinsic(A8)
 
 
 @njit(cache=True, nogil=True, parallel=True)
@@ -192,6 +223,18 @@ def dequant_rows(qtype, raw, out, threads, units):  # pragma: no cover - jitted
                 _q_q4_k(raw[n], out[n], units)
             elif qtype == Q6_K:
                 _q_q6_k(raw[n], out[n], units)
+            elif qtype == Q5_0:
+                _q_q5_0(raw[n], out[n], units)
+            elif qtype == Q5_1:
+                _q_q5_1(raw[n], out[n], units)
+            elif qtype == Q2_K:
+                _q_q2_k(raw[n], out[n], units)
+            elif qtype == Q3_K:
+                _q_q3_k(raw[n], out[n], units)
+            elif qtype == Q5_K:
+                _q_q5_k(raw[n], out[n], units)
+            elif qtype == A8:
+                _q_a8(raw[n], out[n], units)
 
 
 @njit(cache=True, nogil=True)
@@ -209,3 +252,15 @@ def dequant_rows_serial(qtype, raw, out, units):  # pragma: no cover - jitted
             _q_q4_k(raw[n], out[n], units)
         elif qtype == Q6_K:
             _q_q6_k(raw[n], out[n], units)
+        elif qtype == Q5_0:
+            _q_q5_0(raw[n], out[n], units)
+        elif qtype == Q5_1:
+            _q_q5_1(raw[n], out[n], units)
+        elif qtype == Q2_K:
+            _q_q2_k(raw[n], out[n], units)
+        elif qtype == Q3_K:
+            _q_q3_k(raw[n], out[n], units)
+        elif qtype == Q5_K:
+            _q_q5_k(raw[n], out[n], units)
+        elif qtype == A8:
+            _q_a8(raw[n], out[n], units)

@@ -24,6 +24,8 @@ CONTRACT = ("contract",)  # lets LLVM fuse mul+add into FMA where the target has
 UNITS = {2: (32, 18, False), 3: (32, 20, True), 8: (32, 34, False), 12: (256, 144, True), 14: (256, 210, False)}
 MAX_ROWS = 4  # input rows per pass; the caller loops over more
 UNSIGNED_BIAS = {2: -8.0, 14: -32.0}  # Q4_0, Q6_K: w = scale * (code + bias)
+MORE_CODES: dict = {}  # type id -> unit_codes(builder, row, base, unsigned) of the types kquant2.py registers
+SIGNED_CODES = {8}  # types whose codes are signed int8 whatever `unsigned` asks (Q8_0; affine_ir's A8)
 
 
 def _splat(vtype, value):
@@ -94,6 +96,8 @@ def unit_codes(builder, qtype, row, u, unsigned=False):
     _, size, _ = UNITS[qtype]
     base = builder.mul(u, ir.Constant(I64, size))
     at = lambda n: builder.add(base, ir.Constant(I64, n))  # noqa: E731 - byte n of this block
+    if qtype in MORE_CODES:
+        return MORE_CODES[qtype](builder, row, base, unsigned)
     if qtype == 2:  # Q4_0: d f16, qs[16]; code - 8
         codes = _nibbles(builder, _load(builder, row, at(2), V16I8))
         return [(0, codes if unsigned else builder.sub(codes, _splat(V32I8, 8)), _f16(builder, row, base), None)]

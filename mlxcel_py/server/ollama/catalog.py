@@ -110,7 +110,7 @@ def ps_json(rt: "Runtime") -> dict:
     """GET /api/ps: the served model, loaded for the server's lifetime."""
     entry = _entry(rt, rt.model_id)
     del entry["modified_at"]
-    on_cpu = rt.loaded.weights in ("dense-float32", "gguf-blocks")  # the CPU fast path's weights
+    on_cpu = rt.loaded.weights in ("dense-float32", "gguf-blocks", "mlx-blocks")  # the CPU fast path's weights
     return {"models": [{**entry, "expires_at": NEVER, "size_vram": 0 if on_cpu else entry["size"],
                         "context_length": rt.worker.stats().slot_context}]}
 
