@@ -59,15 +59,33 @@ def _rope_dims(rope) -> Optional[int]:
     return getattr(rope, "dims", None) or getattr(rope, "dim", None)
 
 
+class RopeTable:
+    """cos/sin by position, taken from the model's own rope module (so they match it bit for bit)."""
+
+    def __init__(self, rope: Callable, head_dim: int):
+        self._rope, self._half, self._len = rope, head_dim // 2, 0
+        self.cos = self.sin = np.zeros((0, self._half), np.float32)
+
+    def at(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(B, head_dim / 2) cos and sin for one position per row."""
+        need = int(positions.max()) + 1
+        if need > self._len:
+            self._grow(max(need, 2 * self._len, 512))
+        return self.cos[positions], self.sin[positions]
+
+    def _grow(self, length: int) -> None:
+        unit = mx.concatenate([mx.ones((self._half,)), mx.zeros((self._half,))])
+        table = np.array(self._rope(mx.broadcast_to(unit, (1, 1, length, 2 * self._half)), offset=0)[0, 0])
+        self.cos, self.sin, self._len = table[:, : self._half].copy(), table[:, self._half :].copy(), length
+
+
 def rope_is_rotate_half(rope, head_dim: int) -> bool:
     """True when `rope` rotates the two halves of each head (what the table step computes), found by
     running it on a random head against the rotation its own cos/sin table gives."""
-    from .cpu_decode import _Rope
-
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, 1, 5, head_dim)).astype(np.float32)
     got = np.array(rope(mx.array(x), offset=3))
-    table = _Rope(rope, head_dim)
+    table = RopeTable(rope, head_dim)
     cos, sin = table.at(np.arange(3, 8))
     half = head_dim // 2
     x1, x2 = x[0, 0, :, :half], x[0, 0, :, half:]
