@@ -183,3 +183,16 @@ def test_native_engine_greedy_batched_equals_alone(name, q8_files):
     prompts = [tuple(prompt(n, 80 + n)) for n in (13, 5, 22)]
     batched = _engine_greedy(native, prompts, 3, 10)
     assert [_engine_greedy(native, [p], 1, 10)[0] for p in prompts] == batched
+
+
+@pytest.mark.parametrize("name", ["gemma3-f16", "qwen2-f16"])
+def test_native_verify_span_equals_the_float32_one_with_float_activations(name, q8_files, monkeypatch):
+    from mlxcel_py.models.quant import products
+
+    f32, native = _native_pair(q8_files[name])
+    monkeypatch.setattr(products, "linear", products.linear_vector)
+    prompts = [prompt(n, n) for n in (12, 3, 20)]
+    ours, theirs = make_batch(f32.model, prompts), make_batch(f32.model, prompts)
+    rows = [list(prompt(5, 50 + i)) for i in range(len(prompts))]
+    got, want = np.array(native.cpu_decode.verify(rows, ours)), np.array(f32.cpu_decode.verify(rows, theirs))
+    np.testing.assert_allclose(got, want, atol=1e-5)

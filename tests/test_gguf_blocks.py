@@ -48,11 +48,11 @@ def test_block_model_keeps_no_float32_matrix_and_its_prefill_equals_float32s(nam
 
 
 def test_few_rows_equal_the_float32_path_bit_for_bit():
-    """qwen3 decodes through mlx-lm, a short prefill piece or the runner's LM head is a row or two:
-    those go through the same tiles, each fixture matrix one tile, so they equal the f32 path exactly
+    """A short prefill piece or the runner's LM head is a row or two: those go through the same tiles
+    (not the decode kernels), each fixture matrix one tile, so they equal the f32 path exactly
     (the decode kernels' rounding changed a small model's greedy answer)."""
     blocks, f32 = _pair("qwen3-q8_0")
-    assert blocks.cpu_decode is None
+    assert isinstance(blocks.cpu_decode, NativeDecoder)  # decode (and only decode) takes the kernels
     np.testing.assert_array_equal(_logits(blocks, [5, 7]), _logits(f32, [5, 7]))
 
 

@@ -23,7 +23,8 @@ import numba
 import numpy as np
 from mlx_lm.models.cache import BatchKVCache
 
-from .cpu_decode_arch import GELU_TANH, Norms, final_norm, layer_norms, projections, spec_for, supported
+from .cpu_decode_arch import (GELU_TANH, Norms, RopeTable, final_norm, layer_norms, projections, spec_for,
+                              supported)
 from .cpu_decode_arch_kernels import arch_layer_step, warm_up as warm_up_arch
 from .cpu_decode_kernels import layer_step, linear, rms_norm, warm_up
 
@@ -63,26 +64,6 @@ def _fuse(modules: Sequence[nn.Linear]) -> np.ndarray:
     return np.asarray(fused)
 
 
-class _Rope:
-    """cos/sin by position, taken from the model's own rope module (so they match it bit for bit)."""
-
-    def __init__(self, rope: Callable, head_dim: int):
-        self._rope, self._half, self._len = rope, head_dim // 2, 0
-        self.cos = self.sin = np.zeros((0, self._half), np.float32)
-
-    def at(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(B, head_dim / 2) cos and sin for one position per row."""
-        need = int(positions.max()) + 1
-        if need > self._len:
-            self._grow(max(need, 2 * self._len, 512))
-        return self.cos[positions], self.sin[positions]
-
-    def _grow(self, length: int) -> None:
-        unit = mx.concatenate([mx.ones((self._half,)), mx.zeros((self._half,))])
-        table = np.array(self._rope(mx.broadcast_to(unit, (1, 1, length, 2 * self._half)), offset=0)[0, 0])
-        self.cos, self.sin, self._len = table[:, : self._half].copy(), table[:, self._half :].copy(), length
-
-
 class CpuDecoder:
     """`decoder(tokens, caches)` -> (B, vocab) float32 logits, caches advanced by one position."""
 
@@ -92,7 +73,7 @@ class CpuDecoder:
         self.spec = spec = spec_for(model)
         self.heads, self.kv_heads, self.head_dim = spec.heads, spec.kv_heads, spec.head_dim
         self.scale, self.eps = spec.scale, spec.eps
-        self._ropes = [_Rope(r, self.head_dim) for r in spec.ropes]
+        self._ropes = [RopeTable(r, self.head_dim) for r in spec.ropes]
         self._embed_rows, self._head = self._load_embedding(model)
         self._norm = final_norm(model, spec)
         self._layers = self._load_layers(model)

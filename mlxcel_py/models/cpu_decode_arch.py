@@ -43,7 +43,7 @@ class ArchSpec:
     @property
     def plain(self) -> bool:
         """True for a llama layer (the original single-call `layer_step`)."""
-        return self.arch in ("llama",) and not any(self.windows)
+        return self.arch == "llama" and not any(self.windows)
 
 
 def _module_name(model) -> str:
@@ -59,15 +59,33 @@ def _rope_dims(rope) -> Optional[int]:
     return getattr(rope, "dims", None) or getattr(rope, "dim", None)
 
 
+class RopeTable:
+    """cos/sin by position, taken from the model's own rope module (so they match it bit for bit)."""
+
+    def __init__(self, rope: Callable, head_dim: int):
+        self._rope, self._half, self._len = rope, head_dim // 2, 0
+        self.cos = self.sin = np.zeros((0, self._half), np.float32)
+
+    def at(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(B, head_dim / 2) cos and sin for one position per row."""
+        need = int(positions.max()) + 1
+        if need > self._len:
+            self._grow(max(need, 2 * self._len, 512))
+        return self.cos[positions], self.sin[positions]
+
+    def _grow(self, length: int) -> None:
+        unit = mx.concatenate([mx.ones((self._half,)), mx.zeros((self._half,))])
+        table = np.array(self._rope(mx.broadcast_to(unit, (1, 1, length, 2 * self._half)), offset=0)[0, 0])
+        self.cos, self.sin, self._len = table[:, : self._half].copy(), table[:, self._half :].copy(), length
+
+
 def rope_is_rotate_half(rope, head_dim: int) -> bool:
     """True when `rope` rotates the two halves of each head (what the table step computes), found by
     running it on a random head against the rotation its own cos/sin table gives."""
-    from .cpu_decode import _Rope
-
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, 1, 5, head_dim)).astype(np.float32)
     got = np.array(rope(mx.array(x), offset=3))
-    table = _Rope(rope, head_dim)
+    table = RopeTable(rope, head_dim)
     cos, sin = table.at(np.arange(3, 8))
     half = head_dim // 2
     x1, x2 = x[0, 0, :, :half], x[0, 0, :, half:]
@@ -97,9 +115,9 @@ def _why_not(model) -> Optional[str]:
         return "KV caches " + ", ".join(sorted(k.__name__ for k in kinds))
     head_dim = _head_dim(model)
     for rope in {id(l.self_attn.rope): l.self_attn.rope for l in model.layers}.values():
-        if getattr(rope, "traditional", False) or _rope_dims(rope) != head_dim:
-            return "partial rope" if _rope_dims(rope) not in (None, head_dim) else f"rope {type(rope).__name__}"
-        if not rope_is_rotate_half(rope, head_dim):
+        if _rope_dims(rope) not in (None, head_dim):
+            return "partial rope"
+        if getattr(rope, "traditional", False) or not rope_is_rotate_half(rope, head_dim):
             return f"rope {type(rope).__name__}"
     return None
 
@@ -130,11 +148,10 @@ def spec_for(model) -> ArchSpec:
     layers = model.layers
     attn = layers[0].self_attn
     gemma = name == "gemma3_text"
-    ropes: dict[bytes, Callable] = {}
-    for l in layers:
-        ropes.setdefault(_rope_key(l.self_attn.rope, _head_dim(model)), l.self_attn.rope)
-    keys = list(ropes)
-    rope_of = tuple(keys.index(_rope_key(l.self_attn.rope, _head_dim(model))) for l in layers)
+    keys = [_rope_key(l.self_attn.rope, _head_dim(model)) for l in layers]
+    ropes = {k: l.self_attn.rope for k, l in reversed(list(zip(keys, layers)))}  # the first layer's of each
+    order = sorted(ropes, key=keys.index)
+    rope_of = tuple(order.index(k) for k in keys)
     window = int(getattr(model.model, "window_size", 0) or 0) if gemma else 0
     embed_scale = float(mx.array(args.hidden_size**0.5, mx.bfloat16).astype(mx.float32).item()) if gemma else 1.0
     return ArchSpec(
@@ -142,7 +159,7 @@ def spec_for(model) -> ArchSpec:
         scale=float(attn.scale), eps=float(args.rms_norm_eps), activation=GELU_TANH if gemma else SILU,
         embed_scale=embed_scale, norm_offset=1.0 if gemma else 0.0,
         windows=tuple(window if gemma and l.self_attn.is_sliding else 0 for l in layers),
-        rope_of=rope_of, ropes=tuple(ropes.values()),
+        rope_of=rope_of, ropes=tuple(ropes[k] for k in order),
     )
 
 

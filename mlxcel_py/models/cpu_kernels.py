@@ -76,14 +76,17 @@ def masked_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, 
         cols = np.flatnonzero(seen[b0:b1].any(axis=0))
         lo, hi = int(cols[0]), int(cols[-1]) + 1
         hidden = np.where(seen[b0:b1, lo:hi], np.float32(0.0), np.float32(-np.inf))
+        nb, width = b1 - b0, hi - lo
         for h in range(k.shape[0]):
             heads = slice(h * group, (h + 1) * group)
-            scores = (q[heads, b0:b1] * np.float32(scale)) @ k[h, lo:hi].T
+            # The group's heads as one GEMM: numpy's batched matmul against k.T was 5x slower here.
+            qh = (q[heads, b0:b1] * np.float32(scale)).reshape(group * nb, -1)
+            scores = (qh @ k[h, lo:hi].T).reshape(group, nb, width)
             scores += hidden
             scores -= scores.max(axis=-1, keepdims=True)
             np.exp(scores, out=scores)
             total = scores.sum(axis=-1, keepdims=True)
-            res = scores @ v[h, lo:hi]
+            res = (scores.reshape(group * nb, width) @ v[h, lo:hi]).reshape(group, nb, -1)
             res /= total
             out[heads, b0:b1] = res
     return out
