@@ -158,7 +158,10 @@ def native_decoder_for(model, path: Path, threads: int = 1) -> Optional[CpuDecod
         log.info("decode stays in mlx-lm: %s", why)
         return None
     warm_up()
-    decoder = NativeDecoder(model, _ModuleBlocks() if has_blocks(model) else blocks_of(model, path), threads)
+    from .cpu_step_native import FusedDecoder, fused_step_applies  # it subclasses NativeDecoder
+
+    cls = FusedDecoder if fused_step_applies(model) else NativeDecoder
+    decoder = cls(model, _ModuleBlocks() if has_blocks(model) else blocks_of(model, path), threads)
     quantized, fallback = decoder.counts()
     if not quantized:
         log.info("native CPU decode: no block weights in %s, decoding over float32", path.name)

@@ -14,12 +14,13 @@ import numpy as np
 from numba.typed import List
 
 from .cpu_decode_native import NativeDecoder, Product
-from .quant import int8_ir, step, vector
+from .quant import int8_ir, products, step, vector
 from .quant.blocks import QuantWeight
 from .quant.vector_ir import UNITS
 
 log = logging.getLogger("mlxcel_py.models")
 
+_INT8_LINEAR = products.linear  # the candidate the step inlines; a forced other one (tests) goes per product
 CHUNK = 32  # output rows per product task: ~1,500 tasks a step, each ~10 us at one input row
 
 
@@ -120,7 +121,7 @@ class FusedDecoder(NativeDecoder):
         return lists
 
     def __call__(self, tokens: Sequence[int], caches: list) -> mx.array:
-        if not self.fused:
+        if not self.fused or products.linear is not _INT8_LINEAR:
             return super().__call__(tokens, caches)
         if numba.get_num_threads() != self.threads:
             numba.set_num_threads(self.threads)
