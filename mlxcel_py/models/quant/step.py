@@ -106,7 +106,7 @@ def _add(h, y):  # pragma: no cover - jitted
             h[b, i] += y[b, i]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _run(kind, layer, local, task, w, kv, rows, acts, q, f):  # pragma: no cover - jitted
     """Task `local` (global `task`) of a phase of `kind` for `layer`; see run_step for the arguments."""
     tasks, segs, raws, norms1, norms2, final_norm = w
