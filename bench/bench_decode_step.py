@@ -17,6 +17,7 @@ import os
 import statistics
 import sys
 import time
+from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
@@ -58,9 +59,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=25)
     ap.add_argument("--context", type=int, default=32)
     args = ap.parse_args()
-    path = args.model or default_model_path()
+    path = Path(args.model or default_model_path())
     lm = load_model(args.model, threads=max(args.threads))
-    print(f"{os.path.basename(str(path))}, KV {args.context} tokens a row; ms a step (best / median wall, best thread CPU)")
+    print(f"{path.name}, KV {args.context} tokens a row; ms a step (best / median wall, best thread CPU)")
     for batch in args.batch:
         for threads in args.threads:
             for name, (best, median, cpu) in measure(lm, path, batch, threads, args.steps, args.context).items():
