@@ -10,7 +10,7 @@ from numba import njit, prange
 
 from mlxcel_py.models import load_model
 from mlxcel_py.models.cpu_decode_native import NativeDecoder, blocks_of, native_decoder_for
-from mlxcel_py.models.cpu_step_native import FusedDecoder
+from mlxcel_py.models.cpu_step_native import FusedDecoder, decoder_for
 from mlxcel_py.models.quant import int8_ir, products, step
 from mlxcel_py.models.quant.atomics import fetch_add, load_acquire, wait_at_least
 
@@ -67,7 +67,8 @@ def test_fused_step_gives_the_same_bits_on_one_and_two_threads():
 @avx2
 def test_loader_selects_the_fused_step_for_llama_and_a_forced_candidate_goes_per_product(monkeypatch):
     lm, path, native = _native_pair("llama-q8_0")
-    assert type(native_decoder_for(lm.model, path, 1)) is FusedDecoder
+    assert type(decoder_for(lm.model, path, 1)) is FusedDecoder
+    assert type(native_decoder_for(lm.model, path, 1)) is NativeDecoder  # the per-product step, asked for
     monkeypatch.setattr(products, "linear", products.linear_vector)  # float activations: NativeDecoder's path
     got, _ = _run(lm.cpu_decode, lm, [prompt(9, 0)], 2)
     want, _ = _run(native, lm, [prompt(9, 0)], 2)

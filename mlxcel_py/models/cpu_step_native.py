@@ -6,6 +6,7 @@ and any model the plan cannot hold keep NativeDecoder's per-product path."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Optional, Sequence
 
 import mlx.core as mx
@@ -13,7 +14,8 @@ import numba
 import numpy as np
 from numba.typed import List
 
-from .cpu_decode_native import NativeDecoder, Product
+from .cpu_decode import CpuDecoder
+from .cpu_decode_native import NativeDecoder, Product, native_decoder_for
 from .quant import int8_ir, products, step, vector
 from .quant.blocks import QuantWeight
 from .quant.vector_ir import UNITS
@@ -31,6 +33,11 @@ def fused_step_applies(model) -> bool:
     from mlx_lm.models import llama
 
     return type(model) is llama.Model and int8_ir.HAS_AVX2
+
+
+def decoder_for(model, path: Path, threads: int = 1) -> Optional[CpuDecoder]:
+    """cpu_decode_native.native_decoder_for, with the fused step where it applies (the loader's choice)."""
+    return native_decoder_for(model, path, threads, FusedDecoder if fused_step_applies(model) else NativeDecoder)
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
