@@ -156,16 +156,17 @@ class NativeDecoder(CpuDecoder):
         return quantized, sum(len(p.parts) for p in prods) - quantized
 
 
-def native_decoder_for(model, path: Path, threads: int = 1) -> Optional[CpuDecoder]:
-    """A NativeDecoder over the GGUF at `path` for a supported model; the float32 CpuDecoder when
-    no matrix has a block kernel (an F32/F16 file); None when unsupported (decode stays in mlx-lm)."""
+def native_decoder_for(model, path: Path, threads: int = 1, cls: type = NativeDecoder) -> Optional[CpuDecoder]:
+    """A NativeDecoder (or its subclass `cls`) over the GGUF at `path` for a supported model; the
+    float32 CpuDecoder when no matrix has a block kernel (an F32/F16 file); None when unsupported
+    (decode stays in mlx-lm). The loader goes through cpu_step_native.decoder_for."""
     why = supported(model)
     if why is not None:
         log.info("decode stays in mlx-lm: %s", why)
         return None
     warm_up()
     warm_up_arch()
-    decoder = NativeDecoder(model, _ModuleBlocks() if has_blocks(model) else blocks_of(model, path), threads)
+    decoder = cls(model, _ModuleBlocks() if has_blocks(model) else blocks_of(model, path), threads)
     quantized, fallback = decoder.counts()
     if not quantized:
         log.info("native CPU decode: no block weights in %s, decoding over float32", path.name)

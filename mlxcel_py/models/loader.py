@@ -129,7 +129,8 @@ def _install_cpu_kernels(loaded: LoadedModel, threads: int, native: Optional[Pat
     the decode step reads the blocks of the GGUF at `native` when given."""
     from .blas import set_blas_threads
     from .cpu_decode import decoder_for
-    from .cpu_decode_native import NativeDecoder, native_decoder_for
+    from .cpu_decode_native import NativeDecoder
+    from .cpu_step_native import decoder_for as native_decoder_for  # the fused step where it applies
     from .cpu_kernels import kernels_for
 
     set_blas_threads(threads)

@@ -1,0 +1,150 @@
+"""NativeDecoder with its whole decode step in one numba call (quant/step.py): a plain llama
+whose every product is over blocks the int8 vector kernel reads (AVX2). The step plan, the
+weights' segments and the per-batch-size buffers are built once; a verify span (width > 1)
+and any model the plan cannot hold keep NativeDecoder's per-product path."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Optional, Sequence
+
+import mlx.core as mx
+import numba
+import numpy as np
+from numba.typed import List
+
+from .cpu_decode import CpuDecoder
+from .cpu_decode_native import NativeDecoder, Product, native_decoder_for
+from .quant import int8_ir, products, step, vector
+from .quant.blocks import QuantWeight
+from .quant.vector_ir import UNITS
+
+log = logging.getLogger("mlxcel_py.models")
+
+_INT8_LINEAR = products.linear  # the candidate the step inlines; a forced other one (tests) goes per product
+# Output rows per product task: ~800 tasks a step; each costs ~0.7 us to claim and set up (1 thread,
+# B=1: 16.4 ms a step at 32 rows, 15.1 at 128, 14.8 at 512), and smaller ones balance two threads better.
+CHUNK = 64
+
+
+def fused_step_applies(model) -> bool:
+    """Whether FusedDecoder's step is the model's: a plain mlx-lm llama, on a CPU with AVX2."""
+    from mlx_lm.models import llama
+
+    from .cpu_decode_arch import spec_for, supported
+
+    # the fused step is llama's layer only: no biases, q/k norms, windows or other rope (ArchSpec.plain)
+    return type(model) is llama.Model and int8_ir.HAS_AVX2 and supported(model) is None and spec_for(model).plain
+
+
+def decoder_for(model, path: Path, threads: int = 1) -> Optional[CpuDecoder]:
+    """cpu_decode_native.native_decoder_for, with the fused step where it applies (the loader's choice)."""
+    return native_decoder_for(model, path, threads, FusedDecoder if fused_step_applies(model) else NativeDecoder)
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    view = np.ascontiguousarray(a).view()
+    view.flags.writeable = False  # one numba type for mapped (read-only) and loaded blocks
+    return view
+
+
+class _Plan:
+    """The step's phases and product tasks (quant/step.py's run_step arguments), or `why` not."""
+
+    def __init__(self, decoder: NativeDecoder):
+        self.segs, self.raws, self.tasks, self.phases = [], List(), [], []
+        self.why: Optional[str] = None
+        for i, layer in enumerate(decoder._layers):
+            self._add(step.NORM1, i, 1)
+            self._product(step.QKV, i, layer.qkv)
+            self._add(step.ROPE, i, 1)
+            self._add(step.ATTEND, i, decoder.heads)
+            self._add(step.QUANT_ATTN, i, 1)
+            self._product(step.O, i, layer.o)
+            self._add(step.NORM2, i, 1)
+            self._product(step.GATE_UP, i, layer.gate_up)
+            self._add(step.SILU, i, 1)
+            self._product(step.DOWN, i, layer.down)
+        self._add(step.FINAL, 0, 1)
+        self._product(step.HEAD, 0, decoder._head_product)
+
+    def _add(self, kind: int, layer: int, count: int, tasks: Sequence = ()) -> None:
+        first = len(self.tasks)
+        self.tasks += list(tasks) or [(0, 0, 0)] * count
+        self.phases.append((kind, layer, first, count))
+
+    def _product(self, kind: int, layer: int, product: Product) -> None:
+        tasks, col = [], 0
+        for part in product.parts:
+            if not isinstance(part, QuantWeight) or int(part.qtype) not in vector.VECTOR_TYPES:
+                self.why = self.why or f"a product over {getattr(part, 'qtype', 'float32')!r} weights"
+                return self._add(kind, layer, 0)
+            seg, rows = len(self.segs), part.shape[0]
+            self.segs.append((int(part.qtype), part.shape[1] // UNITS[int(part.qtype)][0], col))
+            self.raws.append(_readonly(part.blocks))
+            tasks += [(seg, r, min(r + CHUNK, rows)) for r in range(0, rows, CHUNK)]
+            col += rows
+        self._add(kind, layer, len(tasks), tasks)
+
+    def arrays(self) -> tuple:
+        return (np.array(self.phases, np.int64), np.array(self.tasks, np.int64), np.array(self.segs, np.int64))
+
+
+class FusedDecoder(NativeDecoder):
+    """NativeDecoder whose decode step (width 1) is quant/step.run_step: one numba call a token."""
+
+    def __init__(self, model, blocks, threads: int = 1):
+        super().__init__(model, blocks, threads)
+        plan = _Plan(self)
+        self.fused = plan.why is None
+        if not self.fused:
+            log.info("native CPU decode: per-product step (%s)", plan.why)
+            return
+        self._phases, tasks, segs = plan.arrays()
+        layers = model.model.layers
+        norms = [np.stack([np.asarray(getattr(l, n).weight, np.float32) for l in layers])
+                 for n in ("input_layernorm", "post_attention_layernorm")]
+        self._weights = (tasks, segs, plan.raws, norms[0], norms[1], np.asarray(self._norm, np.float32))
+        self._widths = (self._layers[0].qkv, self._layers[0].gate_up, self._head_product)
+        self._floats = (self.heads, self.kv_heads, self.head_dim, self.scale, self.eps)
+        self._buffers: dict[int, tuple] = {}
+        self._kv_lists: tuple = ((), None)
+
+    def _acts(self, rows: int) -> tuple:
+        """(activation buffers, int8 input sets) for `rows` batch rows, made once per batch size."""
+        if rows not in self._buffers:
+            hidden, attn = self._norm.shape[0], self.heads * self.head_dim
+            qkv, gate_up, head = (sum(p.shape[0] for p in prod.parts) for prod in self._widths)
+            z = lambda n: np.zeros((rows, n), np.float32)  # noqa: E731
+            acts = (z(qkv), z(attn), z(hidden), z(gate_up), z(hidden), z(head))
+            sets = tuple((np.zeros((rows, k), np.int8), z(k // 32), np.zeros((rows, k // 16), np.int32), z(k // 16))
+                         for k in (hidden, attn, gate_up // 2))
+            self._buffers[rows] = (acts, sets)  # batch sizes are bounded by the slots
+        return self._buffers[rows]
+
+    def _kv_lists_of(self, views: list) -> tuple:
+        """Per-layer keys and values as numba typed lists, rebuilt only when a buffer changed."""
+        ids, lists = self._kv_lists
+        key = tuple(id(a) for kv in views for a in kv)
+        if key != ids:
+            lists = (List([k for k, _ in views]), List([v for _, v in views]))
+            self._kv_lists = (key, lists)
+        return lists
+
+    def __call__(self, tokens: Sequence[int], caches: list) -> mx.array:
+        if not self.fused or products.linear is not _INT8_LINEAR:
+            return super().__call__(tokens, caches)
+        if numba.get_num_threads() != self.threads:
+            numba.set_num_threads(self.threads)
+        rows = len(tokens)
+        positions, left_pad, views = self._kv.begin(caches, rows)
+        cos, sin = self._ropes[0].at(positions)  # a plain llama: one rope for every layer
+        h = np.ascontiguousarray(self._embed_rows(np.asarray(tokens)), np.float32)
+        acts, sets = self._acts(rows)
+        # today's BatchKVCache: row b is KV row b, left-padded, every row at position _idx
+        where = (np.arange(rows, dtype=np.int64), left_pad, np.full(rows, caches[0]._idx, np.int64), cos, sin)
+        step.run_step(self.threads, self._phases, self._weights, self._kv_lists_of(views), where,
+                      (h, *acts), sets, self._floats)
+        self._kv.end(caches, positions)
+        return mx.array(acts[-1])

@@ -1,0 +1,190 @@
+"""A whole llama decode step over GGUF blocks in one numba call (issue 22's decode speed).
+
+NativeDecoder runs 121 products a step (30 layers x 4 + the LM head), each its own `prange`
+region (a fork/join of numba's pool) behind Python glue and an activation quantize: two
+threads bought 1.2x. Here the step is one parallel region whose threads work through a fixed
+plan of phases (norm, q/k/v product, RoPE + KV write, attention per head, o, norm, gate/up,
+SwiGLU, down, ..., LM head). A phase is split into tasks (a product into runs of whole output
+rows, attention into heads, the small row-wise work into one task); a thread claims the next
+task from an atomic counter and, before running it, waits until every task of the earlier
+phases is done (a second counter), as ggml's threadpool does between graph nodes. A thread
+only waits on lower-numbered tasks, all claimed by running threads, so no thread count or
+scheduling can deadlock, and one thread alone runs the plan in order.
+
+Each output row is computed whole by one thread with NativeDecoder's own kernels (vector._row_d,
+quantize_rows_q8, cpu_decode_kernels' norm/RoPE/SwiGLU, the same attention loops), so the
+logits do not depend on the thread count, and equal NativeDecoder's up to the 1-ulp rounding
+that numba's cached and freshly compiled builds of the same IR already differ by (measured:
+the same product run from a cold and a warm cache differs by 1e-6).
+
+numba caches a kernel by its own file only: STEP_DIGEST holds the digest of the files whose
+kernels this one inlines (tests/test_cpu_step_native.py checks it); update it when they change."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from ..cpu_decode_kernels import rms_norm, rope, silu_mul
+from .atomics import fetch_add, wait_at_least
+from .kernels import quantize_rows_q8
+from .vector import _row_d
+
+STEP_DIGEST = "0e4cf05f329a9a38"  # sha256 of vector.py, kernels.py, cpu_decode_kernels.py, atomics.py
+INPUTS = ("models/quant/vector.py", "models/quant/kernels.py", "models/cpu_decode_kernels.py", "models/quant/atomics.py")
+
+# Phase kinds, in a layer's order; a product reads the int8 activations the phase before it wrote.
+NORM1, QKV, ROPE, ATTEND, QUANT_ATTN, O, NORM2, GATE_UP, SILU, DOWN, FINAL, HEAD = range(12)
+PRODUCTS = (QKV, O, GATE_UP, DOWN, HEAD)
+CLAIMED, DONE = 0, 16  # counter slots, 128 bytes apart (one cache line each)
+
+
+@njit(cache=True, nogil=True)
+def _quantize(x, q):  # pragma: no cover - jitted
+    """x (B, K) -> q = (codes, scales, code sums, d * sums), as vector.quantize_x computes them."""
+    xq, xd, xsum, xs = q
+    quantize_rows_q8(x, xq, xd, xsum)
+    for b in range(x.shape[0]):
+        for g in range(x.shape[1] // 16):
+            xs[b, g] = xd[b, g >> 1] * np.float32(xsum[b, g])
+
+
+@njit(fastmath=True, cache=True, nogil=True)
+def _product(raw, qtype, units, col, r0, r1, q, out):  # pragma: no cover - jitted
+    """Output columns col + r0 .. col + r1 of out = x @ W.T (rows r0..r1 of W's blocks raw)."""
+    xq, xd, _, xs = q
+    rows = xq.shape[0]
+    for n in range(r0, r1):
+        for b in range(0, rows, 4):
+            _row_d(qtype, raw[n], xq, xd, xs, b, min(4, rows - b), out, col + n, units)
+
+
+@njit(fastmath=True, cache=True, nogil=True)
+def _attend_head(qkv, keys, values, kv_row, start, pos, head, heads, scale, out):  # pragma: no cover - jitted
+    """cpu_decode_kernels.attend's loops for one query head of every row: row b's query against
+    KV row kv_row[b], positions start[b]..pos[b]."""
+    kv_heads, dim = keys.shape[1], keys.shape[3]
+    kv, q0 = head // (heads // kv_heads), head * dim
+    for b in range(qkv.shape[0]):
+        r, stop = kv_row[b], pos[b] + 1
+        scores = np.empty(stop, dtype=np.float32)
+        top = np.float32(-np.inf)
+        for j in range(start[b], stop):
+            s = np.float32(0.0)
+            for d in range(dim):
+                s += qkv[b, q0 + d] * keys[r, kv, j, d]
+            s *= scale
+            scores[j] = s
+            top = max(top, s)
+        total = np.float32(0.0)
+        acc = out[b, q0 : q0 + dim]
+        acc[:] = 0.0
+        for j in range(start[b], stop):
+            p = np.exp(scores[j] - top)
+            total += p
+            for d in range(dim):
+                acc[d] += p * values[r, kv, j, d]
+        for d in range(dim):
+            acc[d] /= total
+
+
+@njit(cache=True, nogil=True)
+def _write_kv(qkv, keys, values, kv_row, pos, heads):  # pragma: no cover - jitted
+    kv_heads, dim = keys.shape[1], keys.shape[3]
+    k0, v0 = heads * dim, (heads + kv_heads) * dim
+    for b in range(qkv.shape[0]):
+        for kv in range(kv_heads):
+            for d in range(dim):
+                keys[kv_row[b], kv, pos[b], d] = qkv[b, k0 + kv * dim + d]
+                values[kv_row[b], kv, pos[b], d] = qkv[b, v0 + kv * dim + d]
+
+
+@njit(cache=True, nogil=True)
+def _add(h, y):  # pragma: no cover - jitted
+    for b in range(h.shape[0]):
+        for i in range(h.shape[1]):
+            h[b, i] += y[b, i]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _run(kind, layer, local, task, w, kv, rows, acts, q, f):  # pragma: no cover - jitted
+    """Task `local` (global `task`) of a phase of `kind` for `layer`; see run_step for the arguments."""
+    tasks, segs, raws, norms1, norms2, final_norm = w
+    keys, values = kv
+    kv_row, start, pos, cos, sin = rows
+    h, qkv, attn, o, gate_up, down, logits = acts
+    q_hid, q_attn, q_act = q
+    heads, kv_heads, dim, scale, eps = f
+    if kind == QKV or kind == O or kind == GATE_UP or kind == DOWN or kind == HEAD:
+        seg, r0, r1 = tasks[task, 0], tasks[task, 1], tasks[task, 2]
+        qt, units, col = segs[seg, 0], segs[seg, 1], segs[seg, 2]
+        if kind == QKV:
+            _product(raws[seg], qt, units, col, r0, r1, q_hid, qkv)
+        elif kind == O:
+            _product(raws[seg], qt, units, col, r0, r1, q_attn, o)
+        elif kind == GATE_UP:
+            _product(raws[seg], qt, units, col, r0, r1, q_hid, gate_up)
+        elif kind == DOWN:
+            _product(raws[seg], qt, units, col, r0, r1, q_act, down)
+        else:
+            _product(raws[seg], qt, units, col, r0, r1, q_hid, logits)
+    elif kind == NORM1:
+        if layer > 0:
+            _add(h, down)
+        _quantize(rms_norm(h, norms1[layer], eps), q_hid)
+    elif kind == ROPE:
+        rope(qkv, cos, sin, heads + kv_heads, dim)
+        _write_kv(qkv, keys[layer], values[layer], kv_row, pos, heads)
+    elif kind == ATTEND:
+        _attend_head(qkv, keys[layer], values[layer], kv_row, start, pos, local, heads, scale, attn)
+    elif kind == QUANT_ATTN:
+        _quantize(attn, q_attn)
+    elif kind == NORM2:
+        _add(h, o)
+        _quantize(rms_norm(h, norms2[layer], eps), q_hid)
+    elif kind == SILU:
+        _quantize(silu_mul(gate_up), q_act)
+    elif kind == FINAL:
+        _add(h, down)
+        _quantize(rms_norm(h, final_norm, eps), q_hid)
+
+
+@njit(cache=True, nogil=True)
+def _work(counters, phases, w, kv, rows, acts, q, f):  # pragma: no cover - jitted
+    """One thread's share of the plan: claim a task, wait for the phases before it, run it."""
+    p, n_phases = 0, phases.shape[0]
+    while True:
+        task = fetch_add(counters, CLAIMED, 1)
+        while p < n_phases and task >= phases[p, 2] + phases[p, 3]:
+            p += 1
+        if p >= n_phases:
+            return
+        wait_at_least(counters, DONE, phases[p, 2])
+        _run(phases[p, 0], phases[p, 1], task - phases[p, 2], task, w, kv, rows, acts, q, f)
+        fetch_add(counters, DONE, 1)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def run_step(threads, phases, w, kv, rows, acts, q, f):  # pragma: no cover - jitted
+    """One decode step: acts' h (B, hidden) holds the embedded tokens and ends as the last
+    hidden state, acts' logits (B, vocab) the LM head's output, each layer's new k/v written.
+
+    phases (P, 4): kind, layer, first task, task count; w = (tasks (T, 3): segment, first and end
+    row of a product task; segs (S, 3): GGUF type, loop units, output column; raws: each
+    segment's blocks; norms1, norms2 (layers, hidden); final norm); kv = per-layer keys, values
+    (rows, kv_heads, capacity, dim); rows = (kv_row, start, pos (B,), cos, sin (B, dim / 2));
+    acts = (h, qkv, attn, o, gate_up, down, logits) float32 buffers; q = three (codes, scales,
+    sums, d * sums) sets for hidden, attention and FFN inputs; f = (heads, kv_heads, head_dim,
+    scale, eps)."""
+    counters = np.zeros(32, np.int64)
+    # a parallel region takes arrays and scalars, not tuples: unpacked here, packed again inside
+    tasks, segs, raws, norms1, norms2, final_norm = w
+    keys, values = kv
+    kv_row, start, pos, cos, sin = rows
+    h, qkv, attn, o, gate_up, down, logits = acts
+    (q0, d0, s0, x0), (q1, d1, s1, x1), (q2, d2, s2, x2) = q
+    heads, kv_heads, dim, scale, eps = f
+    for _ in prange(threads):
+        _work(counters, phases, (tasks, segs, raws, norms1, norms2, final_norm), (keys, values),
+              (kv_row, start, pos, cos, sin), (h, qkv, attn, o, gate_up, down, logits),
+              ((q0, d0, s0, x0), (q1, d1, s1, x1), (q2, d2, s2, x2)), (heads, kv_heads, dim, scale, eps))

@@ -1,0 +1,126 @@
+"""The fused native decode step (models/cpu_step_native.py, quant/step.py) against NativeDecoder's
+per-product step, and its atomic counters."""
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from numba import njit, prange
+
+from mlxcel_py.models import load_model
+from mlxcel_py.models.cpu_decode_native import NativeDecoder, blocks_of, native_decoder_for
+from mlxcel_py.models.cpu_step_native import FusedDecoder, decoder_for
+from mlxcel_py.models.quant import int8_ir, products, step
+from mlxcel_py.models.quant.atomics import fetch_add, load_acquire, wait_at_least
+
+from test_cpu_decode import make_batch, prompt
+from test_cpu_decode_native import INT8, _greedy
+from tiny import write_tiny_gguf
+
+FIXTURES = Path(__file__).parent / "fixtures" / "gguf"
+avx2 = pytest.mark.skipif(not int8_ir.HAS_AVX2, reason="the fused step runs the AVX2 int8 kernel")
+
+
+def _run(decoder, lm, prompts, steps, tokens=None):
+    """Logits of `steps` greedy steps from the prompts' caches (or of the given token rows), and the caches."""
+    caches, out = make_batch(lm.model, prompts), []
+    rows = [p[-1] for p in prompts]
+    for s in range(steps):
+        logits = np.array(decoder(rows, caches))
+        out.append(logits)
+        rows = tokens[s] if tokens else logits.argmax(-1).tolist()
+    return out, caches
+
+
+def _native_pair(name, threads=1):
+    path = FIXTURES / f"{name}.gguf"
+    lm = load_model(str(path), threads=threads)
+    return lm, path, NativeDecoder(lm.model, blocks_of(lm.model, path), threads)
+
+
+@avx2
+@pytest.mark.parametrize("name", ["llama-q8_0", "llamaq-q4_k_m", "llamaq-q6_k"])
+def test_fused_step_equals_native_per_product_step_within_int8_rounding(name):
+    lm, _, native = _native_pair(name)
+    assert type(lm.cpu_decode) is FusedDecoder and lm.cpu_decode.fused
+    prompts = [prompt(9, 0), prompt(20, 1), prompt(3, 2)]
+    want, theirs = _run(native, lm, prompts, 5)
+    got, ours = _run(lm.cpu_decode, lm, prompts, 5, [w.argmax(-1).tolist() for w in want])
+    # the same kernels, but numba's cached and fresh builds round a few products 1 ulp apart
+    assert max(float(np.abs(g - w).max()) for g, w in zip(got, want)) < INT8
+    for a, b in zip(ours, theirs):  # KV written in place where NativeDecoder writes it, offsets advanced alike
+        np.testing.assert_allclose(np.array(a.keys), np.array(b.keys), atol=INT8)
+        assert a.offset.tolist() == b.offset.tolist() and a._idx == b._idx
+
+
+@avx2
+def test_fused_step_gives_the_same_bits_on_one_and_two_threads():
+    lm, path, _ = _native_pair("llamaq-q4_k_m")
+    one, two = (FusedDecoder(lm.model, blocks_of(lm.model, path), t) for t in (1, 2))
+    prompts = [prompt(9, 0), prompt(20, 1), prompt(3, 2), prompt(12, 3), prompt(7, 4)]  # 5 rows: 4 + 1
+    got, _ = _run(two, lm, prompts, 4)
+    want, _ = _run(one, lm, prompts, 4, [g.argmax(-1).tolist() for g in got])
+    assert all(np.array_equal(g, w) for g, w in zip(got, want))
+
+
+@avx2
+def test_loader_selects_the_fused_step_for_llama_and_a_forced_candidate_goes_per_product(monkeypatch):
+    lm, path, native = _native_pair("llama-q8_0")
+    assert type(decoder_for(lm.model, path, 1)) is FusedDecoder
+    assert type(native_decoder_for(lm.model, path, 1)) is NativeDecoder  # the per-product step, asked for
+    monkeypatch.setattr(products, "linear", products.linear_vector)  # float activations: NativeDecoder's path
+    got, _ = _run(lm.cpu_decode, lm, [prompt(9, 0)], 2)
+    want, _ = _run(native, lm, [prompt(9, 0)], 2)
+    assert all(np.array_equal(g, w) for g, w in zip(got, want))
+
+
+def test_float32_parts_keep_the_per_product_step(tmp_path):
+    path = write_tiny_gguf(tmp_path / "tiny.gguf")
+    lm = load_model(str(path), threads=1, cpu_weights="f32")
+    fused, native = FusedDecoder(lm.model, blocks_of(lm.model, path), 1), NativeDecoder(lm.model, blocks_of(lm.model, path), 1)
+    assert not fused.fused
+    got, _ = _run(fused, lm, [prompt(9, 0), prompt(4, 1)], 2)
+    want, _ = _run(native, lm, [prompt(9, 0), prompt(4, 1)], 2)
+    assert all(np.array_equal(g, w) for g, w in zip(got, want))
+
+
+@njit(parallel=True, cache=False)
+def _chain(n, threads):  # pragma: no cover - jitted
+    """Task i waits for task i - 1 to finish: every claimed task runs once, in order."""
+    counters, order = np.zeros(32, np.int64), np.full(n, -1, np.int64)
+    for _ in prange(threads):
+        while True:
+            i = fetch_add(counters, 0, 1)
+            if i >= n:
+                break
+            wait_at_least(counters, 16, i)
+            order[i] = fetch_add(counters, 24, 1)
+            fetch_add(counters, 16, 1)
+    return order, load_acquire(counters, 16)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_atomic_counters_claim_each_task_once_and_wait_in_order(threads):
+    order, done = _chain(2000, threads)
+    assert done == 2000 and order.tolist() == list(range(2000))
+
+
+def test_the_step_digest_follows_the_kernels_it_inlines():
+    """numba caches run_step by step.py's source alone: a stale digest would keep old kernels."""
+    root = Path(step.__file__).parents[2]
+    text = b"".join((root / name).read_bytes() for name in step.INPUTS)
+    assert step.STEP_DIGEST == hashlib.sha256(text).hexdigest()[:16], "update STEP_DIGEST in models/quant/step.py"
+
+
+@pytest.mark.slow
+@avx2
+def test_default_model_fused_greedy_tokens_equal_native_and_float32():
+    from mlxcel_py.models import default_model_path
+
+    lm = load_model(None, threads=2)
+    assert type(lm.cpu_decode) is FusedDecoder and lm.cpu_decode.fused
+    ids = lm.tokenizer.encode("The capital of France is Paris. The capital of Germany is")
+    native = NativeDecoder(lm.model, blocks_of(lm.model, Path(default_model_path())), 2)
+    f32 = load_model(None, threads=1, cpu_weights="f32")
+    assert _greedy(lm, lm.cpu_decode, ids, 16) == _greedy(lm, native, ids, 16) == _greedy(f32, f32.cpu_decode, ids, 16)
