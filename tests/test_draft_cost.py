@@ -3,7 +3,7 @@ its padded width, measured against a plain step, picks the draft length with the
 tokens per second; traces on the fake runner under a clock it advances itself."""
 
 from mlxcel_py.engine import Request, SamplingParams
-from mlxcel_py.engine.core.drafting import GATE_SAMPLES, LONGEST, DraftConfig, DraftGate, DraftState
+from mlxcel_py.engine.core.drafting import FIRST_LIMIT, GATE_SAMPLES, LONGEST, DraftConfig, DraftGate, DraftState
 
 from fakes import make_engine
 from test_drafting import run_all, tokens
@@ -24,12 +24,16 @@ def _measured(verify_seconds: dict[int, float], plain_seconds: float = 1.0) -> D
     for step in range(GATE_SAMPLES):
         gate.observe(1, step, 1, plain_seconds, drafted=False)
     for width, seconds in verify_seconds.items():
-        gate.observe(1, 10, width + 1, seconds, drafted=True, width=width)
+        gate.observe(1, 10, width + 1, 99.0, drafted=True, width=width)  # a first call: not trusted
+        gate.observe(1, 11, width + 1, seconds, drafted=True, width=width)
     return gate
 
 
 def test_the_cap_maximizes_expected_tokens_over_the_measured_cost():
-    assert DraftGate().length_cap(1, 0.9) is None  # nothing measured: the row's own length rules
+    assert DraftGate().length_cap(1, 0.9) is None  # nothing timed: the row's own length rules
+    held = DraftGate()
+    held.observe(1, 0, 5, 9.0, drafted=True, width=4)
+    assert held.length_cap(1, 0.9) == FIRST_LIMIT  # timed, but no trusted verify and plain cost yet
     # verify / plain: 2x at 4 tokens, 4x at 8, interpolated from a plain step's 1x at 0
     gate = _measured({4: 2.0, 8: 4.0})
     # a = 0.9: expected tokens / cost for k = 3, 4, 5: 3.44 / 1.75, 4.10 / 2.0, 4.69 / 2.5
@@ -45,8 +49,9 @@ def test_where_a_verify_costs_what_a_step_does_the_cap_is_the_longest():
 
 def test_the_engine_drafts_the_length_its_cost_curve_pays_for():
     # Verify steps cost 1.1 s up to 3 draft tokens, 1 s more per token beyond (a kernel's pass
-    # of 4 rows); plain steps 1 s. A row copying its prompt first drafts 4, 8 and 16 (its own
-    # doubling), the gate samples 3 plain steps, then the measured curve holds it to 4.
+    # of 4 rows); plain steps 1 s. A row copying its prompt drafts 4 (the first one untrusted,
+    # until verify and plain costs are measured), the gate samples 3 plain steps, then the curve
+    # extrapolated from width 4 tries longer drafts and, once they are measured, holds it to 4.
     now = [0.0]
     engine, runner = make_engine(drafting=DraftConfig(ngram=2, draft_max=16), clock=lambda: now[0])
     execute = runner.execute
@@ -62,6 +67,6 @@ def test_the_engine_drafts_the_length_its_cost_curve_pays_for():
     runner.script[1] = list(text[2:122])
     events = run_all(engine)
     lengths = [max((len(d) for d in s.drafts), default=0) for s in runner.steps if s.decode]
-    assert lengths[:6] == [4, 8, 16, 0, 0, 0], lengths
-    assert set(lengths[6:-1]) == {4}, lengths
+    # 8 is tried twice (its first verify untrusted), costs 6.1 s against the 3.2 s extrapolated: back to 4
+    assert lengths[:8] == [4, 4, 4, 0, 0, 0, 8, 8] and set(lengths[8:-1]) == {4}, lengths
     assert tokens(events) == list(text[2:122])

@@ -139,6 +139,7 @@ class _SizeRates:
     off_for: int = GATE_PROBE
     plain_s: float = 0.0  # EMA of a plain step's seconds
     costs: dict = field(default_factory=dict)  # padded draft width -> EMA of a verify step's seconds
+    seen: set = field(default_factory=set)  # widths verified once (their first sample is not trusted)
 
 
 class DraftGate:
@@ -167,7 +168,9 @@ class DraftGate:
             return
         r = self._sizes.setdefault(rows, _SizeRates())
         rate = tokens / seconds
-        if drafted and width > 0:
+        if drafted and width > 0 and width not in r.seen:
+            r.seen.add(width)  # a width's first verify may load or compile its kernel (numba's cache, MLX)
+        elif drafted and width > 0:
             old = r.costs.get(width)
             r.costs[width] = seconds if old is None else (1 - RATE_WEIGHT) * old + RATE_WEIGHT * seconds
         elif not drafted:
@@ -192,10 +195,13 @@ class DraftGate:
         """The draft length with the most expected tokens per second at this batch size: expected
         tokens (1 - a^(k+1)) / (1 - a) for per-token acceptance a = min(alpha, ALPHA_CEIL), over the
         measured cost of a verify of that padded width relative to a plain step (interpolated
-        between measured widths, beyond the widest at its average slope). None until measured."""
+        between measured widths, beyond the widest at its average slope). None while no step was
+        timed at this size; FIRST_LIMIT while verify and plain steps are not both measured."""
         r = self._sizes.get(rows)
-        if r is None or r.plain_s <= 0 or not r.costs:
+        if r is None or not r.seen:
             return None
+        if r.plain_s <= 0 or not r.costs:
+            return FIRST_LIMIT
         known = sorted((w, c / r.plain_s) for w, c in r.costs.items())
         a = min(alpha, ALPHA_CEIL)
         best, score = 1, 0.0
