@@ -1,14 +1,18 @@
 """Decode tok/s at one stream with and without prompt lookup (--lookup-ngram), in process.
 
     .venv/bin/python bench/bench_speculative.py [--ngram 3] [--draft-max 16] [--rounds 3] [--max-tokens 160]
-                                                [--draft-model PATH|self] [--streams 4]
+                                                [--draft-model PATH|self] [--streams 4] [--ignore-eos]
+                                                [--llama-server /work/llama-build/bin/llama-server]
 
 `--draft-model` adds a third arm drafting with that model (`self`: the default model drafting
 for itself, the ceiling of acceptance at the cost of a second forward of the same size).
 
 Two prompts on the default model (SmolLM2-135M-Instruct), greedy: `rewrite` (copy a given
 paragraph, the case prompt lookup is for) and `chat` (free text, where the adaptive pause
-must keep the loss small). The arms alternate within each round, so load swings hit both.
+must keep the loss small). A request ends at EOS (the rewrite's output is the paragraph; past it
+the model writes free text), up to --max-tokens; --ignore-eos forces --max-tokens as before.
+The arms alternate within each round, so load swings hit both. `--llama-server PATH` adds
+llama-server's plain and `ngram-simple` arms on the same prompt ids (bench/llama_server_arm.py).
 Prints the CPU (model, avx2/avx512f) and the load first, then per prompt the median decode
 tok/s of each arm (the timings' decode_tps), drafted/accepted tokens, and whether the output
 was token-identical; last, the cost of one verify forward of k+1 tokens against a CPU decode step.
@@ -56,7 +60,8 @@ def machine() -> list[str]:
     return lines
 
 
-def run_once(loaded, prompt_ids, ngram: int, draft_max: int, max_tokens: int, draft=None, streams: int = 1):
+def run_once(loaded, prompt_ids, ngram: int, draft_max: int, max_tokens: int, draft=None, streams: int = 1,
+             ignore_eos: bool = True):
     """(decode tok/s, tokens, drafted, accepted) of `streams` identical greedy requests on a fresh engine
     of that many slots: one stream's tok/s is its timings' decode_tps; several streams' is the sum of
     their tokens over the time from the last first token to the last finish (all decoding together)."""
@@ -67,7 +72,7 @@ def run_once(loaded, prompt_ids, ngram: int, draft_max: int, max_tokens: int, dr
                   max_tokens=max_tokens)
     engine = build_engine(cfg.engine, loaded, draft=draft)
     for i in range(streams):
-        engine.add_request(Request(f"r{i}", tuple(prompt_ids), SamplingParams(max_tokens=max_tokens, ignore_eos=True)))
+        engine.add_request(Request(f"r{i}", tuple(prompt_ids), SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos)))
     tokens, done, first, counted = [], [], {}, 0
     while engine.has_work():
         for e in engine.step():
@@ -131,6 +136,39 @@ def verify_costs(loaded, context: int = 300, reps: int = 10) -> list[str]:
     return lines
 
 
+def report(runs, rounds: int) -> str:
+    """Each arm's median tok/s (range), its ratio to the first arm, drafted/accepted, identical output."""
+    rates = {arm: [] for arm, _ in runs}
+    outputs, drafts = {}, {}
+    for _ in range(rounds):
+        for arm, run in runs:
+            tps, tokens, drafted, accepted = run()
+            rates[arm].append(tps)
+            outputs[arm], drafts[arm] = tokens, (drafted, accepted)
+    first = runs[0][0]
+    base = statistics.median(rates[first])
+    parts = [f"{first} {base:.1f} tok/s ({min(rates[first]):.1f}-{max(rates[first]):.1f}), {len(outputs[first])} tokens"]
+    for arm, _ in runs[1:]:
+        spec = statistics.median(rates[arm])
+        parts.append(f"{arm} {spec:.1f} tok/s ({min(rates[arm]):.1f}-{max(rates[arm]):.1f}) x{spec / base:.2f} "
+                     f"drafted {drafts[arm][0]} accepted {drafts[arm][1]} identical {outputs[first] == outputs[arm]}")
+    return "; ".join(parts)
+
+
+def llama_arms(args, ids, eos: bool) -> str:
+    """llama-server plain vs ngram-simple on the same prompt ids (one server per arm, alternating)."""
+    from llama_server_arm import LlamaServer, spec_args
+    from mlxcel_py.models import default_model_path
+
+    servers = [(arm, LlamaServer(args.llama_server, default_model_path(), args.threads, args.streams, spec))
+               for arm, spec in (("llama plain", []), ("llama ngram", spec_args(args.ngram, args.draft_max)))]
+    try:
+        return report([(arm, lambda s=s: s.run(list(ids), args.max_tokens, not eos)) for arm, s in servers], args.rounds)
+    finally:
+        for _, s in servers:
+            s.close()
+
+
 class _null:
     def __enter__(self):
         return self
@@ -148,6 +186,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="1 on a shared machine (docs/CPU_FAST_PATH.md)")
     parser.add_argument("--draft-model", help="a third arm drafting with this model ('self': the default model)")
     parser.add_argument("--streams", type=int, default=1, help="concurrent identical requests (slots)")
+    parser.add_argument("--ignore-eos", action="store_true", help="generate --max-tokens past EOS (earlier runs)")
+    parser.add_argument("--llama-server", help="llama-server binary: adds its plain and ngram-simple arms")
+    parser.add_argument("--no-costs", action="store_true", help="skip the verify cost table")
     args = parser.parse_args()
     for line in machine():
         print(line, flush=True)
@@ -161,27 +202,17 @@ def main() -> None:
     warm = loaded.tokenizer.encode("warm up " * 8)
     for _, ngram, draft in arms:  # compiles the span kernels
         run_once(loaded, warm, ngram, args.draft_max, 8, draft)
+    eos = not args.ignore_eos
     for name, text in PROMPTS.items():
         ids = loaded.tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
-        rates = {arm: [] for arm, _, _ in arms}
-        outputs, drafts = {}, {}
-        for _ in range(args.rounds):
-            for arm, ngram, draft in arms:
-                tps, tokens, drafted, accepted = run_once(loaded, ids, ngram, args.draft_max, args.max_tokens, draft,
-                                                          args.streams)
-                rates[arm].append(tps)
-                outputs[arm], drafts[arm] = tokens, (drafted, accepted)
-        plain = statistics.median(rates["plain"])
-        parts = [f"plain {plain:.1f} tok/s ({min(rates['plain']):.1f}-{max(rates['plain']):.1f})"]
-        for arm, _, _ in arms[1:]:
-            spec = statistics.median(rates[arm])
-            parts.append(f"{arm} {spec:.1f} tok/s ({min(rates[arm]):.1f}-{max(rates[arm]):.1f}) x{spec / plain:.2f} "
-                         f"drafted {drafts[arm][0]} accepted {drafts[arm][1]} "
-                         f"identical {outputs['plain'] == outputs[arm]}")
-        print(f"{name}: {args.streams} stream(s), prompt {len(ids)} tokens, {args.max_tokens} generated each; "
-              + "; ".join(parts), flush=True)
-    for line in verify_costs(loaded):
-        print(line, flush=True)
+        runs = [(arm, lambda ngram=ngram, draft=draft: run_once(
+            loaded, ids, ngram, args.draft_max, args.max_tokens, draft, args.streams, not eos)) for arm, ngram, draft in arms]
+        print(f"{name}: {args.streams} stream(s), prompt {len(ids)} tokens; " + report(runs, args.rounds), flush=True)
+        if args.llama_server:
+            print(f"{name} (llama-server): " + llama_arms(args, ids, eos), flush=True)
+    if not args.no_costs:
+        for line in verify_costs(loaded):
+            print(line, flush=True)
     print("uptime: " + subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
 
 

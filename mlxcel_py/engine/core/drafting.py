@@ -12,7 +12,7 @@ rejected verifies and then almost none.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 EMA_WEIGHT = 0.5  # weight of the newest verify in the acceptance EMA
@@ -61,17 +61,21 @@ class DraftState:
     paused_for: int = 0  # decode steps left without drafting
     next_pause: int = BASE_PAUSE
     limit: int = FIRST_LIMIT  # the draft length this sequence may propose now (at most --draft-max)
+    alpha: float = 1.0  # EMA of the per-token acceptance (accepted / (accepted + a rejection))
 
     def propose(self, config: DraftConfig, tokens: Sequence[int], room: int) -> tuple[int, ...]:
         """The lookup draft for this step (empty: plain decode); `room`: tokens the sequence may still emit."""
         return self.plan(config, tokens, room)[0]
 
-    def plan(self, config: DraftConfig, tokens: Sequence[int], room: int) -> tuple[tuple[int, ...], int]:
-        """(lookup draft, draft-model length) for this step; at most one is non-empty."""
+    def plan(self, config: DraftConfig, tokens: Sequence[int], room: int,
+             cap: Optional[int] = None) -> tuple[tuple[int, ...], int]:
+        """(lookup draft, draft-model length) for this step; at most one is non-empty. `cap`: the
+        gate's cost-aware length for this batch size (None: not measured yet)."""
         if self.paused_for > 0:
             self.paused_for -= 1
             return (), 0
         limit, floor = min(config.draft_max, self.limit, room - 1), max(config.draft_min, 1)
+        limit = limit if cap is None else min(limit, cap)
         draft = lookup(tokens, config.ngram, limit) if config.ngram > 0 else ()
         if len(draft) >= floor:
             return draft, 0
@@ -84,6 +88,8 @@ class DraftState:
         self.num_drafted += num_drafted
         self.num_accepted += num_accepted
         self.ema = (1 - EMA_WEIGHT) * self.ema + EMA_WEIGHT * (num_accepted / num_drafted)
+        per_token = num_accepted / (num_accepted + (num_accepted < num_drafted))
+        self.alpha = (1 - EMA_WEIGHT) * self.alpha + EMA_WEIGHT * per_token
         self.limit = 2 * self.limit if num_accepted == num_drafted else num_accepted + 1
         if self.ema < ACCEPT_FLOOR:
             self.paused_for, self.ema = self.next_pause, 1.0
@@ -93,11 +99,11 @@ class DraftState:
 
 
 def draft_for(config: Optional[DraftConfig], state: DraftState, history: Sequence[int], room: int,
-              eligible: bool) -> tuple[tuple[int, ...], int]:
+              eligible: bool, cap: Optional[int] = None) -> tuple[tuple[int, ...], int]:
     """One decode row's (lookup draft, draft-model length); ((), 0) when drafting is off or not allowed."""
     if config is None or not config.enabled or not eligible:
         return (), 0
-    return state.plan(config, history, room)
+    return state.plan(config, history, room, cap)
 
 
 def cap_plans(config: Optional[DraftConfig], plans: list[tuple[tuple[int, ...], int]]) -> list[tuple[tuple[int, ...], int]]:
@@ -118,6 +124,8 @@ RATE_WEIGHT = 0.3  # weight of the newest step in a batch size's tokens-per-seco
 GATE_SAMPLES = 3  # steps of each kind, at one batch size, before the gate judges
 GATE_PROBE = 64  # decode steps between re-judgements at a size (plain steps sampled, drafting retried)
 GATE_MAX_OFF = 1024
+ALPHA_CEIL = 0.95  # a run of full accepts says little about the next token: scored as at most this
+LONGEST = 64  # the longest draft the cost-aware length considers (--draft-max bounds it too)
 
 
 @dataclass(slots=True)
@@ -129,6 +137,9 @@ class _SizeRates:
     off_until: int = -1  # decode step number until which this size does not draft
     plain_until: int = -1  # ... until which it decodes plainly to sample the plain rate
     off_for: int = GATE_PROBE
+    plain_s: float = 0.0  # EMA of a plain step's seconds
+    costs: dict = field(default_factory=dict)  # padded draft width -> EMA of a verify step's seconds
+    seen: set = field(default_factory=set)  # widths verified once (their first sample is not trusted)
 
 
 class DraftGate:
@@ -150,12 +161,20 @@ class DraftGate:
             return False
         return True
 
-    def observe(self, rows: int, step: int, tokens: int, seconds: float, drafted: bool) -> None:
-        """Fold one decode step (tokens it emitted, its time) into its size's rates; judge the size."""
+    def observe(self, rows: int, step: int, tokens: int, seconds: float, drafted: bool, width: int = 0) -> None:
+        """Fold one decode step (tokens it emitted, its time; `width`: a verify's padded draft
+        length) into its size's rates and costs; judge the size."""
         if seconds <= 0:
             return
         r = self._sizes.setdefault(rows, _SizeRates())
         rate = tokens / seconds
+        if drafted and width > 0 and width not in r.seen:
+            r.seen.add(width)  # a width's first verify may load or compile its kernel (numba's cache, MLX)
+        elif drafted and width > 0:
+            old = r.costs.get(width)
+            r.costs[width] = seconds if old is None else (1 - RATE_WEIGHT) * old + RATE_WEIGHT * seconds
+        elif not drafted:
+            r.plain_s = seconds if r.n_plain == 0 else (1 - RATE_WEIGHT) * r.plain_s + RATE_WEIGHT * seconds
         if drafted:
             r.spec = rate if r.n_spec == 0 else (1 - RATE_WEIGHT) * r.spec + RATE_WEIGHT * rate
             r.n_spec += 1
@@ -172,6 +191,36 @@ class DraftGate:
             if r.n_spec % GATE_PROBE == 0:
                 r.n_plain = 0  # re-sample the plain rate now and then: contexts grow, load moves
 
+    def length_cap(self, rows: int, alpha: float) -> Optional[int]:
+        """The draft length with the most expected tokens per second at this batch size: expected
+        tokens (1 - a^(k+1)) / (1 - a) for per-token acceptance a = min(alpha, ALPHA_CEIL), over the
+        measured cost of a verify of that padded width relative to a plain step (interpolated
+        between measured widths, beyond the widest at its average slope). None while no step was
+        timed at this size; FIRST_LIMIT while verify and plain steps are not both measured."""
+        r = self._sizes.get(rows)
+        if r is None or not r.seen:
+            return None
+        if r.plain_s <= 0 or not r.costs:
+            return FIRST_LIMIT
+        known = sorted((w, c / r.plain_s) for w, c in r.costs.items())
+        a = min(alpha, ALPHA_CEIL)
+        best, score = 1, 0.0
+        for k in range(1, LONGEST + 1):
+            s = (1 - a ** (k + 1)) / (1 - a) / max(1.0, _ratio(known, k))
+            if s > score:
+                best, score = k, s
+        return best
+
     def describe(self) -> str:
         """Per size: 'rows: plain/spec tok/s' for the log and tests."""
         return ", ".join(f"{n}: {r.plain:.1f}/{r.spec:.1f}" for n, r in sorted(self._sizes.items()))
+
+
+def _ratio(known: list[tuple[int, float]], k: int) -> float:
+    """A verify's cost at padded width k over a plain step's, from the measured (width, ratio) pairs."""
+    lo = (0, 1.0)  # width 0 is a plain step
+    for w, c in known:
+        if w >= k:
+            return lo[1] + (c - lo[1]) * (k - lo[0]) / (w - lo[0])
+        lo = (w, c)
+    return 1.0 + (lo[1] - 1.0) * k / lo[0]

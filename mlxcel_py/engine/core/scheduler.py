@@ -234,14 +234,15 @@ class Scheduler:
         room = seq.max_tokens - len(seq.output_ids)
         if self._shifting(seq):  # the slot, not max_tokens, bounds a shifting row
             room = min(room, draft_room(seq, self.slot_context))
-        return draft_for(self.drafting, seq.draft, history, room, eligible)
+        cap = None if self.gate is None or _seeded(seq) else self.gate.length_cap(len(self.running), seq.draft.alpha)
+        return draft_for(self.drafting, seq.draft, history, room, eligible, cap)
 
     def timed_decode(self, step: Step, out: StepOutput, seconds: float) -> None:
         """The engine's timing of a decode step: the draft gate compares verify and plain steps' rates."""
         if self.gate is not None and step.decode:
             tokens = len(step.decode) + sum(len(more) for more in out.decoded_extra)
-            self.gate.observe(len(step.decode), self.counters["decode_steps"], tokens, seconds,
-                              bool(step.drafts or step.draft_lengths))
+            width = max([len(d) for d in step.drafts] + list(step.draft_lengths), default=0)
+            self.gate.observe(len(step.decode), self.counters["decode_steps"], tokens, seconds, width > 0, width)
 
     def _verified(self, seq: Sequence, drafted: int, accepted: tuple[int, ...]) -> None:
         """Book one verify of `drafted` tokens: the EMA, the counters, the KV reserved for the rejected ones."""

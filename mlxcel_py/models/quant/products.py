@@ -2,7 +2,8 @@
 
 `linear` uses the candidate measured fastest for W's type on this CPU (`chosen`,
 docs/QUANT_KERNELS.md): d (`linear_int8_vector`) where AVX2 runs it, else c (`linear_vector`),
-for the types they read; a (`linear_float`) for the rest. Each `linear_*` forces one."""
+for the types they read; a (`linear_float`) for the rest. Each `linear_*` forces one. A verify's
+products of 5 or more input rows go to span.linear (one unpack per 8 rows, docs/SPECULATIVE.md)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numba
 import numpy as np
 from gguf.constants import GGMLQuantizationType as T
 
-from . import int8_ir, kernels, vector
+from . import int8_ir, kernels, span, vector
 from .blocks import BLOCK_TYPES, QuantWeight
 from .unpack import LANES
 from .vector_ir import UNITS
@@ -114,6 +115,8 @@ def linear_int8(x: np.ndarray, w: QuantWeight, out=None, threads: int | None = N
 
 def linear(x: np.ndarray, w: QuantWeight, out=None, threads: int | None = None) -> np.ndarray:
     """x @ W.T (B, N) float32 with the candidate chosen for W's type."""
+    if span.reads(w.qtype, x.shape[0]):
+        return span.linear(x, w, _out(x, w, out), _threads(threads))
     kind = chosen(w.qtype)
     fn = {INT8_VECTOR: linear_int8_vector, VECTOR: linear_vector, INT8: linear_int8}.get(kind, linear_float)
     return fn(x, w, out, threads)

@@ -1,0 +1,122 @@
+"""Products for a verify's span of input rows (5-17 rows: 1 + a draft per decode row) over GGUF blocks.
+
+`vector.stream_int8` unpacks a weight row once per 4 input rows, so a 5-row product unpacks
+every weight twice and a 17-row one 5 times. Here one intrinsic call takes a weight row against
+up to XROWS (8) input rows in one pass (int8_ir.emit_dots: the codes unpacked once, each input
+row its own accumulator), in balanced passes (9 rows: 5 + 4, not 8 + 1). Tiles of 2 weight rows
+(2x3, 2x4, 2x8) and 1x6 measured no better (docs/SPECULATIVE.md). The arithmetic per pair is
+emit_dots', as in `vector.stream_int8`: sums agree with it to float rounding (Q8_0 bit for bit;
+the types with an offset or a bias to 1e-6 of the largest, LLVM fusing their FMAs otherwise;
+tested), so a verify's logits are plain decoding's. AVX2 only (int8_ir.HAS_AVX2).
+
+numba caches a kernel by this file's source only: IR_DIGEST must equal vector.IR_DIGEST (the
+digest of int8_ir.py and vector_ir.py; tests/test_quant_span.py checks it), so that editing the
+IR means editing this file too, which recompiles its kernels."""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from . import int8_ir
+from .unpack import Q4_0, Q4_1, Q4_K, Q6_K, Q8_0
+from .vector import VECTOR_TYPES, quantize_x
+from .vector_ir import UNITS
+
+IR_DIGEST = "253ca27a850bfcdf"  # = vector.IR_DIGEST
+XROWS = 8  # most input rows per pass
+MIN_ROWS = 5  # products of fewer input rows stay on vector.stream_int8 (measured: docs/SPECULATIVE.md)
+
+
+def _codegen(qtype):
+    """IR of `tile(raw, n, xq, xd, xs, b, count, out, units)`: out[b:b+count, n] from weight row n
+    and input rows b..b+count (count 1..XROWS)."""
+
+    def codegen(context, builder, signature, args):
+        raw_t, _, xq_t, xd_t, xs_t, _, _, out_t, _ = signature.args
+        raw = context.make_array(raw_t)(context, builder, args[0])
+        xs_a = [context.make_array(t)(context, builder, v) for t, v in zip((xq_t, xd_t, xs_t), args[2:5])]
+        out_a = context.make_array(out_t)(context, builder, args[7])
+        n, b, count, units = args[1], args[5], args[6], args[8]
+        raw_width = cgutils.unpack_tuple(builder, raw.shape, 2)[1]
+        widths = [cgutils.unpack_tuple(builder, a.shape, 2)[1] for a in (*xs_a, out_a)]
+
+        def emit(rows):
+            firsts = [builder.add(b, ir.Constant(b.type, r)) for r in range(rows)]
+            ptrs = [[builder.gep(a.data, [builder.mul(f, k)]) for f in firsts] for a, k in zip(xs_a, widths)]
+            sums = int8_ir.emit_dots(builder, qtype, [builder.gep(raw.data, [builder.mul(n, raw_width)])], *ptrs, units)
+            for value, first in zip(sums, firsts):
+                at = builder.add(builder.mul(first, widths[-1]), n)
+                builder.store(value, builder.gep(out_a.data, [at]))
+
+        end = builder.append_basic_block("tile_end")
+        switch = builder.switch(count, end)
+        for rows in range(1, XROWS + 1):
+            block = builder.append_basic_block(f"rows{rows}")
+            switch.add_case(ir.Constant(count.type, rows), block)
+            builder.position_at_end(block)
+            emit(rows)
+            builder.branch(end)
+        builder.position_at_end(end)
+        return context.get_dummy_value()
+
+    return codegen
+
+
+def _tile_intrinsic(qtype):
+    @intrinsic
+    def tile(typingctx, raw, n, xq, xd, xs, b, count, out, units):
+        if all(a.layout == "C" for a in (raw, xq, xd, xs, out)):  # the IR indexes rows as contiguous runs
+            return types.void(raw, n, xq, xd, xs, b, count, out, units), _codegen(qtype)
+
+    return tile
+
+
+_t_q4_0, _t_q4_1, _t_q8_0, _t_q4_k, _t_q6_k = (_tile_intrinsic(t) for t in (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _tile(qtype, raw, n, xq, xd, xs, b, count, out, units):  # pragma: no cover - jitted
+    if qtype == Q4_0:
+        _t_q4_0(raw, n, xq, xd, xs, b, count, out, units)
+    elif qtype == Q4_1:
+        _t_q4_1(raw, n, xq, xd, xs, b, count, out, units)
+    elif qtype == Q8_0:
+        _t_q8_0(raw, n, xq, xd, xs, b, count, out, units)
+    elif qtype == Q4_K:
+        _t_q4_k(raw, n, xq, xd, xs, b, count, out, units)
+    elif qtype == Q6_K:
+        _t_q6_k(raw, n, xq, xd, xs, b, count, out, units)
+
+
+@njit(fastmath=True, cache=True, nogil=True, parallel=True)
+def stream_span(qtype, xq, xd, xs, raw, out, threads, units):  # pragma: no cover - jitted
+    """out (B, N) from quantize_x's rows and W's blocks raw (N, row bytes): each weight row against
+    the input rows in balanced passes of at most XROWS."""
+    n_rows, rows = raw.shape[0], xq.shape[0]
+    passes = (rows + XROWS - 1) // XROWS
+    size = (rows + passes - 1) // passes
+    for t in prange(threads):
+        for n in range(t * n_rows // threads, (t + 1) * n_rows // threads):
+            for b in range(0, rows, size):
+                _tile(qtype, raw, n, xq, xd, xs, b, min(size, rows - b), out, units)
+
+
+def reads(qtype, rows: int) -> bool:
+    """Whether `linear` should take a product of `rows` input rows over a weight of `qtype`."""
+    return rows >= MIN_ROWS and int(qtype) in VECTOR_TYPES and int8_ir.HAS_AVX2
+
+
+def linear(x: np.ndarray, w, out: np.ndarray, threads: int) -> np.ndarray:
+    """x (B, K) float32 @ W.T into out (B, N) float32, C-contiguous (products.linear checks the shapes)."""
+    if int(w.qtype) not in VECTOR_TYPES or not int8_ir.HAS_AVX2:
+        raise ValueError(f"the span kernel does not read {w.qtype.name} on this CPU")
+    if out.dtype != np.float32 or not out.flags.c_contiguous:
+        raise ValueError("out must be a C-contiguous float32 array")
+    xq, xd, xs = quantize_x(np.ascontiguousarray(x, dtype=np.float32))
+    units = w.shape[1] // UNITS[int(w.qtype)][0]
+    stream_span(int(w.qtype), xq, xd, xs, np.ascontiguousarray(w.blocks), out, threads, units)
+    return out

@@ -1,0 +1,76 @@
+"""The span kernel (mlxcel_py/models/quant/span.py): a verify's 5-17 input rows over GGUF blocks,
+against vector.stream_int8 (the one-token kernel plain decoding uses) and the same int8 formula in
+float64, and products.linear's dispatch by row count."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gguf.constants import GGMLQuantizationType as T
+
+from mlxcel_py.models.quant import int8_ir, products, span
+from test_quant_blocks import _reference, _weight
+
+VECTOR = (T.Q4_0, T.Q4_1, T.Q8_0, T.Q4_K, T.Q6_K)
+needs_avx2 = pytest.mark.skipif(not int8_ir.HAS_AVX2, reason="the span kernel is AVX2 code")
+
+
+def _span(x, w, threads=1):
+    return span.linear(x, w, np.full((x.shape[0], w.shape[0]), np.nan, np.float32), threads)
+
+
+@needs_avx2
+@pytest.mark.parametrize("qtype", VECTOR, ids=lambda t: t.name)
+@pytest.mark.parametrize("rows", [1, 5, 8, 9, 17])
+def test_span_rows_agree_with_the_one_token_kernel(qtype, rows):
+    """Each input row's sums equal what the 4-row kernel gives it, to float rounding (the verify's
+    logits are plain decoding's), and the int8 formula in float64."""
+    w = _weight(qtype, 21, 512, seed=rows)
+    x = np.random.default_rng(rows).standard_normal((rows, 512)).astype(np.float32)
+    got, plain = _span(x, w), products.linear_int8_vector(x, w)
+    assert np.all(np.abs(got - plain) <= 1e-6 * np.abs(plain).max())
+    if qtype == T.Q8_0:  # no offset (bias) FMA that LLVM may fuse otherwise: bit for bit
+        assert np.array_equal(got, plain)
+    xq, xd, _ = products.quantize_activations(x)
+    x_hat = np.repeat(xd.astype(np.float64), 32, axis=1) * xq
+    ref = _reference(w).astype(np.float64)
+    assert np.all(np.abs(got - x_hat @ ref.T) <= 2e-5 * (np.abs(x_hat) @ np.abs(ref).T) + 1e-6)
+    assert np.array_equal(got, _span(x, w, threads=2))  # no bit moves with threads
+
+
+@needs_avx2
+def test_linear_sends_five_rows_and_more_to_the_span_kernel():
+    w = _weight(T.Q4_1, 7, 256)
+    for rows in (1, 4, 5, 12):
+        x = np.random.default_rng(rows).standard_normal((rows, 256)).astype(np.float32)
+        expected = _span(x, w) if rows >= span.MIN_ROWS else products.linear_int8_vector(x, w)
+        assert span.reads(w.qtype, rows) == (rows >= 5)
+        assert np.array_equal(products.linear(x, w), expected)
+    assert not span.reads(T.Q5_0, 8)
+    with pytest.raises(ValueError, match="does not read Q5_0"):
+        span.linear(np.zeros((5, 32), np.float32), _weight(T.Q5_0, 2, 32), np.zeros((5, 2), np.float32), 1)
+
+
+def test_the_span_digest_follows_the_ir_sources():
+    """numba caches span.py's kernels by span.py's source: it must name the IR it was built from."""
+    from mlxcel_py.models.quant import vector
+
+    assert span.IR_DIGEST == vector.IR_DIGEST, "update IR_DIGEST in models/quant/span.py"
+
+
+@needs_avx2
+@pytest.mark.parametrize("name", ["llama-q8_0", "llamaq-q4_k_m"])
+def test_a_native_verify_through_the_span_kernel_gives_plain_decodings_logits(name):
+    """A 1 + 6 token verify (7 rows: the span kernel) equals 7 one-token native steps (the 4-row
+    kernel) fed the same tokens, from identical caches, to float rounding, argmax for argmax."""
+    from test_cpu_decode import make_batch, prompt
+    from test_cpu_decode_native import _pair
+
+    lm, native = _pair(name)
+    ours, theirs = make_batch(lm.model, [prompt(11, 3)]), make_batch(lm.model, [prompt(11, 3)])
+    span_tokens = list(prompt(7, 40))
+    got = np.array(native.verify([span_tokens], ours))[0]
+    want = np.stack([np.array(native([t], theirs))[0] for t in span_tokens])
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, atol=1e-4)
+    assert got.argmax(-1).tolist() == want.argmax(-1).tolist()
