@@ -23,12 +23,13 @@ from numba.extending import intrinsic
 
 from . import int8_ir
 from .unpack import Q4_0, Q4_1, Q4_K, Q6_K, Q8_0
-from .vector import VECTOR_TYPES, quantize_x
+from .vector import quantize_x
 from .vector_ir import UNITS
 
-IR_DIGEST = "253ca27a850bfcdf"  # = vector.IR_DIGEST
+IR_DIGEST = "22a00bcfd43a9472"  # = vector.IR_DIGEST
 XROWS = 8  # most input rows per pass
 MIN_ROWS = 5  # products of fewer input rows stay on vector.stream_int8 (measured: docs/SPECULATIVE.md)
+SPAN_TYPES = tuple(int(t) for t in (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K))  # the types `_tile` has; others stay on stream_int8
 
 
 def _codegen(qtype):
@@ -107,12 +108,12 @@ def stream_span(qtype, xq, xd, xs, raw, out, threads, units):  # pragma: no cove
 
 def reads(qtype, rows: int) -> bool:
     """Whether `linear` should take a product of `rows` input rows over a weight of `qtype`."""
-    return rows >= MIN_ROWS and int(qtype) in VECTOR_TYPES and int8_ir.HAS_AVX2
+    return rows >= MIN_ROWS and int(qtype) in SPAN_TYPES and int8_ir.HAS_AVX2
 
 
 def linear(x: np.ndarray, w, out: np.ndarray, threads: int) -> np.ndarray:
     """x (B, K) float32 @ W.T into out (B, N) float32, C-contiguous (products.linear checks the shapes)."""
-    if int(w.qtype) not in VECTOR_TYPES or not int8_ir.HAS_AVX2:
+    if int(w.qtype) not in SPAN_TYPES or not int8_ir.HAS_AVX2:
         raise ValueError(f"the span kernel does not read {w.qtype.name} on this CPU")
     if out.dtype != np.float32 or not out.flags.c_contiguous:
         raise ValueError("out must be a C-contiguous float32 array")
