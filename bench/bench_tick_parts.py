@@ -1,13 +1,14 @@
 """Issue 26 step 0: where one tick's time goes on this CPU (decode step, prefill piece, join).
 
-Usage: .venv/bin/python bench/bench_tick_parts.py [--repeats 3] [--rows 4] [--quick]
+Usage: .venv/bin/python bench/bench_tick_parts.py [--repeats 3] [--rows 4] [--quick] [--layout batch|rows] [--fuse N]
 
 Runs the real ModelRunner on the default model through `Step` records and reports, best of
 `--repeats`, both process CPU time (`time.process_time`: less inflated by other processes on a
 shared machine) and wall time:
 - a `rows`-row decode step with the rows at ~300 and ~6,000 positions;
-- a prefill piece of 16..512 tokens at context 0 / 2,048 / 6,000 (the attention share is the
-  piece's cost at the context minus at context 0; the rest is the products and the graph);
+- a prefill piece of 16..512 tokens at context 0 / 2,048 / 6,000 alone (the attention share is
+  the piece's cost at the context minus at context 0; the rest is the products and the graph),
+  and the tick of the decode rows with it (one forward with `--layout rows`, pieces up to `--fuse`);
 - the join after a 6,144-token prefill with `rows` rows decoding: the terminal piece's merge,
   and the next decode step's excess over a plain one (the decoder's re-own copy).
 """
@@ -35,29 +36,54 @@ BUILD = 512
 
 
 class Bench:
-    """Scratch sequences on one runner, ids counting up."""
+    """Scratch sequences on one runner, ids counting up; long contexts are adopted from one
+    snapshot (built once, untimed) instead of prefilled again."""
 
     def __init__(self, runner, vocab: int):
         self.runner, self.rng, self.vocab, self.next_id = runner, random.Random(0), vocab, 0
+        self.prompt = self.tokens(8192)
+        self.bases: dict[int, int] = {}  # context -> snapshot id of the prompt's first `context` tokens
 
     def tokens(self, n: int) -> tuple[int, ...]:
         return tuple(self.rng.randrange(self.vocab // 4, self.vocab) for _ in range(n))
 
-    def piece(self, seq_id: int, start: int, toks: tuple[int, ...], terminal: bool) -> None:
-        begin = BeginSequence(SamplingParams(), ()) if start == 0 else None
-        self.runner.execute(Step(prefill=PrefillPiece(seq_id, start, toks, len(toks), terminal, None, begin)))
+    def step(self, **kw):
+        return self.runner.execute(Step(**kw))
 
-    def prefill(self, length: int, terminal: bool, piece: int = BUILD) -> int:
-        """A new sequence prefilled to `length` tokens in `piece`-token pieces; its id."""
+    def piece_of(self, seq_id: int, start: int, toks, terminal: bool, adopt=None, snap=None) -> PrefillPiece:
+        begin = BeginSequence(SamplingParams(), self.prompt[:start], adopt) if start == 0 or adopt else None
+        return PrefillPiece(seq_id, start, tuple(toks), start + len(toks), terminal, snap, begin)
+
+    def base(self, context: int) -> int:
+        """A snapshot of the prompt's first `context` tokens (prefilled in 512-token pieces once)."""
+        if context not in self.bases:
+            self.next_id += 1
+            sid, snap = self.next_id, 1000 + context
+            for start in range(0, context, BUILD):
+                end = min(context, start + BUILD)
+                self.step(prefill=self.piece_of(sid, start, self.prompt[start:end], False,
+                                                snap=snap if end == context else None))
+            self.retire([sid])
+            self.bases[context] = snap
+        return self.bases[context]
+
+    def sequence(self, context: int, n: int, terminal: bool):
+        """(id, the piece of `n` tokens after `context` adopted ones) of a new sequence."""
         self.next_id += 1
-        toks = self.tokens(length)
-        for start in range(0, length, piece):
-            end = min(length, start + piece)
-            self.piece(self.next_id, start, toks[start:end], terminal and end == length)
-        return self.next_id
+        adopt = self.base(context) if context else None
+        return self.next_id, self.piece_of(self.next_id, context, self.tokens(n), terminal, adopt)
+
+    def rows(self, count: int, context: int) -> tuple[int, ...]:
+        """`count` decoding rows at context + 4 positions."""
+        ids = []
+        for _ in range(count):
+            sid, piece = self.sequence(context, 4, True)
+            self.step(prefill=piece)
+            ids.append(sid)
+        return tuple(ids)
 
     def retire(self, ids) -> None:
-        self.runner.execute(Step(retire=tuple(Retire(s) for s in ids)))
+        self.step(retire=tuple(Retire(s) for s in ids))
 
 
 def timed(fn) -> tuple[float, float]:
@@ -66,8 +92,8 @@ def timed(fn) -> tuple[float, float]:
     return time.process_time() - cpu, time.perf_counter() - wall
 
 
-def best(fn, repeats: int) -> tuple[float, float]:
-    runs = [timed(fn) for _ in range(repeats)]
+def best(runs) -> tuple[float, float]:
+    runs = list(runs)
     return min(r[0] for r in runs), min(r[1] for r in runs)
 
 
@@ -75,62 +101,54 @@ def ms(pair: tuple[float, float]) -> str:
     return f"cpu {pair[0] * 1000:7.1f} ms  wall {pair[1] * 1000:7.1f} ms"
 
 
-def decode_steps(b: Bench, rows: int, repeats: int, contexts) -> dict[int, tuple[float, float]]:
-    out = {}
+def decode_steps(b: Bench, rows: int, repeats: int, contexts) -> None:
     for context in contexts:
-        ids = [b.prefill(context, terminal=True) for _ in range(rows)]
-        step = Step(decode=tuple(ids))
-        b.runner.execute(step)  # the decoder's first step owns the buffers
-        out[context] = best(lambda: b.runner.execute(step), repeats)
-        print(f"decode {rows} rows at ~{context} positions: {ms(out[context])}", flush=True)
+        ids = b.rows(rows, context)
+        b.step(decode=ids)  # the first step after a join owns the buffers
+        print(f"decode {rows} rows at ~{context} positions: {ms(best(timed(lambda: b.step(decode=ids)) for _ in range(repeats)))}",
+              flush=True)
         b.retire(ids)
-    return out
 
 
-def pieces(b: Bench, repeats: int, sizes, contexts) -> None:
+def pieces(b: Bench, rows: int, repeats: int, sizes, contexts) -> None:
+    """Each piece alone, then the tick of `rows` decoding rows (~300 positions) and the piece."""
+    ids = b.rows(rows, 300)
+    b.step(decode=ids)
     for context in contexts:
-        seq = b.prefill(context, terminal=False) if context else None
         for n in sizes:
-            runs = []
-            for _ in range(repeats):  # at context 0 a fresh sequence each time; else the context grows by n
-                if context == 0:
-                    b.next_id += 1
-                    sid, start = b.next_id, 0
-                else:
-                    sid, start = seq, context
-                toks = b.tokens(n)
-                runs.append(timed(lambda: b.piece(sid, start, toks, False)))
-                if context == 0:
+            out = []
+            for decode in ((), ids):
+                runs = []
+                for _ in range(repeats):
+                    sid, piece = b.sequence(context, n, False)
+                    runs.append(timed(lambda: b.step(decode=decode, prefill=piece)))
                     b.retire([sid])
-                else:
-                    context += n
-            pair = (min(r[0] for r in runs), min(r[1] for r in runs))
-            print(f"piece {n:4d} at context {context:5d}: {ms(pair)}", flush=True)
-        if seq is not None:
-            b.retire([seq])
+                out.append(best(runs))
+            print(f"piece {n:4d} at context {context:5d}: alone {ms(out[0])} | tick with {rows} rows {ms(out[1])}",
+                  flush=True)
+    b.retire(ids)
 
 
 def join(b: Bench, rows: int, prompt: int, repeats: int) -> None:
-    ids = [b.prefill(300, terminal=True) for _ in range(rows)]
-    step = Step(decode=tuple(ids))
-    b.runner.execute(step)
-    plain = best(lambda: b.runner.execute(step), repeats)
+    ids = b.rows(rows, 300)
+    b.step(decode=ids)
+    plain = best(timed(lambda: b.step(decode=ids)) for _ in range(repeats))
     merge = [0.0, 0.0]
     original = b.runner._join
 
     def timed_join(*args):
-        pair = timed(lambda: original(*args))
-        merge[0], merge[1] = pair
+        merge[0], merge[1] = timed(lambda: original(*args))
 
     b.runner._join = timed_join
-    new = b.prefill(prompt, terminal=True)
+    sid, piece = b.sequence(prompt - 8, 8, True)
+    b.step(prefill=piece)
     b.runner._join = original
-    after = timed(lambda: b.runner.execute(Step(decode=(*ids, new))))
-    again = best(lambda: b.runner.execute(Step(decode=(*ids, new))), repeats)
+    after = timed(lambda: b.step(decode=(*ids, sid)))
+    again = best(timed(lambda: b.step(decode=(*ids, sid))) for _ in range(repeats))
     print(f"join of a {prompt}-token prefill next to {rows} rows: merge {ms(tuple(merge))}")
     print(f"  decode {rows} rows before: {ms(plain)}; first step after the join {ms(after)}; "
           f"later steps {ms(again)}", flush=True)
-    b.retire([*ids, new])
+    b.retire([*ids, sid])
 
 
 def main() -> None:
@@ -139,16 +157,19 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=4)
     ap.add_argument("--quick", action="store_true", help="fewer shapes")
     ap.add_argument("--layout", choices=("batch", "rows"), default=None, help="the runner's decode KV layout")
+    ap.add_argument("--fuse", type=int, default=None, help="the runner's fuse_max_tokens (0: separate forwards)")
     args = ap.parse_args()
     lm = load_model(None)
     kw = {} if args.layout is None else {"kv_rows": args.layout == "rows"}
     runner = ModelRunner(lm.model, decode=lm.cpu_decode, kernels=lm.cpu_kernels,
                          verify=lm.cpu_decode.verify if lm.cpu_decode else None, **kw)
+    if args.fuse is not None:
+        runner.fuse_max_tokens = args.fuse
     print(f"model: {lm.description}; BLAS {BLAS.name}; load average {os.getloadavg()[0]:.1f}", flush=True)
     b = Bench(runner, lm.model.args.vocab_size)
     decode_steps(b, args.rows, args.repeats, (300, 6000))
     sizes = (16, 64, 512) if args.quick else (16, 32, 64, 128, 512)
-    pieces(b, args.repeats, sizes, (0, 2048, 6000))
+    pieces(b, args.rows, args.repeats, sizes, (0, 2048, 6000))
     join(b, args.rows, 6144, args.repeats)
 
 

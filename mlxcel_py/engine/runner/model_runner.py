@@ -18,10 +18,10 @@ from . import slot_io
 from .constraints import ConstraintCompiler
 from .draft_model import DraftModel
 from .kv import KVLayout, arrays, bytes_per_token, snapshot
-from .kv_rows import RowKV
 from .prompt_side import PromptSide, SequenceState
 from .sampling import SampledToken, sample_step
 from .shift import ContextShifter, shift_support
+from .tick import FusedTick
 from .verify import roll_back, verify_inputs, verify_row
 from ..core.step import Retire, Runner, Shift, SlotFile, Step, StepOutput
 
@@ -51,7 +51,7 @@ def kv_bytes_per_token(model, layout: Optional[KVLayout] = None) -> int:
     return bytes_per_token(model, layout)
 
 
-class ModelRunner(PromptSide, Runner):
+class ModelRunner(PromptSide, FusedTick, Runner):
     """Executes steps; owns every KV array and sampler, keyed by the ids the records carry.
 
     `decode`: the loader's CPU decode step (models/cpu_decode.py; None: mlx-lm's forward);
@@ -90,12 +90,15 @@ class ModelRunner(PromptSide, Runner):
             self._retire(step.retire)
         if step.shift:
             self._shift(step.shift)
-        decoded, extra = self._decode(step.decode, step.drafts, step.draft_lengths) if step.decode else ([], ())
-        first, prompt, embedding = None, (), None
-        if step.prefill is not None and self._pools(step.prefill):
-            embedding = self._embed_piece(step.prefill)
-        elif step.prefill is not None:
-            first, prompt = self._run_piece(step.prefill)
+        first, prompt, embedding, extra = None, (), None, ()
+        if self._fuses(step):  # one forward for the decode rows and the piece (engine/runner/tick.py)
+            decoded, first = self._fused_tick(step)
+        else:
+            decoded, extra = self._decode(step.decode, step.drafts, step.draft_lengths) if step.decode else ([], ())
+            if step.prefill is not None and self._pools(step.prefill):
+                embedding = self._embed_piece(step.prefill)
+            elif step.prefill is not None:
+                first, prompt = self._run_piece(step.prefill)
         slot_bytes, slot_error = self._slot_file(step.slot_file) if step.slot_file is not None else (0, None)
         for snapshot_id in step.drop_snapshots:
             self._snapshots.pop(snapshot_id, None)
