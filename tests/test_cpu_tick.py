@@ -77,9 +77,14 @@ def test_a_fused_decode_row_gets_the_logits_it_gets_alone(lm):
 
 
 def test_the_engine_with_small_pieces_matches_each_request_alone(lm):
+    # one forward per tick in the engine: each request's tokens are the ones it gets alone
     cfg = lambda **kw: resolve("serve", env={}, parallel=3, ctx_size=3 * 256, prefill_chunk_size=16, **kw).engine  # noqa: E731
     requests = [Request(f"r{i}", prompt(n, i), greedy(12)) for i, n in enumerate((70, 33, 120))]
-    together = run_engine(build_engine(cfg(), lm), requests)
+    engine = build_engine(cfg(), lm)
+    calls = []
+    engine.runner._fused_tick = (lambda original: lambda step: calls.append(1) or original(step))(engine.runner._fused_tick)
+    together = run_engine(engine, requests)
+    assert len(calls) >= 8  # the later prompts' pieces rode with the decode rows
     for r in requests:
         alone = run_engine(build_engine(cfg(), lm), [Request(r.request_id, r.prompt_ids, greedy(12))])
         assert together[r.request_id] == alone[r.request_id], r.request_id

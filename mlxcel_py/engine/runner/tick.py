@@ -29,6 +29,15 @@ class FusedTick:
 
     fuse_max_tokens = FUSE_MAX_TOKENS  # 0: never fuse (today's two forwards)
 
+    @property
+    def one_forward(self) -> bool:
+        """Whether the engine may hand this runner a decode step and a piece in one record."""
+        return self._owned and self.fuse_max_tokens > 0
+
+    @property
+    def fuses_up_to(self) -> int:
+        return self.fuse_max_tokens if self.one_forward else 0
+
     def _fuses(self, step: Step) -> bool:
         piece = step.prefill
         if not (self._owned and step.decode and piece is not None and len(piece.tokens) <= self.fuse_max_tokens):
