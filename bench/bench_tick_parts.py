@@ -151,12 +151,43 @@ def join(b: Bench, rows: int, prompt: int, repeats: int) -> None:
     b.retire([*ids, sid])
 
 
+def ab(lm, rows: int, repeats: int) -> None:
+    """Main's layout (BatchKVCache, separate forwards) against the engine's rows with one forward
+    per tick, measured interleaved in one process so that the load weighs on both alike."""
+    arms = {}
+    for name, kv_rows in (("batch", False), ("rows", True)):
+        runner = ModelRunner(lm.model, decode=lm.cpu_decode, kernels=lm.cpu_kernels, verify=lm.cpu_decode.verify,
+                             kv_rows=kv_rows)
+        b = Bench(runner, lm.model.args.vocab_size)
+        ids = b.rows(rows, 300)
+        b.step(decode=ids)
+        arms[name] = (b, ids)
+    shapes = [("decode", 0, 0), ("tick", 16, 2048), ("tick", 64, 2048), ("tick", 128, 2048)]
+    for kind, n, context in shapes:
+        got = {name: [] for name in arms}
+        for _ in range(repeats):
+            for name, (b, ids) in arms.items():
+                if kind == "decode":
+                    got[name].append(timed(lambda: b.step(decode=ids)))
+                    continue
+                sid, piece = b.sequence(context, n, False)
+                got[name].append(timed(lambda: b.step(decode=ids, prefill=piece)))
+                b.retire([sid])
+        label = f"decode {rows} rows" if kind == "decode" else f"{rows} rows + piece {n} at {context}"
+        print(f"{label:>28}: " + " | ".join(f"{name} {ms(best(r))}" for name, r in got.items()), flush=True)
+    for name, (b, ids) in arms.items():
+        b.retire(ids)
+        print(f"[{name}]", end=" ")
+        join(b, rows, 6144, repeats)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--rows", type=int, default=4)
     ap.add_argument("--quick", action="store_true", help="fewer shapes")
     ap.add_argument("--layout", choices=("batch", "rows"), default=None, help="the runner's decode KV layout")
+    ap.add_argument("--ab", action="store_true", help="only main's layout against rows + one forward, interleaved")
     ap.add_argument("--fuse", type=int, default=None, help="the runner's fuse_max_tokens (0: separate forwards)")
     args = ap.parse_args()
     lm = load_model(None)
@@ -166,6 +197,9 @@ def main() -> None:
     if args.fuse is not None:
         runner.fuse_max_tokens = args.fuse
     print(f"model: {lm.description}; BLAS {BLAS.name}; load average {os.getloadavg()[0]:.1f}", flush=True)
+    if args.ab:
+        ab(lm, args.rows, args.repeats)
+        return
     b = Bench(runner, lm.model.args.vocab_size)
     decode_steps(b, args.rows, args.repeats, (300, 6000))
     sizes = (16, 64, 512) if args.quick else (16, 32, 64, 128, 512)
