@@ -89,3 +89,20 @@ def test_the_engine_with_small_pieces_matches_each_request_alone(lm):
         alone = run_engine(build_engine(cfg(), lm), [Request(r.request_id, r.prompt_ids, greedy(12))])
         assert together[r.request_id] == alone[r.request_id], r.request_id
     assert together == run_engine(build_engine(cfg(), lm), requests)
+
+
+def test_the_default_policy_keeps_separate_records(lm):
+    # Its contended chunk (512) never fuses, so the piece is scheduled after the decode step's
+    # finishes, as before: 512 while the stream decodes, then 2048 once it is done.
+    from mlxcel_py.engine import PromptProgress
+
+    engine = build_engine(resolve("serve", env={}, parallel=2, prompt_cache=False).engine, lm)
+    assert engine.runner.one_forward and not engine._one_forward()
+    engine.add_request(Request("stream", prompt(10, 1), greedy(3)))
+    events = engine.step()
+    engine.add_request(Request("long", prompt(3000, 2), greedy(5)))
+    while engine.has_work():
+        events += engine.step()
+    assert [e.processed for e in events if isinstance(e, PromptProgress)] == [10, 512, 2560, 3000]
+    small = build_engine(resolve("serve", env={}, parallel=2, prefill_chunk_size=64).engine, lm)
+    assert small._one_forward()

@@ -103,7 +103,7 @@ class Engine:
         as one record (engine/runner/tick.py); each is scheduled as it would be alone."""
         s = self.scheduler
         decode = s.schedule_decode()
-        if decode is not None and self.runner.one_forward and not (decode.drafts or decode.draft_lengths):
+        if decode is not None and self._one_forward() and not (decode.drafts or decode.draft_lengths):
             piece = s.schedule_prefill()
             if piece is not None:
                 decode = dataclasses.replace(decode, prefill=piece.prefill, retire=decode.retire + piece.retire,
@@ -115,6 +115,17 @@ class Engine:
                 yield piece
         if (retire := s.schedule_retire()) is not None:
             yield retire
+
+    def _one_forward(self) -> bool:
+        """Whether to schedule the piece with the decode step: the runner fuses, and the policy's
+        contended pieces can fuse (the budget's fit knows fused ticks; a fixed chunk must fit)."""
+        fuse = self.runner.fuses_up_to if self.runner.one_forward else 0
+        policy = self.scheduler.policy
+        if not fuse:
+            return False
+        if isinstance(policy, BudgetChunkPolicy):
+            return policy.model.fuses_up_to > 0
+        return policy.contended <= fuse
 
     def add_request(self, request: Request) -> None:
         self.scheduler.add(request)
