@@ -116,11 +116,6 @@ class RowKV:
             capacity *= 2
         self._regrow(self.keys[0].shape[0], capacity)
 
-    def nbytes(self) -> int:
-        """Bytes of the positions the rows hold (what is resident), not of the capacity."""
-        kv_heads, dim = self.shape
-        return sum(self.lengths) * kv_heads * dim * 4 * 2 * len(self.keys)
-
     def _free_slot(self) -> int:
         used = set(self.slots)
         free = [s for s in range(self.keys[0].shape[0]) if s not in used]
