@@ -137,7 +137,8 @@ def test_the_budget_and_its_fit_are_in_the_metrics():
     families = {f.name: f for f in text_string_to_metric_families(metrics.render().decode())}
     assert families["mlxcel_itl_budget_seconds"].samples[0].value == 0.3
     features = {s.labels["feature"] for s in families["mlxcel_cost_model_coefficient"].samples}
-    assert features == {"tick", "piece", "tokens", "tokens_x_context", "tokens_sq", "rows", "row_context"}
+    assert features == {"tick", "piece", "tokens", "tokens_x_context", "tokens_sq", "rows", "row_context",
+                        "fused_piece", "fused_tokens"}
     assert families["mlxcel_itl_budget_contended_ticks"].samples[0].value >= 1
     assert 0 <= families["mlxcel_cost_model_recent_error"].samples[0].value < 0.05
     assert {s.labels["state"] for s in families["mlxcel_itl_budget_chunk_tokens"].samples} == {"alone", "contended"}

@@ -74,9 +74,9 @@ def test_batched_is_alone(lm):
     assert together["a"][1].timings.context_shifts > 0 and together["c"][1].timings.context_shifts == 0
 
 
-def _shifted_runner(lm, mode, ids, n_keep, n_discard):
+def _shifted_runner(lm, mode, ids, n_keep, n_discard, kv_rows=False):
     """A runner with one row of `ids` in its decode batch, shifted; the batch's row and the kept tokens."""
-    runner = ModelRunner(lm.model, decode=lm.cpu_decode)
+    runner = ModelRunner(lm.model, decode=lm.cpu_decode, kv_rows=kv_rows)
     runner.shift_mode = mode
     begin = BeginSequence(SamplingParams(), ())
     runner.execute(Step(prefill=PrefillPiece(1, 0, ids, len(ids), True, None, begin)))
@@ -85,15 +85,17 @@ def _shifted_runner(lm, mode, ids, n_keep, n_discard):
     return runner, kept
 
 
+@pytest.mark.parametrize("kv_rows", [False, True])  # mlx-lm's BatchKVCache, the engine's own rows
 @pytest.mark.parametrize("mode", ["prefill", "rotate"])
-def test_the_shifted_row_against_a_fresh_prefill(lm, mode):
+def test_the_shifted_row_against_a_fresh_prefill(lm, mode, kv_rows):
     ids, last = prompt(40), 17
-    runner, kept = _shifted_runner(lm, mode, ids, 4, 18)
+    runner, kept = _shifted_runner(lm, mode, ids, 4, 18, kv_rows)
     fresh = make_prompt_cache(lm.model)
     want = lm.model(mx.array([kept + (last,)]), cache=fresh)[0, -1]
-    got = lm.model(mx.array([[last]]), cache=runner._batch)[0, -1]
+    row = runner._batch.extract(0, len(kept)) if kv_rows else runner._batch
+    got = lm.model(mx.array([[last]]), cache=row)[0, -1]
     error = mx.abs(got - want).max().item()
-    layer0 = runner._batch[0].extract(0)
+    layer0 = row[0] if kv_rows else runner._batch[0].extract(0)
     key_error = mx.abs(layer0.keys[..., : len(kept), :] - fresh[0].keys[..., : len(kept), :]).max().item()
     assert key_error < 1e-5  # the first layer's keys depend on token and position only
     if mode == "prefill":

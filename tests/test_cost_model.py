@@ -61,8 +61,8 @@ def test_an_online_change_is_learned_and_unexcited_directions_keep_the_seed():
     assert model.speed_factor() == pytest.approx(2.0, rel=1e-3)
     x = np.array([s.features() for s in shapes])
     null = np.linalg.svd(x)[2][np.linalg.matrix_rank(x):]
-    assert len(null) == 2
-    assert null @ (model.theta - model.prior()) == pytest.approx([0.0, 0.0], abs=1e-9)
+    assert len(null) == 4  # two directions these ticks leave unexcited, and the two fused-piece terms
+    assert null @ (model.theta - model.prior()) == pytest.approx([0.0] * 4, abs=1e-9)
     assert model.predict(TickShape(0, 0, 1)) == pytest.approx(doubled.seconds(TickShape(0, 0, 1)), rel=1e-3)
 
 

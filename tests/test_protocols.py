@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mlxcel_py.engine import Engine, Finished
 from mlxcel_py.engine.chunking.budget import BudgetChunkPolicy
-from mlxcel_py.engine.chunking.cost_model import CostModel, TickShape
+from mlxcel_py.engine.chunking.cost_model import FEATURES, CostModel, TickShape
 from mlxcel_py.engine.chunking.fixed import PrefillChunkPolicy
 from mlxcel_py.engine.chunking.policy import ChunkPolicy, TickState
 from mlxcel_py.engine.core.scheduler import Scheduler
@@ -63,7 +63,7 @@ def engine_with(policy, runner) -> Engine:
 
 
 def test_the_policies_and_the_fake_satisfy_chunk_policy():
-    budget = BudgetChunkPolicy(300.0, CostModel([0.0] * 7))
+    budget = BudgetChunkPolicy(300.0, CostModel([0.0] * len(FEATURES)))
     for policy in (PrefillChunkPolicy.resolve(None), budget, RecordingPolicy()):
         assert isinstance(policy, ChunkPolicy)
     assert PrefillChunkPolicy.resolve(None).stats() is None and budget.stats().budget_ms == 300.0

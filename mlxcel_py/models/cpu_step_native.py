@@ -132,6 +132,22 @@ class FusedDecoder(NativeDecoder):
             self._kv_lists = (key, lists)
         return lists
 
+    def step_rows(self, tokens: Sequence[int], keys: Sequence[np.ndarray], values: Sequence[np.ndarray],
+                  slot: np.ndarray, start: np.ndarray, pos: np.ndarray) -> Optional[np.ndarray]:
+        """cpu_decode_rows.forward_rows at width 1 as one run_step call over the engine's own rows
+        (row b in KV row slot[b], positions start[b]..pos[b]); None when the step is not fused."""
+        if not self.fused or products.linear is not _INT8_LINEAR:
+            return None
+        if numba.get_num_threads() != self.threads:
+            numba.set_num_threads(self.threads)
+        cos, sin = self._ropes[0].at(pos)
+        h = np.ascontiguousarray(self._embed_rows(np.asarray(tokens)), np.float32)
+        acts, sets = self._acts(len(tokens))
+        where = (np.asarray(slot, np.int64), np.asarray(start, np.int64), np.asarray(pos, np.int64), cos, sin)
+        step.run_step(self.threads, self._phases, self._weights, self._kv_lists_of(list(zip(keys, values))), where,
+                      (h, *acts), sets, self._floats)
+        return acts[-1].copy()  # the buffer is reused by the next step of this batch size
+
     def __call__(self, tokens: Sequence[int], caches: list) -> mx.array:
         if not self.fused or products.linear is not _INT8_LINEAR:
             return super().__call__(tokens, caches)

@@ -14,6 +14,7 @@ Pure Python and numpy; see docs/adr/0008-itl-budget.md.
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from dataclasses import dataclass
 from typing import Optional
@@ -23,6 +24,8 @@ import numpy as np
 from .cost_model import CostModel, CostModelStats, TickSample
 from .fixed import DEFAULT_PREFILL_CHUNK, PrefillChunkPolicy
 from .policy import TickState
+
+log = logging.getLogger("mlxcel_py.engine.budget")
 
 DEFAULT_FLOOR = 16
 GROWTH = 2  # a contended chunk is at most this times the largest piece among the recent ones
@@ -61,6 +64,8 @@ class BudgetStats:
     num_contended_ticks: int  # observed ticks with a piece and decode rows
     num_over_budget: int  # of those, how many took longer than the budget
     model: CostModelStats
+    num_floor_ticks: int = 0  # contended chunks chosen when even the floor was predicted over the budget
+    floor_ms: Optional[float] = None  # the floor piece's predicted tick, the last time it did not fit
 
 
 class BudgetChunkPolicy:
@@ -76,7 +81,8 @@ class BudgetChunkPolicy:
         self.start_margin, self.max_margin = start_margin, max_margin
         self.sizes = np.array(ladder(floor, ceiling))
         self._last: dict[bool, int] = {}
-        self.num_contended_ticks = self.num_over_budget = 0
+        self.num_contended_ticks = self.num_over_budget = self.num_floor_ticks = 0
+        self.floor_ms: Optional[float] = None
         # EWMA of |predicted - measured| / measured over contended ticks only: the ticks the
         # budget is about. Decode-only ticks are short, so a few ms of jitter (the HTTP
         # thread, GC) is a large relative error there that says nothing about a piece's tick.
@@ -128,11 +134,22 @@ class BudgetChunkPolicy:
         predicted = self.model.predict_many(self.sizes, state.prefill_context, state.num_decoding,
                                             state.decode_context)
         fits = np.flatnonzero(predicted <= self.target_s())
+        if not len(fits):
+            self._floor_missed(state, float(predicted[0]) * 1000.0)
         chunk = int(self.sizes[fits[-1]]) if len(fits) else self.floor
         if self._recent:
             bound = GROWTH * max(self._recent)
             chunk = min(chunk, int(self.sizes[np.searchsorted(self.sizes, bound, side="right") - 1]))
         return max(chunk, self.floor)
+
+    def _floor_missed(self, state: TickState, floor_ms: float) -> None:
+        """The honest floor: even the smallest piece does not fit; say so once, count it for /metrics."""
+        if not self.num_floor_ticks:
+            log.warning("--itl-budget-ms %g cannot be held here: the smallest piece (%d tokens) at context %d with "
+                        "%d rows decoding is predicted at %.0f ms a tick; pieces stay at %d tokens",
+                        self.budget_ms, self.floor, state.prefill_context, state.num_decoding, floor_ms, self.floor)
+        self.num_floor_ticks += 1
+        self.floor_ms = floor_ms
 
     def _best_throughput(self, state: TickState) -> int:
         """The size with the most prompt tokens per predicted second, no bigger than the rest."""
@@ -164,4 +181,5 @@ class BudgetChunkPolicy:
 
     def stats(self) -> BudgetStats:
         return BudgetStats(self.budget_ms, self.margin(), self._last.get(True), self._last.get(False),
-                           self.num_contended_ticks, self.num_over_budget, self.model.stats())
+                           self.num_contended_ticks, self.num_over_budget, self.model.stats(),
+                           self.num_floor_ticks, self.floor_ms)

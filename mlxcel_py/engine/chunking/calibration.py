@@ -20,7 +20,7 @@ log = logging.getLogger("mlxcel_py.engine.calibration")
 Measure = Callable[[int, int, int], float]
 
 
-def default_grid(max_chunk: int = 2048, rows: int = 4) -> tuple[TickShape, ...]:
+def default_grid(max_chunk: int = 2048, rows: int = 4, fuses_up_to: int = 0) -> tuple[TickShape, ...]:
     """The shapes to time, cheapest first, so a time limit drops only the most expensive.
 
     Decode-only ticks separate the tick overhead from the per-row cost; pieces of 32..2048 at
@@ -29,7 +29,9 @@ def default_grid(max_chunk: int = 2048, rows: int = 4) -> tuple[TickShape, ...]:
     KV gives the attention slope. Points of one run follow each other (context = the previous
     point's context + tokens), so a runner that keeps one scratch prompt and extends it
     rebuilds a context (untimed) only to repeat a shape.
-    `rows` = 0 (one slot: nothing else ever decodes) leaves out the decode shapes.
+    `rows` = 0 (one slot: nothing else ever decodes) leaves out the decode shapes. With a runner
+    that runs pieces of up to `fuses_up_to` tokens in one forward with the rows, two such pieces
+    (their own fixed cost and slope) are timed too.
     """
     sizes = sorted({min(n, max_chunk) for n in (32, 128, 512, 2048) if max_chunk > 0})
     grid: list[TickShape] = []
@@ -40,7 +42,9 @@ def default_grid(max_chunk: int = 2048, rows: int = 4) -> tuple[TickShape, ...]:
     run = min(512, sizes[-1])
     grid += [TickShape(n, 0, 0) for n in sizes if n < run]
     if rows:
-        grid.append(TickShape(min(128, run), 0, rows))
+        grid.append(TickShape(min(128, run), 0, rows, fused=min(128, run) <= fuses_up_to))
+    if rows and fuses_up_to:
+        grid += [TickShape(n, 0, rows, fused=True) for n in sorted({min(16, fuses_up_to), min(64, fuses_up_to)})]
     grid += [TickShape(run, k * run, 0) for k in range(3)]
     grid += [TickShape(n, 0, 0) for n in sizes if n > run]
     return tuple(grid)

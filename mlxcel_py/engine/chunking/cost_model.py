@@ -5,6 +5,12 @@ prompt tokens over a KV that already holds `context` of that prompt. Its time is
 as linear in a few features (docs/adr/0008-itl-budget.md):
 
     t = a_tick + a_piece*[n>0] + a_tok*n + a_att*n*c + a_sq*n^2 + a_row*b + a_rctx*C
+        + a_fpiece*[fused] + a_ftok*n*[fused]
+
+where a fused tick (one forward for the decode rows and the piece, engine/runner/tick.py) moves
+the piece's fixed cost and per-token slope to their own terms (the weights are streamed once
+for both: a small piece costs little more than the rows it rides with), the attention terms
+shared; `piece` and `tokens` then count the separate pieces only (issue 26).
 
 fitted by exponentially weighted least squares, regularized toward a seed fit from a short
 calibration scaled by the measured speed factor (so a direction the recent ticks do not
@@ -21,12 +27,15 @@ import numpy as np
 
 from .policy import check_count
 
-FEATURES = ("tick", "piece", "tokens", "tokens_x_context", "tokens_sq", "rows", "row_context")
+FEATURES = ("tick", "piece", "tokens", "tokens_x_context", "tokens_sq", "rows", "row_context", "fused_piece",
+            "fused_tokens")
 # Natural units the coefficients are reported in (seconds per ...).
-UNITS = ("tick", "piece", "token", "token*context", "token^2", "row", "row context token")
+UNITS = ("tick", "piece", "token", "token*context", "token^2", "row", "row context token", "fused piece",
+         "fused token")
 # Features are scaled to O(1) at a typical operating point so the regularizer is isotropic.
 _N0, _C0, _R0 = 512.0, 4096.0, 4.0
-_SCALE = np.array([1.0, 1.0, _N0, _N0 * _C0, _N0 * _N0, _R0, _R0 * _C0])
+_F0 = 64.0  # a typical fused piece
+_SCALE = np.array([1.0, 1.0, _N0, _N0 * _C0, _N0 * _N0, _R0, _R0 * _C0, 1.0, _F0])
 _MIN_NONZERO_TOKENS = 2  # distinct piece lengths needed before the tokens slope is identified
 
 
@@ -38,13 +47,15 @@ class TickShape:
     context: int = 0  # c: the prefilling prompt's tokens already in its KV (the piece's start)
     rows: int = 0  # b: sequences decoded in this tick
     row_context: int = 0  # KV positions over the decode rows (their attention cost)
+    fused: bool = False  # the piece and the rows ran as one forward
 
     def __post_init__(self) -> None:
         for name in ("tokens", "context", "rows", "row_context"):
             check_count(name, getattr(self, name))
 
     def features(self) -> np.ndarray:
-        return features(np.array([self.tokens]), self.context, self.rows, self.row_context)[0]
+        fuse = self.tokens if self.fused and self.rows and self.tokens else 0
+        return features(np.array([self.tokens]), self.context, self.rows, self.row_context, fuse)[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,12 +89,15 @@ class CostModelStats:
                 f"{self.num_observed} ticks)")
 
 
-def features(tokens: np.ndarray, context: int, rows: int, row_context: int) -> np.ndarray:
-    """Scaled feature rows, one per candidate piece length in `tokens` (same tick otherwise)."""
+def features(tokens: np.ndarray, context: int, rows: int, row_context: int, fuses_up_to: int = 0) -> np.ndarray:
+    """Scaled feature rows, one per candidate piece length in `tokens` (same tick otherwise); a
+    piece of up to `fuses_up_to` tokens next to decode rows is a fused one."""
     n = np.asarray(tokens, dtype=np.float64)
+    fused = ((n > 0) & (n <= fuses_up_to) & (rows > 0)).astype(np.float64)
+    separate = (n > 0).astype(np.float64) - fused
     raw = np.stack([
-        np.ones_like(n), (n > 0).astype(np.float64), n, n * context, n * n,
-        np.full_like(n, rows), np.full_like(n, row_context),
+        np.ones_like(n), separate, n * separate, n * context, n * n,
+        np.full_like(n, rows), np.full_like(n, row_context), fused, n * fused,
     ], axis=1)
     return raw / _SCALE
 
@@ -116,7 +130,7 @@ class CostModel:
 
     def __init__(self, seed: np.ndarray, *, num_calibration_samples: int = 0, ready: bool = True,
                  forgetting: float = 0.9, ridge: float = 1e-3, huber: float = 3.0,
-                 error_alpha: float = 0.2, min_error: float = 0.05):
+                 error_alpha: float = 0.2, min_error: float = 0.05, fuses_up_to: int = 0):
         if not 0.0 < forgetting <= 1.0:
             raise ValueError(f"forgetting must be in (0, 1] (got {forgetting})")
         self.seed = np.maximum(np.asarray(seed, dtype=np.float64), 0.0)
@@ -124,6 +138,7 @@ class CostModel:
         self.forgetting, self.ridge, self.huber = forgetting, ridge, huber
         self.error_alpha, self.min_error = error_alpha, min_error
         self.num_calibration_samples, self._ready = num_calibration_samples, ready
+        self.fuses_up_to = fuses_up_to  # the runner's longest one-forward piece (predict_many's `fused`)
         # Sufficient statistics in two parts, each forgotten only by its own kind of tick:
         # [0] ticks that ran a piece, [1] decode-only ticks. Between admissions only decode
         # runs; one forgetting clock would wipe out what the last admission taught about
@@ -146,6 +161,8 @@ class CostModel:
         y = np.array([s.seconds for s in samples], dtype=np.float64)
         seed = solve_nonnegative(x.T @ x, x.T @ y, np.zeros(len(FEATURES)), 1e-6)
         lengths = {s.shape.tokens for s in samples if s.shape.tokens > 0}
+        if not any(s.shape.fused for s in samples):  # fused terms unseeded: predict separate (costlier) ticks
+            kw["fuses_up_to"] = 0
         model = cls(seed, num_calibration_samples=len(samples), ready=len(lengths) >= _MIN_NONZERO_TOKENS, **kw)
         model._lengths = lengths
         return model
@@ -160,7 +177,7 @@ class CostModel:
 
     def predict_many(self, tokens: np.ndarray, context: int, rows: int, row_context: int) -> np.ndarray:
         """Predicted seconds for each candidate piece length, the rest of the tick fixed."""
-        return features(tokens, context, rows, row_context) @ self.theta
+        return features(tokens, context, rows, row_context, self.fuses_up_to) @ self.theta
 
     def observe(self, sample: TickSample) -> float:
         """Fold one measured tick into the fit; returns its Huber weight (1 = not an outlier)."""

@@ -38,10 +38,15 @@ class TickProbe:
         if tokens:
             self._set_context(context)
         start = self.clock()
-        if rows:
+        fused = bool(rows and tokens and getattr(self.runner, "one_forward", False))
+        if fused:  # one record, as the engine issues it
+            self.runner.execute(Step(decode=tuple(self.rows), prefill=self._piece_of(self.scratch, context,
+                                                                                    context + tokens, self.prompt)))
+        elif rows:
             self.runner.execute(Step(decode=tuple(self.rows)))
-        if tokens:
+        if tokens and not fused:
             self._piece(self.scratch, context, context + tokens, self.prompt, terminal=False)
+        if tokens:
             self.scratch_len = context + tokens
         return self.clock() - start
 
@@ -60,9 +65,12 @@ class TickProbe:
         return self._next_id
 
     def _piece(self, seq_id: int, start: int, end: int, prompt: tuple[int, ...], terminal: bool) -> None:
+        self.runner.execute(Step(prefill=self._piece_of(seq_id, start, end, prompt, terminal)))
+
+    @staticmethod
+    def _piece_of(seq_id: int, start: int, end: int, prompt: tuple[int, ...], terminal: bool = False) -> PrefillPiece:
         begin = BeginSequence(SamplingParams(), ()) if start == 0 else None
-        self.runner.execute(Step(prefill=PrefillPiece(seq_id, start, prompt[start:end], end - start, terminal,
-                                                      None, begin)))
+        return PrefillPiece(seq_id, start, prompt[start:end], end - start, terminal, None, begin)
 
     def _set_rows(self, rows: int) -> None:
         while len(self.rows) < rows:  # a short prompt prefilled to its end joins the decode batch

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import TYPE_CHECKING, Callable, Iterable, Optional
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional
 
 from ..chunking.budget import BudgetChunkPolicy
 from ..chunking.calibration import calibrate, default_grid
@@ -25,16 +25,20 @@ log = logging.getLogger("mlxcel_py.engine")
 CALIBRATION_CONTEXT = 4096  # the scratch prompt the calibration may build (bounded by the slot)
 
 
-def tick_shape(steps: Iterable[Step]) -> TickShape:
-    """What a tick's records computed, for the cost model: its decode rows and its prefill piece."""
+def tick_shape(steps: Iterable[Step], fuses_up_to: int = 0) -> TickShape:
+    """What a tick's records computed, for the cost model: its decode rows and its prefill piece,
+    `fused` when one record carried both and the runner runs them as one forward (a piece of up
+    to `fuses_up_to` tokens, engine/runner/tick.py)."""
     tokens = context = rows = row_context = 0
+    fused = False
     for step in steps:
         if step.decode:  # a verified position costs about a row, and rows are padded to the widest draft
             widest = max([len(d) for d in step.drafts] + list(step.draft_lengths) + [0])
             rows, row_context = len(step.decode) * (1 + widest), step.decode_context
         if step.prefill is not None:
             tokens, context = len(step.prefill.tokens), step.prefill.start
-    return TickShape(tokens, context, rows, row_context)
+            fused = bool(step.decode) and tokens <= fuses_up_to
+    return TickShape(tokens, context, rows, row_context, fused)
 
 
 class Engine:
@@ -57,11 +61,12 @@ class Engine:
         s = self.scheduler
         probe = TickProbe(self.runner, min(s.slot_context - 1, CALIBRATION_CONTEXT), self.vocab_size, clock=s.clock)
         try:
-            cal = calibrate(probe.measure, default_grid(s.policy.alone, rows=min(4, s.num_slots - 1)),
+            fuse = self.runner.fuses_up_to
+            cal = calibrate(probe.measure, default_grid(s.policy.alone, rows=min(4, s.num_slots - 1), fuses_up_to=fuse),
                             row_context=ROW_PROMPT)
         finally:
             probe.close()
-        policy = BudgetChunkPolicy(self.itl_budget_ms, cal.model(), ceiling=s.policy.alone)
+        policy = BudgetChunkPolicy(self.itl_budget_ms, cal.model(fuses_up_to=fuse), ceiling=s.policy.alone)
         s.switch_policy(policy)
         log.info("prefill_chunk_size %s", policy.describe())
         log.info("cost model seeded by %d calibration ticks: %s", len(cal.samples), policy.model.stats().describe())
@@ -78,20 +83,49 @@ class Engine:
         if on_admitted is not None:
             on_admitted()
         issued: list[Step] = []
-        for schedule in (s.schedule_decode, s.schedule_prefill, s.schedule_retire):
-            if (step := schedule()) is not None:
-                issued.append(step)
-                began = s.clock()
-                out = self.runner.execute(step)
-                if step.decode:
-                    s.timed_decode(step, out, s.clock() - began)
-                events += s.update(step, out)
+        for step in self._records():
+            issued.append(step)
+            began = s.clock()
+            out = self.runner.execute(step)
+            if step.decode and step.prefill is None:  # the draft gate compares decode steps alone
+                s.timed_decode(step, out, s.clock() - began)
+            events += s.update(step, out)
         elapsed = s.clock() - start
-        shape = tick_shape(issued)
+        shape = tick_shape(issued, self.runner.fuses_up_to)
         if elapsed > 0 and (shape.tokens or shape.rows):
             s.policy.observe(TickSample(shape, elapsed))  # the budget policy learns; a fixed one ignores it
         self._peak_memory = self.runner.peak_memory_bytes()
         return events
+
+    def _records(self) -> Iterator[Step]:
+        """The tick's records: the decode step, the prefill piece, the pending retirements. A runner
+        that runs both in one forward (`one_forward`) gets an undrafted decode step and the piece
+        as one record (engine/runner/tick.py); each is scheduled as it would be alone."""
+        s = self.scheduler
+        decode = s.schedule_decode()
+        if decode is not None and self._one_forward() and not (decode.drafts or decode.draft_lengths):
+            piece = s.schedule_prefill()
+            if piece is not None:
+                decode = dataclasses.replace(decode, prefill=piece.prefill, retire=decode.retire + piece.retire,
+                                             drop_snapshots=decode.drop_snapshots + piece.drop_snapshots)
+        if decode is not None:
+            yield decode
+        if decode is None or decode.prefill is None:
+            if (piece := s.schedule_prefill()) is not None:
+                yield piece
+        if (retire := s.schedule_retire()) is not None:
+            yield retire
+
+    def _one_forward(self) -> bool:
+        """Whether to schedule the piece with the decode step: the runner fuses, and the policy's
+        contended pieces can fuse (the budget's fit knows fused ticks; a fixed chunk must fit)."""
+        fuse = self.runner.fuses_up_to if self.runner.one_forward else 0
+        policy = self.scheduler.policy
+        if not fuse:
+            return False
+        if isinstance(policy, BudgetChunkPolicy):
+            return policy.model.fuses_up_to > 0
+        return policy.contended <= fuse
 
     def add_request(self, request: Request) -> None:
         self.scheduler.add(request)

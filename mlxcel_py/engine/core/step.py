@@ -138,6 +138,10 @@ class Runner(Protocol):
     verifies_drafts: bool = False
     # Whether it executes `Step.slot_file` (writes and reads snapshots); False: slot actions answer 501.
     saves_slots: bool = False
+    # Whether a record may carry the decode rows and a prefill piece for one forward (engine/runner/tick.py),
+    # and the longest piece it runs that way (the cost model's `fused` ticks); False: separate records.
+    one_forward: bool = False
+    fuses_up_to: int = 0
 
     def execute(self, step: Step) -> StepOutput:
         """Run one record in its order (retire, shift, decode, prefill, drop snapshots); ends in a sync."""

@@ -21,6 +21,7 @@ from .kv import KVLayout, arrays, bytes_per_token, snapshot
 from .prompt_side import PromptSide, SequenceState
 from .sampling import SampledToken, sample_step
 from .shift import ContextShifter, shift_support
+from .tick import FusedTick
 from .verify import roll_back, verify_inputs, verify_row
 from ..core.step import Retire, Runner, Shift, SlotFile, Step, StepOutput
 
@@ -38,18 +39,27 @@ def _project_fn(model) -> Optional[Callable[[mx.array], mx.array]]:
     return getattr(model, "lm_head", None)
 
 
+def _owns_rows(decode, kv: Optional[KVLayout]) -> bool:
+    """True when the CPU decode step can run over the engine's own rows (the model's KV dtype)."""
+    from ...models.cpu_decode_rows import supports_rows
+
+    return decode is not None and supports_rows(decode) and (kv is None or kv.native)
+
+
 def kv_bytes_per_token(model, layout: Optional[KVLayout] = None) -> int:
     """Bytes of K and V one token adds over all layers (what a prompt-cache entry costs per token)."""
     return bytes_per_token(model, layout)
 
 
-class ModelRunner(PromptSide, Runner):
+class ModelRunner(PromptSide, FusedTick, Runner):
     """Executes steps; owns every KV array and sampler, keyed by the ids the records carry.
 
     `decode`: the loader's CPU decode step (models/cpu_decode.py; None: mlx-lm's forward);
     `kernels`: the loader's scope for its CPU prefill kernels (models/cpu_kernels.py), entered
     around every forward; `draft`: the draft model of --draft-model (engine/runner/draft_model.py);
-    `kv`: the KV storage type (engine/runner/kv.py; None: the model's dtype)."""
+    `kv`: the KV storage type (engine/runner/kv.py; None: the model's dtype); `kv_rows`: keep the
+    decode batch in the engine's own per-slot rows (engine/runner/kv_rows.py; None: wherever the CPU
+    decode step can run over them, False: mlx-lm's BatchKVCache)."""
 
     verifies_drafts = True  # a runner whose sampling must match other ranks' sets False: drafts ignored
     saves_slots = True  # executes Step.slot_file (engine/runner/slot_io.py)
@@ -58,7 +68,7 @@ class ModelRunner(PromptSide, Runner):
     def __init__(self, model, compiler: Optional[ConstraintCompiler] = None, *,
                  decode: Optional[DecodeFn] = None, kernels: Optional[ContextManager[Any]] = None,
                  verify: Optional[VerifyFn] = None, draft: Optional[DraftModel] = None,
-                 kv: Optional[KVLayout] = None):
+                 kv: Optional[KVLayout] = None, kv_rows: Optional[bool] = None):
         self.model = model
         self.kv = kv
         self.compiler = compiler  # grammars for constrained sequences (built lazily per model)
@@ -72,6 +82,7 @@ class ModelRunner(PromptSide, Runner):
         self._batch: Optional[list] = None
         self.draft = draft
         self._shifter: Optional[ContextShifter] = None
+        self._owned = _owns_rows(decode, kv) if kv_rows is None else kv_rows  # self._batch is a RowKV
 
     def execute(self, step: Step) -> StepOutput:
         """Run one record in its order: retire, shift, decode, prefill, the slot file, drop snapshots."""
@@ -79,12 +90,15 @@ class ModelRunner(PromptSide, Runner):
             self._retire(step.retire)
         if step.shift:
             self._shift(step.shift)
-        decoded, extra = self._decode(step.decode, step.drafts, step.draft_lengths) if step.decode else ([], ())
-        first, prompt, embedding = None, (), None
-        if step.prefill is not None and self._pools(step.prefill):
-            embedding = self._embed_piece(step.prefill)
-        elif step.prefill is not None:
-            first, prompt = self._run_piece(step.prefill)
+        first, prompt, embedding, extra = None, (), None, ()
+        if self._fuses(step):  # one forward for the decode rows and the piece (engine/runner/tick.py)
+            decoded, first = self._fused_tick(step)
+        else:
+            decoded, extra = self._decode(step.decode, step.drafts, step.draft_lengths) if step.decode else ([], ())
+            if step.prefill is not None and self._pools(step.prefill):
+                embedding = self._embed_piece(step.prefill)
+            elif step.prefill is not None:
+                first, prompt = self._run_piece(step.prefill)
         slot_bytes, slot_error = self._slot_file(step.slot_file) if step.slot_file is not None else (0, None)
         for snapshot_id in step.drop_snapshots:
             self._snapshots.pop(snapshot_id, None)
@@ -133,7 +147,9 @@ class ModelRunner(PromptSide, Runner):
                      ) -> tuple[list[SampledToken], tuple[tuple[int, ...], ...]]:
         if drafts and any(drafts) and self.verifies_drafts:
             return self._verify(seq_ids, last, drafts)
-        if self._fast_decode is not None:  # the CPU decode step (models/cpu_decode.py), same contract
+        if self._owned:
+            logits = self._rows_forward(last, 1)
+        elif self._fast_decode is not None:  # the CPU decode step (models/cpu_decode.py), same contract
             logits = self._fast_decode(last, self._batch)
         else:
             with self._kernels:
@@ -148,7 +164,9 @@ class ModelRunner(PromptSide, Runner):
         """One forward over every row's [last token + draft] (engine/runner/verify.py); the KV of
         what was not accepted is rolled back. Drafted rows carry no grammar and no logprobs."""
         inputs = verify_inputs(last, drafts)
-        if self._fast_verify is not None:  # writes in place into the buffers the CPU decode step owns
+        if self._owned:
+            logits = self._rows_forward(inputs.tolist(), inputs.shape[1])
+        elif self._fast_verify is not None:  # writes in place into the buffers the CPU decode step owns
             logits = self._fast_verify(inputs.tolist(), self._batch)
         else:
             with self._kernels:
@@ -160,7 +178,11 @@ class ModelRunner(PromptSide, Runner):
             firsts = dict(zip(plain, rows))
         runs = [[firsts[i].token_id] if i in firsts else verify_row(logits[i], draft, self._seqs[s].sampler)
                 for i, (s, draft) in enumerate(zip(seq_ids, drafts))]
-        roll_back(self._batch, inputs.shape[1], [len(run) for run in runs])
+        if self._owned:
+            for row, run in enumerate(runs):
+                self._batch.trim(row, inputs.shape[1] - len(run))
+        else:
+            roll_back(self._batch, inputs.shape[1], [len(run) for run in runs])
         for seq_id, run in zip(seq_ids, runs):
             self._seqs[seq_id].last_token = run[-1]
         sampled = [firsts.get(i) or SampledToken(run[0]) for i, run in enumerate(runs)]
@@ -170,8 +192,7 @@ class ModelRunner(PromptSide, Runner):
         if sorted(seq_ids) != sorted(self._rows):
             raise RuntimeError(f"decode rows {seq_ids} are not the sequences in the batch {self._rows}")
         order = [self._rows.index(s) for s in seq_ids]
-        for layer in self._batch:
-            layer.filter(order)
+        self._filter(order)
         self._rows = list(seq_ids)
 
     def _sample(self, logits: mx.array, seq_ids) -> list[SampledToken]:
@@ -188,7 +209,11 @@ class ModelRunner(PromptSide, Runner):
         if self._shifter is None:
             self._shifter = ContextShifter(self.model, self._kernels, self.shift_mode)
         for shift in shifts:
-            self._shifter.apply(self._batch, self._rows.index(shift.seq_id), shift)
+            row = self._rows.index(shift.seq_id)
+            if self._owned:
+                self._shifter.apply_rows(self._batch, row, shift)
+            else:
+                self._shifter.apply(self._batch, row, shift)
             if self.draft is not None:
                 self.draft.shift(shift)
 
@@ -209,12 +234,33 @@ class ModelRunner(PromptSide, Runner):
             keep = [i for i, s in enumerate(self._rows) if s not in drop]
             self._rows = [self._rows[i] for i in keep]
             if keep:
-                for layer in self._batch:
-                    layer.filter(keep)
+                self._filter(keep)
             else:
                 self._batch = None
 
+    def _filter(self, rows: list[int]) -> None:
+        if self._owned:
+            self._batch.keep(rows)
+        else:
+            for layer in self._batch:
+                layer.filter(rows)
+
+    def _rows_forward(self, tokens: list, width: int) -> mx.array:
+        """The CPU decode step over the owned rows: (B, V) logits for width 1, else (B, width, V)."""
+        from ...models.cpu_decode_rows import forward_rows
+
+        kv = self._batch
+        slots, starts, positions = kv.step_arrays(width)
+        flat = [t for row in tokens for t in row] if width > 1 else tokens
+        logits = forward_rows(self._fast_decode, flat, kv.keys, kv.values, slots, starts, positions, width)
+        kv.advance(width)
+        return mx.array(logits if width == 1 else logits.reshape(len(tokens), width, -1))
+
     def _extract(self, row: int, num_tokens: int) -> list:
+        if self._owned:
+            kv = self._batch.extract(row, num_tokens)
+            mx.eval([arrays(c) for c in kv])
+            return kv
         kv = [layer.extract(row) for layer in self._batch]
         if kv[0].offset < num_tokens:  # the scheduler's count and the KV disagree: a bug, not bad input
             raise RuntimeError(f"snapshot of {num_tokens} tokens asked, but the row holds {kv[0].offset}")

@@ -15,6 +15,7 @@ import mlx.core as mx
 from ..core.events import TokenLogprobs
 from ..core.step import PrefillPiece
 from .kv import adopt, arrays, make_cache, snapshot
+from .kv_rows import RowKV
 from .logits import sequence_logprobs
 from .pooling import Pooler, hidden_fn
 from .sampling import SampledToken, SequenceSampler
@@ -135,12 +136,18 @@ class PromptSide:
         return self._project(hidden[:, -1, :])
 
     def _join(self, seq_id: int, state: SequenceState, token: int) -> None:
-        """Merge a finished prefill's KV into the decode batch."""
-        rows = [layer.merge([layer]) for layer in state.prefill_cache]
-        state.prefill_cache, state.last_token = None, token
+        """Merge a finished prefill's KV into the decode batch (into a slot of the owned rows: a
+        copy of its own tokens only; into mlx-lm's BatchKVCache: every row re-padded)."""
+        cache, state.prefill_cache, state.last_token = state.prefill_cache, None, token
+        self._rows.append(seq_id)
+        if self._owned:
+            if self._batch is None:
+                self._batch = RowKV.like(cache)
+            self._batch.add(cache)
+            return
+        rows = [layer.merge([layer]) for layer in cache]
         if self._batch is None:
             self._batch = rows
         else:
             for batch_layer, row in zip(self._batch, rows):
                 batch_layer.extend(row)
-        self._rows.append(seq_id)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any, ContextManager, Optional
 
 import mlx.core as mx
+import numpy as np
 from mlx_lm.models.cache import BatchKVCache, KVCache, make_prompt_cache
 
 from ..core.step import Shift
@@ -75,6 +76,19 @@ class ContextShifter:
             set_row(layer, row, keys, values)
         mx.eval([(c.keys, c.values, c.offset, c.left_padding) for c in batch])
 
+    def apply_rows(self, kv, row: int, shift: Shift) -> None:
+        """The same shift on the engine's own rows (engine/runner/kv_rows.py): the row keeps its
+        slot, its KV is rewritten from position 0 and its length falls by n_discard."""
+        length = kv.lengths[row] - shift.n_discard
+        if self._ropes is not None:
+            layers = [_rotated_row(keys, values, shift, rope) for (keys, values), rope in zip(kv.row_kv(row), self._ropes)]
+        else:
+            if len(shift.tokens) != length:
+                raise RuntimeError(f"shift of seq {shift.seq_id}: {len(shift.tokens)} tokens for {length} positions")
+            fresh = self._prefill(shift.tokens)
+            layers = [(np.asarray(c.keys[0, :, :length]), np.asarray(c.values[0, :, :length])) for c in fresh]
+        kv.set_row(row, layers)
+
     def _prefill(self, tokens: tuple[int, ...]) -> list[KVCache]:
         cache = make_prompt_cache(self.model)
         forward = getattr(self.model, "model", self.model)  # hidden states only: no LM head
@@ -96,6 +110,16 @@ def _rotated(layer: BatchKVCache, row: int, pad: int, shift: Shift, rope) -> tup
     values = mx.concatenate([layer.values[row : row + 1, :, pad:keep, :],
                              layer.values[row : row + 1, :, cut:end, :]], axis=2)
     return keys, values
+
+
+def _rotated_row(keys: np.ndarray, values: np.ndarray, shift: Shift, rope) -> tuple[np.ndarray, np.ndarray]:
+    """A row's (kv_heads, L, dim) K/V without [n_keep, n_keep + n_discard), the tail's keys rotated back."""
+    keep, cut = shift.n_keep, shift.n_keep + shift.n_discard
+    tail = mx.array(keys[None, :, cut:])
+    _, heads, length, dim = tail.shape
+    turned = rope(tail.reshape(1, heads * length, 1, dim), offset=-shift.n_discard).reshape(tail.shape)
+    new_keys = np.concatenate([keys[:, :keep], np.asarray(turned[0])], axis=1)
+    return new_keys, np.concatenate([values[:, :keep], values[:, cut:]], axis=1)
 
 
 def set_row(layer: BatchKVCache, row: int, keys: mx.array, values: mx.array) -> None:

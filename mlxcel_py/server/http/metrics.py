@@ -82,6 +82,11 @@ def _budget_metrics(b: BudgetStats) -> Iterator[Metric]:
                               value=b.num_contended_ticks)
     yield CounterMetricFamily("mlxcel_itl_budget_over_ticks", "Contended ticks that took longer than the budget.",
                               value=b.num_over_budget)
+    yield CounterMetricFamily("mlxcel_itl_budget_floor_ticks", "Contended chunks chosen when even the smallest "
+                              "piece was predicted over the budget (the honest floor).", value=b.num_floor_ticks)
+    if b.floor_ms is not None:
+        yield GaugeMetricFamily("mlxcel_itl_budget_floor_seconds", "The smallest piece's predicted tick, the last "
+                                "time it did not fit the budget.", value=b.floor_ms / 1000.0)
     coef = GaugeMetricFamily("mlxcel_cost_model_coefficient", "Fitted seconds per unit of each tick feature.",
                              labels=["feature"])
     for feature, value in b.model.coefficients:

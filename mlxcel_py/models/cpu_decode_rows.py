@@ -1,0 +1,106 @@
+"""The CPU decode step over a KV the engine owns (engine/runner/kv_rows.py, issue 26).
+
+Each layer's K/V is one (slots, kv_heads, capacity, dim) float32 buffer; row b of a forward
+lives in slot `slot[b]`, attends positions `start[b]` .. its own, and writes its `width` new
+tokens at `pos[b]` ..: no left padding, no BatchKVCache bookkeeping. The products, norms, RoPE
+and SwiGLU are the decoder's own (`cpu_decode.CpuDecoder` or `cpu_decode_native.NativeDecoder`);
+only the KV write and the attention are new kernels here.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numba
+import numpy as np
+from numba import njit
+
+from .cpu_decode_kernels import product, rms_norm, rope, silu_mul
+
+
+@njit(fastmath=True, cache=True, nogil=True)
+def write_kv_rows(qkv, keys, values, slot, pos, heads, width):  # pragma: no cover - jitted
+    """Store row r = b * width + j's new k and v (the parts of qkv after the q heads) at
+    position pos[b] + j of slot slot[b]."""
+    kv_heads, dim = keys.shape[1], keys.shape[3]
+    k0, v0 = heads * dim, (heads + kv_heads) * dim
+    for r in range(qkv.shape[0]):
+        b, j = r // width, r % width
+        s, p = slot[b], pos[b] + j
+        for kv in range(kv_heads):
+            for d in range(dim):
+                keys[s, kv, p, d] = qkv[r, k0 + kv * dim + d]
+                values[s, kv, p, d] = qkv[r, v0 + kv * dim + d]
+
+
+@njit(fastmath=True, cache=True, nogil=True)
+def attend_rows(qkv, keys, values, slot, start, pos, heads, scale, width):  # pragma: no cover - jitted
+    """Row r = b * width + j's query against slot slot[b]'s positions start[b] .. pos[b] + j
+    (causal within a span); q is the head of qkv."""
+    kv_heads, dim = keys.shape[1], keys.shape[3]
+    rows = qkv.shape[0]
+    group = heads // kv_heads
+    out = np.empty((rows, heads * dim), dtype=np.float32)
+    scores = np.empty(keys.shape[2], dtype=np.float32)
+    for r in range(rows):
+        b = r // width
+        s, first, stop = slot[b], start[b], pos[b] + r % width + 1
+        for h in range(heads):
+            kv, q0 = h // group, h * dim
+            top = np.float32(-np.inf)
+            for j in range(first, stop):
+                acc_s = np.float32(0.0)
+                for d in range(dim):
+                    acc_s += qkv[r, q0 + d] * keys[s, kv, j, d]
+                acc_s *= scale
+                scores[j] = acc_s
+                top = max(top, acc_s)
+            total = np.float32(0.0)
+            acc = out[r, q0 : q0 + dim]
+            acc[:] = 0.0
+            for j in range(first, stop):
+                p = np.exp(scores[j] - top)
+                total += p
+                for d in range(dim):
+                    acc[d] += p * values[s, kv, j, d]
+            for d in range(dim):
+                acc[d] /= total
+    return out
+
+
+def _mul(weight, x: np.ndarray, threads: int) -> np.ndarray:
+    """x @ W.T: a float32 matrix through the streaming kernel (as `layer_step`), else a block Product."""
+    if isinstance(weight, np.ndarray):
+        return product(np.ascontiguousarray(x), weight)
+    return weight(x, threads)
+
+
+def forward_rows(decoder, tokens: Sequence[int], keys: Sequence[np.ndarray], values: Sequence[np.ndarray],
+                 slot: np.ndarray, start: np.ndarray, pos: np.ndarray, width: int = 1) -> np.ndarray:
+    """(B * width, vocab) float32 logits of `width` new tokens per row (`tokens` row-major), their
+    K/V written into each row's slot; the caller advances the rows' lengths."""
+    fused = getattr(decoder, "step_rows", None)  # cpu_step_native.FusedDecoder: the whole step in one call
+    if width == 1 and fused is not None:
+        logits = fused(tokens, keys, values, slot, start, pos)
+        if logits is not None:
+            return logits
+    if numba.get_num_threads() != decoder.threads:
+        numba.set_num_threads(decoder.threads)
+    t, eps, heads, dim = decoder.threads, decoder.eps, decoder.heads, decoder.head_dim
+    cos, sin = decoder._ropes[0].at((pos[:, None] + np.arange(width)).reshape(-1))
+    h = np.array(decoder._embed_rows(np.asarray(tokens)), dtype=np.float32)
+    for w, k, v in zip(decoder._layers, keys, values):
+        qkv = _mul(w.qkv, rms_norm(h, w.norm1, eps), t)
+        rope(qkv, cos, sin, heads + decoder.kv_heads, dim)
+        write_kv_rows(qkv, k, v, slot, pos, heads, width)
+        h += _mul(w.o, attend_rows(qkv, k, v, slot, start, pos, heads, decoder.scale, width), t)
+        h += _mul(w.down, silu_mul(_mul(w.gate_up, rms_norm(h, w.norm2, eps), t)), t)
+    return decoder._lm_head(rms_norm(h, decoder._norm, eps))
+
+
+def supports_rows(decoder) -> bool:
+    """True when `decoder` is a CPU decode step whose layers `forward_rows` can run (a plain llama layer)."""
+    layers, spec = getattr(decoder, "_layers", None), getattr(decoder, "spec", None)
+    # only llama's layer: the other architectures' extras (biases, q/k norms, windows) are CpuDecoder's
+    return bool(layers) and spec is not None and spec.plain and \
+        all(hasattr(w, f) for w in layers[:1] for f in ("qkv", "o", "gate_up", "down"))

@@ -1,0 +1,60 @@
+"""One forward per tick on the CPU (issue 26): the decode rows and a prefill piece's tokens go
+through every layer's products together, so the weights are streamed once a tick.
+
+The B decode rows keep the engine's own rows (engine/runner/kv_rows.py: `write_kv_rows` /
+`attend_rows`); the piece's P tokens attend causally over their own sequence's KV, which a
+`store(layer, keys, values)` callback appends to and hands back as (kv_heads, S, dim) arrays
+(`cpu_kernels.causal_attention`, the prefill's own). Norms, RoPE and SwiGLU work row by row and
+the streaming products compute each output row whole, so each row's result does not depend on
+what rode along (tests/test_cpu_tick.py checks it against the separate forwards).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numba
+import numpy as np
+
+from .cpu_decode_kernels import rms_norm, rope, silu_mul
+from .cpu_decode_rows import _mul, attend_rows, write_kv_rows
+from .cpu_kernels import causal_attention
+
+Store = Callable[[int, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+def forward_tick(decoder, tokens: Sequence[int], keys: Sequence[np.ndarray], values: Sequence[np.ndarray],
+                 slot: np.ndarray, start: np.ndarray, pos: np.ndarray, piece: Sequence[int], piece_start: int,
+                 store: Store, last: bool) -> np.ndarray:
+    """(B (+ 1), vocab) float32 logits: the decode rows', then the piece's last position's when `last`.
+    Writes the decode rows' new K/V into their slots (the caller advances their lengths) and hands
+    the piece's to `store`."""
+    if numba.get_num_threads() != decoder.threads:
+        numba.set_num_threads(decoder.threads)
+    t, eps, heads, kv_heads, dim = decoder.threads, decoder.eps, decoder.heads, decoder.kv_heads, decoder.head_dim
+    b, p = len(tokens), len(piece)
+    positions = np.concatenate([np.asarray(pos, np.int64), piece_start + np.arange(p, dtype=np.int64)])
+    cos, sin = decoder._ropes[0].at(positions)  # a plain llama (cpu_decode_rows.supports_rows)
+    h = np.array(decoder._embed_rows(np.asarray([*tokens, *piece])), dtype=np.float32)
+    k0, v0 = heads * dim, (heads + kv_heads) * dim
+    for i, (w, k, v) in enumerate(zip(decoder._layers, keys, values)):
+        qkv = _mul(w.qkv, rms_norm(h, w.norm1, eps), t)
+        rope(qkv, cos, sin, heads + kv_heads, dim)
+        att = np.empty((b + p, heads * dim), np.float32)
+        if b:
+            rows = qkv[:b]
+            write_kv_rows(rows, k, v, slot, pos, heads, 1)
+            att[:b] = attend_rows(rows, k, v, slot, start, pos, heads, decoder.scale, 1)
+        new = qkv[b:]
+        piece_k, piece_v = store(i, _heads(new[:, k0:v0], kv_heads), _heads(new[:, v0:], kv_heads))
+        out = causal_attention(np.ascontiguousarray(_heads(new[:, :k0], heads)), piece_k, piece_v, decoder.scale)
+        att[b:] = out.transpose(1, 0, 2).reshape(p, heads * dim)
+        h += _mul(w.o, att, t)
+        h += _mul(w.down, silu_mul(_mul(w.gate_up, rms_norm(h, w.norm2, eps), t)), t)
+    rows = np.concatenate([h[:b], h[-1:]]) if last else h[:b]
+    return decoder._lm_head(rms_norm(np.ascontiguousarray(rows), decoder._norm, eps))
+
+
+def _heads(x: np.ndarray, n: int) -> np.ndarray:
+    """(P, n * dim) -> (n, P, dim)."""
+    return x.reshape(x.shape[0], n, -1).transpose(1, 0, 2)

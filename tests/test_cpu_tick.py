@@ -1,0 +1,108 @@
+"""One forward per tick (engine/runner/tick.py, models/cpu_tick.py): the decode rows and a prefill
+piece in one batch give the tokens of today's separate forwards (a decode step, then the piece)."""
+
+import numpy as np
+import pytest
+
+from mlxcel_py.config import resolve
+from mlxcel_py.engine import Request, SamplingParams, build_engine
+from mlxcel_py.engine.core.step import BeginSequence, PrefillPiece, Step
+from mlxcel_py.engine.runner.model_runner import ModelRunner
+
+from kv_models import prompt, run_engine
+from tiny import tiny_model
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return tiny_model()
+
+
+def greedy(n, **kw):
+    return SamplingParams(max_tokens=n, ignore_eos=True, temperature=0.0, **kw)
+
+
+def runner_for(lm, fuse):
+    runner = ModelRunner(lm.model, decode=lm.cpu_decode, verify=lm.cpu_decode.verify)
+    runner.fuse_max_tokens = fuse
+    return runner
+
+
+def ticks(runner, chunk):
+    """Two rows decode while a 90-token prompt prefills in `chunk`-token pieces, a snapshot taken
+    mid-way, then all three decode; each tick's tokens and logprobs."""
+    trace = []
+    for sid, n in ((1, 30), (2, 11)):
+        out = runner.execute(Step(prefill=PrefillPiece(sid, 0, prompt(n, sid), n, True, None,
+                                                       BeginSequence(greedy(40, logprobs=True), ()))))
+        trace.append(out.first_token)
+    ids = prompt(90, 3)
+    for start in range(0, len(ids), chunk):
+        end = min(len(ids), start + chunk)
+        begin = BeginSequence(greedy(40), ()) if start == 0 else None
+        snap = 7 if start == chunk else None
+        out = runner.execute(Step(decode=(2, 1), prefill=PrefillPiece(3, start, ids[start:end], end, end == len(ids),
+                                                                      snap, begin)))
+        trace.append((out.decoded, out.first_token, [round(lp.logprob, 3) for lp in out.decoded_logprobs]))
+    for _ in range(4):
+        trace.append(runner.execute(Step(decode=(1, 2, 3))).decoded)
+    trace.append(runner._snapshots[7][0].offset)
+    return trace
+
+
+@pytest.mark.parametrize("chunk", [5, 16, 64])
+def test_fused_ticks_equal_the_separate_forwards(lm, chunk):
+    fused, separate = runner_for(lm, 128), runner_for(lm, 0)
+    calls = []
+    fused._fused_tick = (lambda original: lambda step: calls.append(1) or original(step))(fused._fused_tick)
+    assert ticks(fused, chunk) == ticks(separate, chunk)
+    assert len(calls) == -(-90 // chunk)  # every piece rode with the decode rows
+
+
+def test_a_fused_decode_row_gets_the_logits_it_gets_alone(lm):
+    fused, alone = runner_for(lm, 128), runner_for(lm, 0)
+    for r in (fused, alone):
+        for sid, n in ((1, 30), (2, 11), (3, 9), (4, 17)):
+            r.execute(Step(prefill=PrefillPiece(sid, 0, prompt(n, sid), n, True, None, BeginSequence(greedy(9), ()))))
+    import mlx.core as mx
+
+    seen = {}
+    for name, r in (("fused", fused), ("alone", alone)):
+        original = r._sample
+        r._sample = lambda logits, ids, o=original, k=name: seen.setdefault(k, []).append(np.array(logits)) or o(logits, ids)
+        r.execute(Step(decode=(1, 2, 3, 4), prefill=PrefillPiece(9, 0, prompt(20, 9), 20, False, None,
+                                                                  BeginSequence(greedy(9), ()))))
+    np.testing.assert_array_equal(seen["fused"][0], seen["alone"][0])
+    assert mx is not None
+
+
+def test_the_engine_with_small_pieces_matches_each_request_alone(lm):
+    # one forward per tick in the engine: each request's tokens are the ones it gets alone
+    cfg = lambda **kw: resolve("serve", env={}, parallel=3, ctx_size=3 * 256, prefill_chunk_size=16, **kw).engine  # noqa: E731
+    requests = [Request(f"r{i}", prompt(n, i), greedy(12)) for i, n in enumerate((70, 33, 120))]
+    engine = build_engine(cfg(), lm)
+    calls = []
+    engine.runner._fused_tick = (lambda original: lambda step: calls.append(1) or original(step))(engine.runner._fused_tick)
+    together = run_engine(engine, requests)
+    assert len(calls) >= 8  # the later prompts' pieces rode with the decode rows
+    for r in requests:
+        alone = run_engine(build_engine(cfg(), lm), [Request(r.request_id, r.prompt_ids, greedy(12))])
+        assert together[r.request_id] == alone[r.request_id], r.request_id
+    assert together == run_engine(build_engine(cfg(), lm), requests)
+
+
+def test_the_default_policy_keeps_separate_records(lm):
+    # Its contended chunk (512) never fuses, so the piece is scheduled after the decode step's
+    # finishes, as before: 512 while the stream decodes, then 2048 once it is done.
+    from mlxcel_py.engine import PromptProgress
+
+    engine = build_engine(resolve("serve", env={}, parallel=2, prompt_cache=False).engine, lm)
+    assert engine.runner.one_forward and not engine._one_forward()
+    engine.add_request(Request("stream", prompt(10, 1), greedy(3)))
+    events = engine.step()
+    engine.add_request(Request("long", prompt(3000, 2), greedy(5)))
+    while engine.has_work():
+        events += engine.step()
+    assert [e.processed for e in events if isinstance(e, PromptProgress)] == [10, 512, 2560, 3000]
+    small = build_engine(resolve("serve", env={}, parallel=2, prefill_chunk_size=64).engine, lm)
+    assert small._one_forward()

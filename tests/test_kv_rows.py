@@ -1,0 +1,142 @@
+"""The engine's own decode KV (engine/runner/kv_rows.py) against mlx-lm's BatchKVCache layout:
+the same tokens and logits, a join that copies only the new row, a leave that copies nothing."""
+
+import numpy as np
+import pytest
+
+from mlxcel_py.engine.core.request import SamplingParams
+from mlxcel_py.engine.core.step import BeginSequence, PrefillPiece, Retire, Step
+from mlxcel_py.engine.runner.kv_rows import RowKV
+from mlxcel_py.engine.runner.model_runner import ModelRunner
+
+from kv_models import prompt
+from tiny import tiny_model
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return tiny_model()
+
+
+def greedy(n, **kw):
+    return SamplingParams(max_tokens=n, ignore_eos=True, temperature=0.0, **kw)
+
+
+def begin(runner, sid, ids, params=None, chunk=512):
+    """Prefill `ids` in `chunk`-token pieces; the first token."""
+    out = None
+    for start in range(0, len(ids), chunk):
+        end = min(len(ids), start + chunk)
+        first = BeginSequence(params or greedy(8), ()) if start == 0 else None
+        out = runner.execute(Step(prefill=PrefillPiece(sid, start, ids[start:end], end - start, end == len(ids),
+                                                       None, first)))
+    return out.first_token
+
+
+def scenario(runner):
+    """Ragged joins and leaves, a reorder, a verified draft: every step's tokens and last logprobs."""
+    trace = [begin(runner, 1, prompt(40, 1)), begin(runner, 2, prompt(9, 2))]
+    for _ in range(3):
+        trace.extend(runner.execute(Step(decode=(1, 2))).decoded)
+    trace.append(begin(runner, 3, prompt(300, 3), greedy(8, logprobs=True, top_logprobs=2), chunk=128))
+    for _ in range(2):
+        out = runner.execute(Step(decode=(3, 1, 2)))
+        trace.extend(out.decoded)
+        trace.append([(lp.token_id, round(lp.logprob, 4)) for lp in out.decoded_logprobs if lp is not None])
+    out = runner.execute(Step(retire=(Retire(1),), decode=(2, 3), drafts=((5, 6, 7), ())))
+    trace.extend(out.decoded + tuple(out.decoded_extra))
+    trace.append(begin(runner, 4, prompt(20, 4)))
+    for _ in range(3):
+        trace.extend(runner.execute(Step(decode=(4, 3, 2))).decoded)
+    return trace
+
+
+def test_rows_decode_token_exact_with_the_batch_layout(lm):
+    ours = ModelRunner(lm.model, decode=lm.cpu_decode, verify=lm.cpu_decode.verify, kv_rows=True)
+    theirs = ModelRunner(lm.model, decode=lm.cpu_decode, verify=lm.cpu_decode.verify, kv_rows=False)
+    assert scenario(ours) == scenario(theirs)
+    assert isinstance(ours._batch, RowKV) and not isinstance(theirs._batch, RowKV)
+
+
+def test_the_runner_picks_rows_for_the_cpu_decode_step(lm):
+    assert ModelRunner(lm.model, decode=lm.cpu_decode)._owned
+    assert not ModelRunner(lm.model)._owned  # mlx-lm's forward keeps its BatchKVCache
+
+
+def test_a_join_copies_only_the_new_row_and_a_leave_nothing(lm):
+    runner = ModelRunner(lm.model, decode=lm.cpu_decode, kv_rows=True)
+    begin(runner, 1, prompt(30, 1))
+    begin(runner, 2, prompt(12, 2))
+    runner.execute(Step(decode=(1, 2)))
+    kv = runner._batch
+    buffers = kv.keys[0]
+    row1 = buffers[kv.slots[0]].copy()
+    begin(runner, 3, prompt(50, 3))
+    assert kv.keys[0] is buffers and kv.lengths == [31, 13, 50]
+    np.testing.assert_array_equal(buffers[kv.slots[0]], row1)  # untouched by the join
+    runner.execute(Step(retire=(Retire(2),)))
+    assert kv.keys[0] is buffers and kv.lengths == [31, 50] and kv.slots == [0, 2]
+    begin(runner, 4, prompt(5, 4))
+    assert kv.slots == [0, 2, 1]  # the freed slot is reused
+
+
+def test_rows_grow_past_their_capacity_and_slots(lm):
+    runner = ModelRunner(lm.model, decode=lm.cpu_decode, kv_rows=True)
+    ref = ModelRunner(lm.model, decode=lm.cpu_decode, kv_rows=False)
+    ids = {s: prompt(n, s) for s, n in ((1, 20), (2, 1030), (3, 7), (4, 9), (5, 11))}
+    got = [begin(runner, s, p, chunk=256) for s, p in ids.items()]
+    want = [begin(ref, s, p, chunk=256) for s, p in ids.items()]
+    for _ in range(3):
+        got.extend(runner.execute(Step(decode=tuple(ids))).decoded)
+        want.extend(ref.execute(Step(decode=tuple(ids))).decoded)
+    assert got == want
+    assert runner._batch.capacity == 2048 and runner._batch.keys[0].shape[0] == 8
+
+
+def test_a_snapshot_of_a_row_is_a_private_copy(lm):
+    runner = ModelRunner(lm.model, decode=lm.cpu_decode, kv_rows=True)
+    begin(runner, 1, prompt(16, 1))
+    runner.execute(Step(decode=(1,)))
+    snap = runner._extract(0, 10)
+    before = np.array(snap[0].keys)
+    assert snap[0].offset == 10 and before.shape[2] == 10
+    for _ in range(3):
+        runner.execute(Step(decode=(1,)))
+    np.testing.assert_array_equal(np.array(snap[0].keys), before)
+    with pytest.raises(RuntimeError, match="snapshot of 99 tokens asked, but the row holds 20"):
+        runner._extract(0, 99)
+
+
+def test_the_fused_native_step_runs_over_the_rows_token_exact(monkeypatch):
+    """The default CPU path (a llama GGUF's blocks, cpu_step_native.FusedDecoder): the rows' decode
+    steps go through its one-call step, with the same tokens as the fused step over BatchKVCache."""
+    from pathlib import Path
+
+    from mlxcel_py.models import load_model
+    from mlxcel_py.models.cpu_step_native import FusedDecoder
+    from mlxcel_py.models.quant import int8_ir
+
+    if not int8_ir.HAS_AVX2:
+        pytest.skip("the fused step runs the AVX2 int8 kernel")
+    fixture = load_model(str(Path(__file__).parent / "fixtures" / "gguf" / "llama-q8_0.gguf"), threads=1)
+    decoder = fixture.cpu_decode
+    assert type(decoder) is FusedDecoder and decoder.fused
+    calls = []
+    step_rows = decoder.step_rows
+    monkeypatch.setattr(decoder, "step_rows", lambda *a: calls.append(len(a[0])) or step_rows(*a))
+    ours = ModelRunner(fixture.model, decode=decoder, verify=decoder.verify, kv_rows=None)
+    theirs = ModelRunner(fixture.model, decode=decoder, verify=decoder.verify, kv_rows=False)
+    assert scenario(ours) == scenario(theirs)
+    assert isinstance(ours._batch, RowKV)  # chosen by default for a plain llama step
+    assert calls and set(calls) == {2, 3}  # every width-1 rows step went through the fused call
+
+
+def test_other_architectures_keep_the_batch_layout():
+    from pathlib import Path
+
+    from mlxcel_py.engine.runner.model_runner import _owns_rows
+    from mlxcel_py.models import load_model
+
+    qwen3 = load_model(str(Path(__file__).parent / "fixtures" / "gguf" / "qwen3-q8_0.gguf"), threads=1)
+    assert qwen3.cpu_decode is not None and not qwen3.cpu_decode.spec.plain
+    assert not _owns_rows(qwen3.cpu_decode, None)  # forward_rows runs llama's layer only
