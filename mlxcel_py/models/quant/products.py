@@ -1,7 +1,7 @@
 """x @ W.T for float32 x and a QuantWeight W: the decode kernels' Python entry points.
 
 `linear` uses the candidate measured fastest for W's type on this CPU (`chosen`,
-docs/QUANT_KERNELS.md): d (`linear_int8_vector`) where AVX2 runs it, else c (`linear_vector`),
+docs/QUANT_KERNELS.md): d (`linear_int8_vector`) where AVX2 runs it (not F16/BF16: no codes), else c (`linear_vector`),
 for the types they read; a (`linear_float`) for the rest. Each `linear_*` forces one."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import numpy as np
 from gguf.constants import GGMLQuantizationType as T
 
 from . import int8_ir, kernels, vector
+from .float_ir import FLOAT_UNITS
 from .blocks import BLOCK_TYPES, QuantWeight
 from .unpack import LANES
 from .vector_ir import UNITS
@@ -21,8 +22,13 @@ FLOAT, INT8, VECTOR, INT8_VECTOR = "float", "int8", "vector", "int8v"
 def chosen(qtype: T) -> str:
     """The candidate `linear` runs for `qtype` here (bench/bench_quant_kernels.py's winner)."""
     if int(qtype) in vector.VECTOR_TYPES:
-        return INT8_VECTOR if int8_ir.HAS_AVX2 else VECTOR
+        return INT8_VECTOR if int8_ir.HAS_AVX2 and int(qtype) not in FLOAT_UNITS else VECTOR
     return FLOAT
+
+
+def _vector_reads(qtype, columns: int) -> bool:
+    """The vector IR reads whole units of 32 (F16/BF16 rows need not be whole ones)."""
+    return int(qtype) in vector.VECTOR_TYPES and columns % UNITS[int(qtype)][0] == 0
 
 
 def _threads(threads: int | None) -> int:
@@ -45,7 +51,7 @@ def dequantize(w: QuantWeight, threads: int | None = None) -> np.ndarray:
 def dequantize_into(raw: np.ndarray, qtype: T, out: np.ndarray, threads: int) -> None:
     """Rows of blocks `raw` -> out (float32, C-contiguous), exactly; the vector IR where it reads
     the type (1.8-9x faster than the numba unpackers, docs/QUANT_KERNELS.md), else kernels.dequant_rows."""
-    if int(qtype) in vector.VECTOR_TYPES:
+    if _vector_reads(qtype, out.shape[1]):
         vector.dequant_rows(int(qtype), np.ascontiguousarray(raw), out, threads, out.shape[1] // UNITS[int(qtype)][0])
     else:
         kernels.dequant_rows(int(qtype), raw, out, threads, LANES)
@@ -53,7 +59,7 @@ def dequantize_into(raw: np.ndarray, qtype: T, out: np.ndarray, threads: int) ->
 
 def dequantize_serial(raw: np.ndarray, qtype: T, out: np.ndarray) -> None:
     """dequantize_into on the calling thread alone (numba's pool stays asleep: prefill.matmul_tiled)."""
-    if int(qtype) in vector.VECTOR_TYPES:
+    if _vector_reads(qtype, out.shape[1]):
         vector.dequant_rows_serial(int(qtype), np.ascontiguousarray(raw), out, out.shape[1] // UNITS[int(qtype)][0])
     else:
         kernels.dequant_rows_serial(int(qtype), raw, out, LANES)
@@ -70,8 +76,8 @@ def linear_float(x: np.ndarray, w: QuantWeight, out=None, threads: int | None = 
 def linear_vector(x: np.ndarray, w: QuantWeight, out=None, threads: int | None = None) -> np.ndarray:
     """Candidate c: candidate a's float FMA with every block loop as explicit LLVM vectors
     (vector.VECTOR_TYPES only)."""
-    if int(w.qtype) not in vector.VECTOR_TYPES:
-        raise ValueError(f"the vector kernel does not read {w.qtype.name}")
+    if not _vector_reads(w.qtype, w.shape[1]):
+        raise ValueError(f"the vector kernel does not read {w.qtype.name} rows of {w.shape[1]}")
     out = _out(x, w, out)
     if out.dtype != np.float32 or not out.flags.c_contiguous:
         raise ValueError("out must be a C-contiguous float32 array")
@@ -83,7 +89,7 @@ def linear_vector(x: np.ndarray, w: QuantWeight, out=None, threads: int | None =
 
 def linear_int8_vector(x: np.ndarray, w: QuantWeight, out=None, threads: int | None = None) -> np.ndarray:
     """Candidate d: candidate b (x as int8 per 32) with AVX2's vpmaddubsw/vpmaddwd (int8_ir)."""
-    if int(w.qtype) not in vector.VECTOR_TYPES or not int8_ir.HAS_AVX2:
+    if int(w.qtype) not in vector.VECTOR_TYPES or int(w.qtype) in FLOAT_UNITS or not int8_ir.HAS_AVX2:
         raise ValueError(f"the int8 vector kernel does not read {w.qtype.name} on this CPU")
     out = _out(x, w, out)
     if out.dtype != np.float32 or not out.flags.c_contiguous:
@@ -114,6 +120,6 @@ def linear_int8(x: np.ndarray, w: QuantWeight, out=None, threads: int | None = N
 
 def linear(x: np.ndarray, w: QuantWeight, out=None, threads: int | None = None) -> np.ndarray:
     """x @ W.T (B, N) float32 with the candidate chosen for W's type."""
-    kind = chosen(w.qtype)
+    kind = chosen(w.qtype) if _vector_reads(w.qtype, w.shape[1]) or int(w.qtype) not in vector.VECTOR_TYPES else FLOAT
     fn = {INT8_VECTOR: linear_int8_vector, VECTOR: linear_vector, INT8: linear_int8}.get(kind, linear_float)
     return fn(x, w, out, threads)
