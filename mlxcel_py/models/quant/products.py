@@ -22,13 +22,13 @@ FLOAT, INT8, VECTOR, INT8_VECTOR = "float", "int8", "vector", "int8v"
 def chosen(qtype: T) -> str:
     """The candidate `linear` runs for `qtype` here (bench/bench_quant_kernels.py's winner)."""
     if int(qtype) in vector.VECTOR_TYPES:
-        return INT8_VECTOR if int8_ir.HAS_AVX2 and int(qtype) not in FLOAT_UNITS else VECTOR
-    return FLOAT
+        return INT8_VECTOR if int8_ir.HAS_AVX2 else VECTOR
+    return VECTOR if int(qtype) in FLOAT_UNITS else FLOAT
 
 
 def _vector_reads(qtype, columns: int) -> bool:
     """The vector IR reads whole units of 32 (F16/BF16 rows need not be whole ones)."""
-    return int(qtype) in vector.VECTOR_TYPES and columns % UNITS[int(qtype)][0] == 0
+    return int(qtype) in UNITS and columns % UNITS[int(qtype)][0] == 0
 
 
 def _threads(threads: int | None) -> int:
@@ -89,7 +89,7 @@ def linear_vector(x: np.ndarray, w: QuantWeight, out=None, threads: int | None =
 
 def linear_int8_vector(x: np.ndarray, w: QuantWeight, out=None, threads: int | None = None) -> np.ndarray:
     """Candidate d: candidate b (x as int8 per 32) with AVX2's vpmaddubsw/vpmaddwd (int8_ir)."""
-    if int(w.qtype) not in vector.VECTOR_TYPES or int(w.qtype) in FLOAT_UNITS or not int8_ir.HAS_AVX2:
+    if int(w.qtype) not in vector.VECTOR_TYPES or not int8_ir.HAS_AVX2:
         raise ValueError(f"the int8 vector kernel does not read {w.qtype.name} on this CPU")
     out = _out(x, w, out)
     if out.dtype != np.float32 or not out.flags.c_contiguous:
@@ -120,6 +120,6 @@ def linear_int8(x: np.ndarray, w: QuantWeight, out=None, threads: int | None = N
 
 def linear(x: np.ndarray, w: QuantWeight, out=None, threads: int | None = None) -> np.ndarray:
     """x @ W.T (B, N) float32 with the candidate chosen for W's type."""
-    kind = chosen(w.qtype) if _vector_reads(w.qtype, w.shape[1]) or int(w.qtype) not in vector.VECTOR_TYPES else FLOAT
+    kind = chosen(w.qtype) if _vector_reads(w.qtype, w.shape[1]) or int(w.qtype) not in UNITS else FLOAT
     fn = {INT8_VECTOR: linear_int8_vector, VECTOR: linear_vector, INT8: linear_int8}.get(kind, linear_float)
     return fn(x, w, out, threads)

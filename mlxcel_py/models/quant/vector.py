@@ -26,7 +26,9 @@ from .affine_ir import A8
 from .unpack import BF16, F16, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
 
 _REGISTERED = (kquant2, affine_ir, float_ir)  # imported for their types' registration with vector_ir
-VECTOR_TYPES = tuple(vector_ir.UNITS)  # GGUF type ids: Q4_0, Q4_1, Q8_0, Q4_K, Q6_K, then kquant2's, A8, F16, BF16 (c only)
+# Types with codes: Q4_0, Q4_1, Q8_0, Q4_K, Q6_K, then kquant2's, A8. F16/BF16 (float_ir) run through the
+# same kernels but stay off this list, by which the native decode step picks its block products.
+VECTOR_TYPES = tuple(t for t in vector_ir.UNITS if t not in float_ir.FLOAT_UNITS)
 
 
 def _rows_switch(context, builder, count, emit):
