@@ -121,11 +121,15 @@ def prefill_table(args, rng) -> None:
 MODELS = {"SmolLM2-135M": (30, [(960, 576), (576, 576), (3072, 576), (576, 1536)], (49152, 576)),
           "1B (4 of Llama-3.2-1B's 16 layers)": (4, [(3072, 2048), (2048, 2048), (16384, 2048), (2048, 8192)], None)}
 SCALE_FIELDS = {T.Q4_0: (0,), T.Q4_1: (0, 2), T.Q8_0: (0,), T.Q4_K: (0, 2), T.Q6_K: (208,), T.Q5_0: (0,),
-                T.Q5_1: (0, 2), T.Q2_K: (80, 82), T.Q3_K: (108,), T.Q5_K: (0, 2)}
+                T.Q5_1: (0, 2), T.Q2_K: (80, 82), T.Q3_K: (108,), T.Q5_K: (0, 2), T.F16: (), T.BF16: ()}
 
 
 def random_blocks(qtype: T, rows: int, cols: int, rng) -> blocks.QuantWeight:
-    """Random codes with small finite f16 scales (speed does not depend on the values)."""
+    """Random codes with small finite f16 scales (speed does not depend on the values); F16/BF16 normal values."""
+    if qtype in (T.F16, T.BF16):
+        values = (rng.standard_normal((rows, cols), dtype=np.float32) * 0.05)
+        data = values.astype(np.float16).view(np.uint8) if qtype == T.F16 else (values.view(np.uint32) >> 16).astype(np.uint16)
+        return blocks.make(qtype, (rows, cols), data.view(np.uint8))
     block, size = GGML_QUANT_SIZES[qtype]
     raw = rng.integers(0, 256, size=(rows * cols // block, size), dtype=np.uint8)
     for at in SCALE_FIELDS[qtype]:

@@ -11,6 +11,7 @@ from mlxcel_py.models.quant import blocks, int8_ir, products
 from test_quant_blocks import _reference, _weight
 
 VECTOR = (T.Q4_0, T.Q4_1, T.Q8_0, T.Q4_K, T.Q6_K, T.Q5_0, T.Q5_1, T.Q2_K, T.Q3_K, T.Q5_K)
+FLOATS = (T.F16, T.BF16)  # candidate c only: no codes for d
 OFFSET = (T.Q4_1, T.Q4_K, T.Q5_1, T.Q2_K, T.Q5_K)  # w = scale * code + offset
 
 
@@ -18,7 +19,7 @@ def _bound(x, ref):
     return 2e-5 * (np.abs(x).astype(np.float64) @ np.abs(ref).T.astype(np.float64)) + 1e-6
 
 
-@pytest.mark.parametrize("qtype", VECTOR, ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", VECTOR + FLOATS, ids=lambda t: t.name)
 @pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 8])
 def test_vector_products_match_float64(qtype, rows):
     w = _weight(qtype, 13, 512, seed=rows)
@@ -43,8 +44,16 @@ def test_vector_real_model_shapes(qtype, shape):
 
 
 def test_vector_refuses_what_it_does_not_read():
-    with pytest.raises(ValueError, match="does not read F16"):
-        products.linear_vector(np.zeros((1, 32), np.float32), _weight(T.F16, 2, 32))
+    with pytest.raises(ValueError, match="does not read F32 rows of 32"):
+        products.linear_vector(np.zeros((1, 32), np.float32), _weight(T.F32, 2, 32))
+    with pytest.raises(ValueError, match="does not read F16 rows of 48"):  # not whole units of 32
+        products.linear_vector(np.zeros((1, 48), np.float32), _weight(T.F16, 2, 48))
+    w = _weight(T.F16, 3, 48)  # linear and dequantize take candidate a's loops there
+    assert np.array_equal(products.dequantize(w), w.blocks.view(np.float16).astype(np.float32))
+    assert np.array_equal(products.linear(np.ones((1, 48), np.float32), w), products.linear_float(np.ones((1, 48), np.float32), w))
+    if int8_ir.HAS_AVX2:
+        with pytest.raises(ValueError, match="int8 vector kernel does not read BF16"):
+            products.linear_int8_vector(np.zeros((1, 32), np.float32), _weight(T.BF16, 2, 32))
     with pytest.raises(ValueError, match="C-contiguous float32"):
         products.linear_vector(np.zeros((1, 32), np.float32), _weight(T.Q4_0, 2, 32), out=np.zeros((1, 4), np.float32)[:, ::2])
 
@@ -80,7 +89,7 @@ def test_int8_vector_reads_codes_at_their_extremes():
     assert np.allclose(got, [[128 * 16 + 127 * 16, 0.0]], rtol=1e-6, atol=1e-3)  # row 1: pairs cancel
 
 
-@pytest.mark.parametrize("qtype", VECTOR, ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", VECTOR + FLOATS, ids=lambda t: t.name)
 def test_vector_unpacks_every_weight_where_the_file_has_it(qtype):
     """One-hot input rows read back each weight: exactly gguf's dequantization where the type has
     no offset (code * scale), to within float32's fused rounding of code * scale + offset otherwise."""
@@ -96,7 +105,7 @@ def test_vector_unpacks_every_weight_where_the_file_has_it(qtype):
 def test_linear_runs_the_fastest_candidate_for_this_cpu():
     kind = "int8v" if int8_ir.HAS_AVX2 else "vector"
     assert [products.chosen(t) for t in VECTOR] == [kind] * 10
-    assert products.chosen(T.F16) == products.chosen(T.BF16) == "float"
+    assert products.chosen(T.F16) == products.chosen(T.BF16) == "vector" and products.chosen(T.F32) == "float"
     w, x = _weight(T.Q4_K, 3, 256), np.ones((2, 256), np.float32)
     expected = products.linear_int8_vector(x, w) if int8_ir.HAS_AVX2 else products.linear_vector(x, w)
     assert np.array_equal(products.linear(x, w), expected)
@@ -110,5 +119,5 @@ def test_the_ir_digest_follows_the_ir_sources():
     from mlxcel_py.models.quant import vector
 
     folder = Path(vector.__file__).parent
-    text = b"".join((folder / name).read_bytes() for name in ("affine_ir.py", "int8_ir.py", "kquant2.py", "vector_ir.py"))
+    text = b"".join((folder / name).read_bytes() for name in ("affine_ir.py", "float_ir.py", "int8_ir.py", "kquant2.py", "vector_ir.py"))
     assert vector.IR_DIGEST == hashlib.sha256(text).hexdigest()[:16], "update IR_DIGEST in models/quant/vector.py"

@@ -6,7 +6,7 @@ import pytest
 
 from mlxcel_py.config import resolve
 from mlxcel_py.errors import ConfigError
-from server_helpers import GREEDY, error_of, start_server, stop_server
+from server_helpers import GREEDY, error_of, start_server, stop_server, wait_for
 
 PROMPT = [5 + (i * 7) % 290 for i in range(40)]  # token ids: no BOS, so n_keep counts from the first
 
@@ -60,6 +60,8 @@ def test_the_openai_routes_take_n_keep(shifting):
 
 def test_slots_and_metrics_count_the_shifts(shifting):
     completion(shifting, n_predict=80)
+    # the reply is sent on its last token; the slot is retired on the engine's next tick
+    wait_for(lambda: not shifting.get("/slots").json()[0]["is_processing"], what="the slot to be idle")
     assert shifting.get("/slots").json()[0]["context_shifts"] == 0  # idle again
     metrics = shifting.get("/metrics").text
     shifts = next(line for line in metrics.splitlines() if line.startswith("mlxcel_context_shifts_total "))

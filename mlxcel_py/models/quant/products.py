@@ -1,7 +1,7 @@
 """x @ W.T for float32 x and a QuantWeight W: the decode kernels' Python entry points.
 
 `linear` uses the candidate measured fastest for W's type on this CPU (`chosen`,
-docs/QUANT_KERNELS.md): d (`linear_int8_vector`) where AVX2 runs it, else c (`linear_vector`),
+docs/QUANT_KERNELS.md): d (`linear_int8_vector`) where AVX2 runs it (not F16/BF16: no codes), else c (`linear_vector`),
 for the types they read; a (`linear_float`) for the rest. Each `linear_*` forces one. A verify's
 products of 5 or more input rows go to span.linear (one unpack per 8 rows, docs/SPECULATIVE.md)."""
 
@@ -12,6 +12,7 @@ import numpy as np
 from gguf.constants import GGMLQuantizationType as T
 
 from . import int8_ir, kernels, span, vector
+from .float_ir import FLOAT_UNITS
 from .blocks import BLOCK_TYPES, QuantWeight
 from .unpack import LANES
 from .vector_ir import UNITS
@@ -23,7 +24,12 @@ def chosen(qtype: T) -> str:
     """The candidate `linear` runs for `qtype` here (bench/bench_quant_kernels.py's winner)."""
     if int(qtype) in vector.VECTOR_TYPES:
         return INT8_VECTOR if int8_ir.HAS_AVX2 else VECTOR
-    return FLOAT
+    return VECTOR if int(qtype) in FLOAT_UNITS else FLOAT
+
+
+def _vector_reads(qtype, columns: int) -> bool:
+    """The vector IR reads whole units of 32 (F16/BF16 rows need not be whole ones)."""
+    return int(qtype) in UNITS and columns % UNITS[int(qtype)][0] == 0
 
 
 def _threads(threads: int | None) -> int:
@@ -46,7 +52,7 @@ def dequantize(w: QuantWeight, threads: int | None = None) -> np.ndarray:
 def dequantize_into(raw: np.ndarray, qtype: T, out: np.ndarray, threads: int) -> None:
     """Rows of blocks `raw` -> out (float32, C-contiguous), exactly; the vector IR where it reads
     the type (1.8-9x faster than the numba unpackers, docs/QUANT_KERNELS.md), else kernels.dequant_rows."""
-    if int(qtype) in vector.VECTOR_TYPES:
+    if _vector_reads(qtype, out.shape[1]):
         vector.dequant_rows(int(qtype), np.ascontiguousarray(raw), out, threads, out.shape[1] // UNITS[int(qtype)][0])
     else:
         kernels.dequant_rows(int(qtype), raw, out, threads, LANES)
@@ -54,7 +60,7 @@ def dequantize_into(raw: np.ndarray, qtype: T, out: np.ndarray, threads: int) ->
 
 def dequantize_serial(raw: np.ndarray, qtype: T, out: np.ndarray) -> None:
     """dequantize_into on the calling thread alone (numba's pool stays asleep: prefill.matmul_tiled)."""
-    if int(qtype) in vector.VECTOR_TYPES:
+    if _vector_reads(qtype, out.shape[1]):
         vector.dequant_rows_serial(int(qtype), np.ascontiguousarray(raw), out, out.shape[1] // UNITS[int(qtype)][0])
     else:
         kernels.dequant_rows_serial(int(qtype), raw, out, LANES)
@@ -71,8 +77,8 @@ def linear_float(x: np.ndarray, w: QuantWeight, out=None, threads: int | None = 
 def linear_vector(x: np.ndarray, w: QuantWeight, out=None, threads: int | None = None) -> np.ndarray:
     """Candidate c: candidate a's float FMA with every block loop as explicit LLVM vectors
     (vector.VECTOR_TYPES only)."""
-    if int(w.qtype) not in vector.VECTOR_TYPES:
-        raise ValueError(f"the vector kernel does not read {w.qtype.name}")
+    if not _vector_reads(w.qtype, w.shape[1]):
+        raise ValueError(f"the vector kernel does not read {w.qtype.name} rows of {w.shape[1]}")
     out = _out(x, w, out)
     if out.dtype != np.float32 or not out.flags.c_contiguous:
         raise ValueError("out must be a C-contiguous float32 array")
@@ -117,6 +123,6 @@ def linear(x: np.ndarray, w: QuantWeight, out=None, threads: int | None = None) 
     """x @ W.T (B, N) float32 with the candidate chosen for W's type."""
     if span.reads(w.qtype, x.shape[0]):
         return span.linear(x, w, _out(x, w, out), _threads(threads))
-    kind = chosen(w.qtype)
+    kind = chosen(w.qtype) if _vector_reads(w.qtype, w.shape[1]) or int(w.qtype) not in UNITS else FLOAT
     fn = {INT8_VECTOR: linear_int8_vector, VECTOR: linear_vector, INT8: linear_int8}.get(kind, linear_float)
     return fn(x, w, out, threads)

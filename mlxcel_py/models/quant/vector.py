@@ -18,15 +18,17 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from . import affine_ir, int8_ir, kquant2, vector_ir  # kquant2 registers Q5_0 .. Q5_K, affine_ir A8
+from . import affine_ir, float_ir, int8_ir, kquant2, vector_ir  # these register Q5_0 .. Q5_K, A8, F16/BF16
 from .kernels import quantize_rows_q8
 
-IR_DIGEST = "22a00bcfd43a9472"  # sha256 of affine_ir.py, int8_ir.py, kquant2.py, vector_ir.py, first 16 hex digits
+IR_DIGEST = "ab6230e28747dec2"  # sha256 of affine_ir.py, float_ir.py, int8_ir.py, kquant2.py, vector_ir.py, first 16 hex digits
 from .affine_ir import A8
-from .unpack import Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
+from .unpack import BF16, F16, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
 
-_REGISTERED = (kquant2, affine_ir)  # imported for their types' registration with vector_ir
-VECTOR_TYPES = tuple(vector_ir.UNITS)  # GGUF type ids: Q4_0, Q4_1, Q8_0, Q4_K, Q6_K, then kquant2's, A8
+_REGISTERED = (kquant2, affine_ir, float_ir)  # imported for their types' registration with vector_ir
+# Types with codes: Q4_0, Q4_1, Q8_0, Q4_K, Q6_K, then kquant2's, A8. F16/BF16 (float_ir) run through the
+# same kernels but stay off this list, by which the native decode step picks its block products.
+VECTOR_TYPES = tuple(t for t in vector_ir.UNITS if t not in float_ir.FLOAT_UNITS)
 
 
 def _rows_switch(context, builder, count, emit):
@@ -97,6 +99,7 @@ _d_q4_0, _d_q4_1, _d_q8_0, _d_q4_k, _d_q6_k = (_int8_intrinsic(t) for t in (Q4_0
 _c_q5_0, _c_q5_1, _c_q2_k, _c_q3_k, _c_q5_k = (_float_intrinsic(t) for t in (Q5_0, Q5_1, Q2_K, Q3_K, Q5_K))
 _d_q5_0, _d_q5_1, _d_q2_k, _d_q3_k, _d_q5_k = (_int8_intrinsic(t) for t in (Q5_0, Q5_1, Q2_K, Q3_K, Q5_K))
 _c_a8, _d_a8 = _float_intrinsic(A8), _int8_intrinsic(A8)
+_c_f16, _c_bf16 = _float_intrinsic(F16), _float_intrinsic(BF16)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -123,6 +126,10 @@ def _row_c(qtype, r, x, b, count, out, n, units):  # pragma: no cover - jitted
         _c_q5_k(r, x, b, count, out, n, units)
     elif qtype == A8:
         _c_a8(r, x, b, count, out, n, units)
+    elif qtype == F16:
+        _c_f16(r, x, b, count, out, n, units)
+    elif qtype == BF16:
+        _c_bf16(r, x, b, count, out, n, units)
 
 
 @njit(fastmath=True, cache=True, nogil=True, parallel=True)
@@ -205,6 +212,7 @@ def _dequant_intrinsic(qtype):
 _q_q4_0, _q_q4_1, _q_q8_0, _q_q4_k, _q_q6_k = (_dequant_intrinsic(t) for t in (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K))
 _q_q5_0, _q_q5_1, _q_q2_k, _q_q3_k, _q_q5_k = (_dequant_intrinsic(t) for t in (Q5_0, Q5_1, Q2_K, Q3_K, Q5_K))
 _q_a8 = _dequant_intrinsic(A8)
+_q_f16, _q_bf16 = _dequant_intrinsic(F16), _dequant_intrinsic(BF16)
 
 
 @njit(cache=True, nogil=True, parallel=True)
@@ -235,6 +243,10 @@ def dequant_rows(qtype, raw, out, threads, units):  # pragma: no cover - jitted
                 _q_q5_k(raw[n], out[n], units)
             elif qtype == A8:
                 _q_a8(raw[n], out[n], units)
+            elif qtype == F16:
+                _q_f16(raw[n], out[n], units)
+            elif qtype == BF16:
+                _q_bf16(raw[n], out[n], units)
 
 
 @njit(cache=True, nogil=True)
@@ -264,3 +276,7 @@ def dequant_rows_serial(qtype, raw, out, units):  # pragma: no cover - jitted
             _q_q5_k(raw[n], out[n], units)
         elif qtype == A8:
             _q_a8(raw[n], out[n], units)
+        elif qtype == F16:
+            _q_f16(raw[n], out[n], units)
+        elif qtype == BF16:
+            _q_bf16(raw[n], out[n], units)

@@ -24,7 +24,7 @@ CONTRACT = ("contract",)  # lets LLVM fuse mul+add into FMA where the target has
 UNITS = {2: (32, 18, False), 3: (32, 20, True), 8: (32, 34, False), 12: (256, 144, True), 14: (256, 210, False)}
 MAX_ROWS = 4  # input rows per pass; the caller loops over more
 UNSIGNED_BIAS = {2: -8.0, 14: -32.0}  # Q4_0, Q6_K: w = scale * (code + bias)
-MORE_CODES: dict = {}  # type id -> unit_codes(builder, row, base, unsigned) of the types kquant2.py registers
+MORE_CODES: dict = {}  # type id -> unit_codes(builder, row, base, unsigned) of kquant2's, affine_ir's, float_ir's types
 SIGNED_CODES = {8}  # types whose codes are signed int8 whatever `unsigned` asks (Q8_0; affine_ir's A8)
 
 
@@ -176,7 +176,7 @@ def emit_row_dots(builder, qtype, rows, row, xs, units):
     new = list(accs)
     for j, codes, sv, ov in unit_codes(builder, qtype, row, u):
         chunk = builder.add(builder.mul(u, ir.Constant(I64, chunks)), ir.Constant(I64, j))
-        w = builder.fmul(builder.sitofp(codes, V32F), spread(builder, sv, 32), flags=CONTRACT)
+        w = codes if sv is None else builder.fmul(builder.sitofp(codes, V32F), spread(builder, sv, 32), flags=CONTRACT)
         if has_offset:
             w = builder.fadd(w, spread(builder, ov, 32), flags=CONTRACT)
         first = builder.mul(chunk, ir.Constant(I64, 32))
@@ -207,7 +207,7 @@ def emit_dequant_row(builder, qtype, row, out, units):
     builder.position_at_end(loop)
     u = builder.phi(I64)
     for j, codes, sv, ov in unit_codes(builder, qtype, row, u):
-        w = builder.fmul(builder.sitofp(codes, V32F), spread(builder, sv, 32))
+        w = codes if sv is None else builder.fmul(builder.sitofp(codes, V32F), spread(builder, sv, 32))  # float_ir: weights
         if has_offset:
             w = builder.fadd(w, spread(builder, ov, 32))
         first = builder.add(builder.mul(u, ir.Constant(I64, weights)), ir.Constant(I64, 32 * j))
