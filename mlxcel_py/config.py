@@ -14,7 +14,10 @@ from typing import Literal, Mapping, Optional
 from .engine.chunking.fixed import PrefillChunkPolicy
 from .engine.core.drafting import DraftConfig
 from .engine.core.request import MAX_TOKENS_LIMIT, SamplingParams
-from .config_values import check_range, choice, drafting_config, env_bool, env_count, flag_or_env, parse_count
+from .config_chunk import (
+    ResolvedChunk, _count_flag, _itl_budget, prefill_chunk_override, resolve_prefill_chunk_size,
+)
+from .config_values import check_range, choice, drafting_config, env_bool, flag_or_env
 from .errors import ConfigError, RequestError
 from .models.loader import CPU_WEIGHTS
 from .serve_models import RouterConfig, models_config
@@ -22,7 +25,8 @@ from .serve_config import (
     DEFAULT_MAX_BODY_BYTES, DistributedConfig, ServerConfig, distributed_config, server_config, server_summary,
 )
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "AppConfig", "DistributedConfig", "ServerConfig", "resolve", "startup_summary"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "AppConfig", "DistributedConfig", "ResolvedChunk", "ServerConfig", "prefill_chunk_override",
+           "resolve", "resolve_prefill_chunk_size", "startup_summary"]
 
 log = logging.getLogger("mlxcel_py.config")
 
@@ -30,7 +34,6 @@ Command = Literal["serve", "run", "generate", "bench"]
 MAX_PREFILL_CHUNK = 1_048_576
 MAX_PARALLEL = 64
 MAX_THREADS = 1024
-MAX_ITL_BUDGET_MS = 600_000
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0")  # llama-server's --cache-type-k/-v names we store
 DEFAULT_CACHE_RAM_MIB = 8192  # llama-server's --cache-ram default
@@ -49,62 +52,6 @@ _SAMPLING_FLAGS = {
 _SERVER_SAMPLING = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "repetition_penalty": 1.0}
 _GREEDY_SAMPLING = {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "repetition_penalty": 1.0}
 _DEFAULT_MAX_TOKENS = {"serve": MAX_TOKENS_LIMIT, "bench": MAX_TOKENS_LIMIT, "run": 4096, "generate": 256}
-
-
-def _chunk_from_env(raw: Optional[str]) -> Optional[int]:
-    # Empty counts as unset (`MLXCEL_PREFILL_CHUNK= cmd` clears it), like the LLAMA_ARG_* variables.
-    if raw is None or not raw.strip():
-        return None
-    value = parse_count(raw)
-    if value is None:
-        log.warning("ignoring MLXCEL_PREFILL_CHUNK=%r: expected a non-negative integer", raw)
-    return value
-
-
-_UNREAD = object()
-_override: object = _UNREAD
-
-
-def prefill_chunk_override() -> Optional[int]:
-    """MLXCEL_PREFILL_CHUNK, read once per process; an unparseable value warns once and counts as unset."""
-    global _override
-    if _override is _UNREAD:
-        _override = _chunk_from_env(os.environ.get("MLXCEL_PREFILL_CHUNK"))
-    return _override  # type: ignore[return-value]
-
-
-@dataclass(frozen=True, slots=True)
-class ResolvedChunk:
-    """The explicit prefill chunk (None = the alone/contended policy) and where it came from."""
-
-    explicit: Optional[int]
-    conflict: bool = False
-    source: str = "default"
-
-
-def _count_flag(value: Optional[int], flag: str, env: Mapping[str, str], name: str) -> tuple[Optional[int], str]:
-    """A count flag over its environment variable (llama-server's LLAMA_ARG_*)."""
-    return flag_or_env(value, flag, env, name, parse=env_count)
-
-
-def resolve_prefill_chunk_size(
-    flag: Optional[int], batch_size: Optional[int], env: Mapping[str, str]
-) -> ResolvedChunk:
-    """--prefill-chunk-size, else --batch-size (or LLAMA_ARG_BATCH), else MLXCEL_PREFILL_CHUNK, else None."""
-    for name, value in (("--prefill-chunk-size", flag), ("--batch-size", batch_size)):
-        if value is not None and value < 0:
-            raise ConfigError(f"{name} must be a non-negative integer (got {value})", flag=name)
-    batch_size, batch_source = _count_flag(batch_size, "--batch-size", env, "LLAMA_ARG_BATCH")
-    conflict = flag is not None and batch_size is not None and flag != batch_size
-    if conflict:
-        log.warning("--prefill-chunk-size %d and %s %d differ; using %d", flag, batch_source, batch_size, flag)
-    if flag is not None:
-        return ResolvedChunk(flag, conflict, "--prefill-chunk-size")
-    if batch_size is not None:
-        return ResolvedChunk(batch_size, False, batch_source)
-    # A mapping other than the process environment (tests, embedding) is parsed as given.
-    override = prefill_chunk_override() if env is os.environ else _chunk_from_env(env.get("MLXCEL_PREFILL_CHUNK"))
-    return ResolvedChunk(override, False, "MLXCEL_PREFILL_CHUNK" if override is not None else "default")
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,16 +132,6 @@ def _engine(command: str, env: Mapping[str, str], chunk: ResolvedChunk, parallel
     slots = (4 if parallel is None else parallel) if serving else 1
     queue = 64 if max_queue is None else max_queue
     return EngineConfig(PrefillChunkPolicy.resolve(chunk.explicit), slots, ctx_size, queue, cache, itl_budget_ms)
-
-
-def _itl_budget(flag: Optional[int], env: Mapping[str, str], chunk: ResolvedChunk) -> Optional[int]:
-    """--itl-budget-ms, else MLXCEL_ITL_BUDGET_MS; an explicit chunk pins both states and wins."""
-    value, label = _count_flag(flag, "--itl-budget-ms", env, "MLXCEL_ITL_BUDGET_MS")
-    check_range(label, value, 1, MAX_ITL_BUDGET_MS)
-    if value is None or chunk.explicit is None:
-        return value
-    log.warning("%s %d is ignored: %s pins the prefill chunk to %d", label, value, chunk.source, chunk.explicit)
-    return None
 
 
 def _prompt_cache(enabled: bool, max_bytes, max_entries, min_prefix, env: Mapping[str, str],

@@ -1,8 +1,8 @@
 """Config helpers only the tests use."""
 
-import mlxcel_py.config as config_module
+import mlxcel_py.config_chunk as config_module
 
 
 def reset_prefill_chunk_override() -> None:
-    """Forget the MLXCEL_PREFILL_CHUNK that config.py reads once per process."""
+    """Forget the MLXCEL_PREFILL_CHUNK that config_chunk.py reads once per process."""
     config_module._override = config_module._UNREAD
