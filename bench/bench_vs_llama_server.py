@@ -2,7 +2,7 @@
 the same client (mlxcel_py.loadtest) for both.
 
     PYTHONPATH=$PWD .venv/bin/python bench/bench_vs_llama_server.py [--models A.gguf B.gguf] [--servers ours llama]
-        [--slots 4] [--ctx 16384] [--threads 2] [--rounds 2] [--window-s 10] [--json out.json]
+        [--slots 4] [--ctx 16384] [--threads 2] [--rounds 2] [--window-s 10] [--json out.json] [--ttft-only]
 
 Per model and server: resident memory (RSS of the server's process tree) after load and after decoding,
 decode tok/s at 1 and 4 streams (token frames over a window, greedy, EOS ignored), the time to first
@@ -47,9 +47,9 @@ def measure(name: str, model: str, args: argparse.Namespace) -> dict:
         pid = server.proc.pid
         out["rss_after_load"] = sbs.settled_rss(pid)
         asyncio.run(warm_up(server.spec.url, encode, eos_ids, 0))
-        out["greedy"] = sbs.greedy_texts(server.spec.url)
+        out["greedy"] = [] if args.ttft_only else sbs.greedy_texts(server.spec.url)
         max_tokens = args.ctx // args.slots - DECODE_PROMPT_TOKENS - 16
-        for streams in args.streams:
+        for streams in [] if args.ttft_only else args.streams:
             rates = []
             for r in range(args.rounds):
                 prompts = [build_prompt(encode, DECODE_PROMPT_TOKENS, round_seed(0, r, "decode", i))
@@ -64,7 +64,7 @@ def measure(name: str, model: str, args: argparse.Namespace) -> dict:
         log = server.log_path.read_text(errors="replace")
         out["kv"] = None if name == "llama" else sbs.ours_kv(server.spec.url, log, model)
         out["load_line"] = sbs.ours_description(log) if name == "ours" else ""
-    if name == "llama":
+    if name == "llama" and not args.ttft_only:
         out["kv"] = sbs.llama_kv_probe(model, args.slots, args.ctx, args.threads)
     return out
 
@@ -74,7 +74,7 @@ def agreement(results: list[dict]) -> None:
     by = {(r["model"], r["server"]): r for r in results}
     for r in results:
         other = by.get((r["model"], "llama"))
-        if r["server"] == "ours" and other is not None:
+        if r["server"] == "ours" and other is not None and r["greedy"]:
             same = [a[:AGREE_CHARS] == b[:AGREE_CHARS] for a, b in zip(r["greedy"], other["greedy"])]
             r["greedy_agree"] = f"{sum(same)}/{len(same)}"
 
@@ -85,7 +85,7 @@ def table(results: list[dict], streams: list[int]) -> str:
             + f" | lone {TTFT_TOKENS}-token TTFT s | KV bytes/token | greedy first {AGREE_CHARS} chars agree |")
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
-        rates = " | ".join(f"{r[f'decode_{s}']['median']:.1f}" for s in streams)
+        rates = " | ".join(f"{r[f'decode_{s}']['median']:.1f}" if f"decode_{s}" in r else "-" for s in streams)
         after = r["rss_after_decoding"]
         kv = r["kv"]
         rows.append(f"| {r['model']} | {r['server']} | {r['rss_after_load']['rss_mb']:.0f} | "
@@ -117,6 +117,7 @@ def main() -> None:
     ap.add_argument("--window-s", type=float, default=10.0)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--previous", type=Path, help="an earlier run's output: its result lines are kept, not rerun")
+    ap.add_argument("--ttft-only", action="store_true", help="memory and TTFT only: no greedy texts, decode or KV probe")
     args = ap.parse_args()
     # A SIGTERM (timeout, Ctrl-C's cousin) unwinds, so the server started here is stopped too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

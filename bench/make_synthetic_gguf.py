@@ -1,5 +1,6 @@
-"""Write a llama GGUF in llama.cpp's Q4_K_M mix of types, with random blocks (for memory and speed, not
-text): bench/make_synthetic_gguf.py [OUT] [--preset 1b|smollm2-135m|smollm2-360m] [--layers N] [--hidden N] ...
+"""Write a GGUF in llama.cpp's Q4_K_M mix of types, with random blocks (for memory and speed, not text):
+bench/make_synthetic_gguf.py [OUT] [--arch llama|qwen2|qwen3|gemma3|phi3] [--preset 1b|smollm2-135m|...]
+[--layers N] [--hidden N] ...
 
 Types as llama.cpp's llama_tensor_get_type chooses them for Q4_K_M (`q4_k_m_type`): Q4_K by default, Q6_K
 for attn_v and ffn_down in the "use_more_bits" layers (the first and last eighth, every third between)
@@ -7,7 +8,9 @@ and for the output (here the tied token embedding); a row that is not whole 256-
 fallback llama.cpp converts to (Q4_K -> Q5_0, Q6_K -> Q8_0; the output -> Q8_0), as on SmolLM2's 576-wide
 rows. Blocks are random bytes with their float16 scales set to small normal values (random bytes could
 be NaN). The tokenizer (and its chat template) is the default model's, SmolLM2's 49,152 tokens. Default
-OUT: /tmp/synthetic-<preset>-q4_k_m.gguf; the 1b preset is 1.07B parameters (638 MiB).
+OUT: /tmp/synthetic-<preset>-q4_k_m.gguf; the 1b preset is 1.07B parameters (638 MiB). The other
+architectures (--arch) take their tensor names, metadata and tokenizer from their committed fixture
+(bench/synthetic_archs.py); their presets are named after the architecture (`--arch qwen3` = `--preset qwen3`).
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ import numpy as np
 from gguf import GGUFWriter
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path[:0] = [os.path.join(os.path.dirname(__file__), ".."), os.path.dirname(__file__)]
+
+from synthetic_archs import ARCH_PRESETS, write_arch  # noqa: E402
 
 from mlxcel_py.models.gguf_file import read_gguf  # noqa: E402
 from mlxcel_py.models.loader import default_model_path  # noqa: E402
@@ -113,17 +118,52 @@ def write(out: Path, layers: int, hidden: int, ffn: int, heads: int, kv_heads: i
     return count + hidden * (2 * layers + 1)
 
 
+def add_weight(writer: GGUFWriter, name: str, short: str, layer: int, layers: int, rows: int, cols: int,
+               rng: np.random.Generator) -> int:
+    """One random 2-D weight in its Q4_K_M type; returns its parameter count."""
+    qtype = q4_k_m_type("attn_q" if short == "attn_qkv" else short, layer, layers, cols)
+    writer.add_tensor(name, random_blocks(qtype, rows, cols, rng), raw_dtype=qtype)  # shape from the bytes
+    return rows * cols
+
+
+def write_other(out: Path, arch: str, shape: tuple[int, ...]) -> int:
+    """A non-llama architecture (synthetic_archs.write_arch); returns its parameter count."""
+    rng, count = np.random.default_rng(0), [0]
+
+    def add(writer, *spec) -> None:
+        count[0] += add_weight(writer, *spec, rng)
+
+    def writer_for(path: Path, name: str) -> GGUFWriter:
+        writer = GGUFWriter(str(path), name)
+        writer.add_file_type(15)  # LlamaFileType.MOSTLY_Q4_K_M
+        return writer
+
+    writer = write_arch(out, arch, shape, add, writer_for)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return count[0]
+
+
+SHAPE_FLAGS = ("layers", "hidden", "ffn", "heads", "kv-heads", "head-dim")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("out", nargs="?")
-    ap.add_argument("--preset", choices=sorted(PRESETS), default="1b")
-    for flag in ("layers", "hidden", "ffn", "heads", "kv-heads"):
-        ap.add_argument(f"--{flag}", type=int, help="overrides the preset's")
+    ap.add_argument("--arch", choices=["llama", *sorted(ARCH_PRESETS)], default="llama")
+    ap.add_argument("--preset", choices=sorted({**PRESETS, **ARCH_PRESETS}), help="default: 1b, or the --arch's")
+    for flag in SHAPE_FLAGS:
+        ap.add_argument(f"--{flag}", type=int, help="overrides the preset's (head-dim: not llama)")
     opts = ap.parse_args()
-    shape = [getattr(opts, f.replace("-", "_")) or v for f, v in zip(("layers", "hidden", "ffn", "heads", "kv-heads"),
-                                                                    PRESETS[opts.preset])]
-    out = Path(opts.out or f"/tmp/synthetic-{opts.preset}-q4_k_m.gguf")
-    params = write(out, *shape)
+    preset = opts.preset or ("1b" if opts.arch == "llama" else opts.arch)
+    base = (ARCH_PRESETS if opts.arch != "llama" else PRESETS).get(preset)
+    if base is None:
+        ap.error(f"--preset {preset} is not a {opts.arch} preset")
+    shape = [getattr(opts, f.replace("-", "_")) or v for f, v in zip(SHAPE_FLAGS, base)]
+    out = Path(opts.out or f"/tmp/synthetic-{preset}-q4_k_m.gguf")
+    params = write(out, *shape) if opts.arch == "llama" else write_other(out, opts.arch, tuple(shape))
     print(f"{out}: {params / 1e9:.2f}B parameters, {out.stat().st_size / 2**20:.0f} MiB")
 
 

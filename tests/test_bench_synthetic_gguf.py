@@ -4,11 +4,13 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from gguf.constants import GGMLQuantizationType as T
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-from make_synthetic_gguf import PRESETS, q4_k_m_type, use_more_bits  # noqa: E402
+from make_synthetic_gguf import PRESETS, q4_k_m_type, use_more_bits, write_other  # noqa: E402
+from synthetic_archs import ARCH_PRESETS  # noqa: E402
 
 NAMES = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 
@@ -36,3 +38,18 @@ def test_smollm2s_576_wide_rows_take_llama_cpps_fallbacks():
     assert q4_k_m_type("attn_v", 0, 30, 576) == T.Q8_0 and q4_k_m_type("attn_v", 3, 30, 576) == T.Q5_0
     assert q4_k_m_type("ffn_down", 0, 30, 1536) == T.Q6_K and q4_k_m_type("ffn_down", 3, 30, 1536) == T.Q4_K
     assert _mix("smollm2-135m") == Counter({T.Q5_0: 30 * 5 + 16, T.Q8_0: 14 + 1, T.Q6_K: 14, T.Q4_K: 16})
+
+
+@pytest.mark.parametrize("arch", sorted(ARCH_PRESETS))
+def test_each_architectures_synthetic_file_loads_on_the_cpu_fast_paths(arch, tmp_path):
+    """Tiny dims (whole 256-blocks, so Q4_K/Q6_K): the fixture's names scaled load with both CPU fast paths."""
+    from mlxcel_py.models import load_model
+
+    out = tmp_path / f"{arch}.gguf"
+    heads, kv_heads = 4, 1 if arch == "gemma3" else 2
+    params = write_other(out, arch, (2, 256, 512, heads, kv_heads, 64))
+    lm = load_model(str(out))
+    assert lm.description.startswith(f"{arch} ") and "gguf Q4_K_M" in lm.description
+    assert lm.cpu_decode is not None and lm.cpu_kernels is not None
+    embeddings = 2 if arch == "phi3" else 1  # phi3's output is its own tensor; phi3's fused tensors count the same
+    assert params == 2 * (256 * 256 * 2 + 2 * kv_heads * 64 * 256 + 3 * 512 * 256) + embeddings * 400 * 256

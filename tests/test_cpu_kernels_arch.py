@@ -66,3 +66,12 @@ def test_prefill_with_the_kernels_equals_mlx_lms_and_they_run(name, monkeypatch)
     import mlx_lm.models.gemma3_text as gemma
 
     assert gemma.nn is nn  # the scope put mlx.nn back
+
+
+@pytest.mark.parametrize("name, note", [("gemma3-f16", "prefill attention+GELU in numpy"),
+                                        ("qwen3-f16", "prefill attention+SwiGLU in numpy")])
+def test_load_line_names_the_prefill_kernels_the_architecture_runs(name, note):
+    """gemma3's MLP is GELU, not SwiGLU: the load line says which numpy kernels prefill runs."""
+    lm = load_model(str(FIXTURES / f"{name}.gguf"))
+    assert lm.cpu_kernels is not None
+    assert lm.description.split(", ")[-2] == note

@@ -188,6 +188,7 @@ class _NnWithGelu:
 KERNELS = {"scaled_dot_product_attention": make_sdpa, "swiglu": make_swiglu}
 # Globals routed only in one mlx-lm module: gemma3's MLP calls `nn.gelu_approx` through the module's `nn`.
 MODULE_KERNELS = {"mlx_lm.models.gemma3_text": {"nn": _NnWithGelu}}
+LABELS = {"scaled_dot_product_attention": "attention", "swiglu": "SwiGLU", "nn": "GELU"}  # for the load line
 
 
 class PrefillKernels:
@@ -205,6 +206,11 @@ class PrefillKernels:
         self._originals = originals
         factories = {**KERNELS, **MODULE_KERNELS.get(module.__name__, {})}
         self._wrapped = {name: factories[name](fn) for name, fn in originals.items()}
+
+    def describe(self) -> str:
+        """The load line's note: which parts run in numpy, e.g. "prefill attention+GELU in numpy" (gemma3)."""
+        parts = [LABELS[name] for name in LABELS if name in self._originals]
+        return f"prefill {'+'.join(parts)} in numpy"
 
     def __enter__(self) -> "PrefillKernels":
         with self._lock:

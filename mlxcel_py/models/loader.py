@@ -125,7 +125,7 @@ def _local_path(spec: str) -> tuple[Path, Optional[str]]:
 
 
 def _install_cpu_kernels(loaded: LoadedModel, threads: int, native: Optional[Path] = None) -> LoadedModel:
-    """numpy prefill attention/SwiGLU and the numba decode step on `threads` threads (docs/CPU_FAST_PATH.md);
+    """numpy prefill attention/SwiGLU (gemma3: GELU) and the numba decode step on `threads` threads (docs/CPU_FAST_PATH.md);
     the decode step reads the blocks of the GGUF at `native` when given."""
     from .blas import set_blas_threads
     from .cpu_decode import decoder_for
@@ -137,7 +137,7 @@ def _install_cpu_kernels(loaded: LoadedModel, threads: int, native: Optional[Pat
     notes = [f"{threads} CPU thread{'s' if threads > 1 else ''}"]
     kernels = kernels_for(loaded.model)
     if kernels is not None:
-        notes.append("prefill attention+SwiGLU in numpy")
+        notes.append(kernels.describe())
     decoder = native_decoder_for(loaded.model, native, threads) if native else decoder_for(loaded.model, threads)
     if decoder is not None:
         notes.append("decode over GGUF blocks" if isinstance(decoder, NativeDecoder) else "decode in numpy")
