@@ -140,3 +140,31 @@ def test_other_architectures_keep_the_batch_layout():
     qwen3 = load_model(str(Path(__file__).parent / "fixtures" / "gguf" / "qwen3-q8_0.gguf"), threads=1)
     assert qwen3.cpu_decode is not None and not qwen3.cpu_decode.spec.plain
     assert not _owns_rows(qwen3.cpu_decode, None)  # forward_rows runs llama's layer only
+
+
+def test_with_drafting_the_fused_step_gives_way_to_the_per_product_step():
+    """Verify spans run per product; the fused step's int8 rounding may differ at a near tie, so an
+    engine that drafts decodes per product too, and its greedy output equals that step's plain output."""
+    import dataclasses
+    from pathlib import Path
+
+    from mlxcel_py.config import resolve
+    from mlxcel_py.engine import build_engine
+    from mlxcel_py.models import load_model
+    from mlxcel_py.models.quant import int8_ir
+
+    from test_speculative import greedy as greedy_request, run
+
+    if not int8_ir.HAS_AVX2:
+        pytest.skip("the fused step runs the AVX2 int8 kernel")
+    fixture = load_model(str(Path(__file__).parent / "fixtures" / "gguf" / "llama-q8_0.gguf"), threads=1)
+    assert fixture.cpu_decode.fused
+    ids = tuple(fixture.tokenizer.encode("one two three four five six seven eight nine ten")) * 3
+    requests = [greedy_request("copy", ids, 24), greedy_request("b", prompt(9, 2), 16)]
+    cfg = lambda ngram: resolve("serve", env={}, parallel=2, lookup_ngram=ngram).engine  # noqa: E731
+    drafting = build_engine(cfg(3), fixture)
+    assert not drafting.runner._fast_decode.fused and fixture.cpu_decode.fused  # a twin, not a mutation
+    per_product = dataclasses.replace(fixture, cpu_decode=fixture.cpu_decode.without_fusion())
+    spec, plain = run(drafting, requests), run(build_engine(cfg(None), per_product), requests)
+    assert {r: t for r, (t, _) in spec.items()} == {r: t for r, (t, _) in plain.items()}
+    assert sum(f.timings.draft_n for _, f in spec.values()) > 0

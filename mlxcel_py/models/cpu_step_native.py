@@ -5,6 +5,7 @@ and any model the plan cannot hold keep NativeDecoder's per-product path."""
 
 from __future__ import annotations
 
+import copy
 import logging
 from pathlib import Path
 from typing import Optional, Sequence
@@ -110,6 +111,15 @@ class FusedDecoder(NativeDecoder):
         self._floats = (self.heads, self.kv_heads, self.head_dim, self.scale, self.eps)
         self._buffers: dict[int, tuple] = {}
         self._kv_lists: tuple = ((), None)
+
+    def without_fusion(self) -> "FusedDecoder":
+        """This decoder on NativeDecoder's per-product step, sharing every array. Speculative decoding
+        verifies a draft per product (a span is not one fused call), and the fused step's int8
+        rounding can differ from it at a near tie, so with drafting the plain steps go per product
+        too and greedy output stays token-identical to plain decoding."""
+        twin = copy.copy(self)
+        twin.fused = False
+        return twin
 
     def _acts(self, rows: int) -> tuple:
         """(activation buffers, int8 input sets) for `rows` batch rows, made once per batch size."""

@@ -5,13 +5,14 @@ batch re-pads and copies every row (merge + extend), and the CPU decode step the
 again into buffers it can write. Here each layer has one float32 buffer (slots, kv_heads,
 capacity, dim); a batch row lives in one slot with its own length, so a join copies only the
 new sequence's tokens, a leave copies nothing and a rejected draft's trim is a length change.
-The buffers come from `np.zeros` (calloc): pages nobody wrote stay unmapped, so the resident
+The buffers are anonymous memory maps (`_zeros`): pages nobody wrote stay unmapped, so the resident
 size grows with the tokens stored, not with the capacity. Growing the capacity copies only the
 rows in use. The decoder reads and writes them through `models/cpu_decode_rows.forward_rows`.
 """
 
 from __future__ import annotations
 
+import mmap
 from typing import Sequence
 
 import mlx.core as mx
@@ -22,6 +23,14 @@ FIRST_SLOTS = 4
 FIRST_CAPACITY = 1024  # positions; doubled as rows grow past it
 
 
+def _zeros(shape: tuple[int, ...]) -> np.ndarray:
+    """A float32 zero buffer whose untouched pages are not resident. np.zeros (calloc) is not that
+    once glibc has raised its mmap threshold past the buffer's size (after freeing one as large):
+    calloc then clears reused heap pages, and every page of the capacity becomes resident."""
+    count = int(np.prod(shape))
+    return np.frombuffer(mmap.mmap(-1, max(4 * count, 1)), np.float32, count).reshape(shape)
+
+
 class RowKV:
     """Per-layer (slots, kv_heads, capacity, dim) buffers, batch row i in slot `slots[i]` holding
     `lengths[i]` positions (its next token's position)."""
@@ -29,8 +38,8 @@ class RowKV:
     def __init__(self, layers: int, kv_heads: int, dim: int, slots: int = FIRST_SLOTS,
                  capacity: int = FIRST_CAPACITY):
         self.shape = (kv_heads, dim)
-        self.keys = [np.zeros((slots, kv_heads, capacity, dim), np.float32) for _ in range(layers)]
-        self.values = [np.zeros((slots, kv_heads, capacity, dim), np.float32) for _ in range(layers)]
+        self.keys = [_zeros((slots, kv_heads, capacity, dim)) for _ in range(layers)]
+        self.values = [_zeros((slots, kv_heads, capacity, dim)) for _ in range(layers)]
         self.slots: list[int] = []
         self.lengths: list[int] = []
 
@@ -129,7 +138,7 @@ class RowKV:
         kv_heads, dim = self.shape
         for buffers in (self.keys, self.values):
             for layer, old in enumerate(buffers):
-                new = np.zeros((slots, kv_heads, capacity, dim), np.float32)
+                new = _zeros((slots, kv_heads, capacity, dim))
                 for slot, length in zip(self.slots, self.lengths):
                     new[slot, :, :length] = old[slot, :, :length]
                 buffers[layer] = new
