@@ -123,12 +123,14 @@ def test_the_fused_native_step_runs_over_the_rows_token_exact(monkeypatch):
     assert type(decoder) is FusedDecoder and decoder.fused
     calls = []
     step_rows = decoder.step_rows
-    monkeypatch.setattr(decoder, "step_rows", lambda *a: calls.append(len(a[0])) or step_rows(*a))
+    monkeypatch.setattr(decoder, "step_rows", lambda *a: calls.append((len(a[0]), a[-1])) or step_rows(*a))
     ours = ModelRunner(fixture.model, decode=decoder, verify=decoder.verify, kv_rows=None)
     theirs = ModelRunner(fixture.model, decode=decoder, verify=decoder.verify, kv_rows=False)
     assert scenario(ours) == scenario(theirs)
     assert isinstance(ours._batch, RowKV)  # chosen by default for a plain llama step
-    assert calls and set(calls) == {2, 3}  # every width-1 rows step went through the fused call
+    # every rows step went through the fused call: the width-1 steps of 2 and 3 rows, and the verify
+    # of 2 rows x (1 + 3 drafted) positions
+    assert set(calls) == {(2, 1), (3, 1), (8, 4)}
 
 
 def test_other_architectures_keep_the_batch_layout():
@@ -142,10 +144,9 @@ def test_other_architectures_keep_the_batch_layout():
     assert not _owns_rows(qwen3.cpu_decode, None)  # forward_rows runs llama's layer only
 
 
-def test_with_drafting_the_fused_step_gives_way_to_the_per_product_step():
-    """Verify spans run per product; the fused step's int8 rounding may differ at a near tie, so an
-    engine that drafts decodes per product too, and its greedy output equals that step's plain output."""
-    import dataclasses
+def test_a_verify_span_runs_through_the_fused_step_token_identical_to_plain_decoding(monkeypatch):
+    """A drafting engine on the fused GGUF step verifies its spans through the same one-call step (each
+    span row its own position in its sequence's KV row), so its greedy output equals plain decoding's."""
     from pathlib import Path
 
     from mlxcel_py.config import resolve
@@ -158,13 +159,16 @@ def test_with_drafting_the_fused_step_gives_way_to_the_per_product_step():
     if not int8_ir.HAS_AVX2:
         pytest.skip("the fused step runs the AVX2 int8 kernel")
     fixture = load_model(str(Path(__file__).parent / "fixtures" / "gguf" / "llama-q8_0.gguf"), threads=1)
-    assert fixture.cpu_decode.fused
+    decoder = fixture.cpu_decode
+    assert decoder.fused
+    widths = []
+    step_rows = decoder.step_rows
+    monkeypatch.setattr(decoder, "step_rows", lambda *a: widths.append(a[-1]) or step_rows(*a))
     ids = tuple(fixture.tokenizer.encode("one two three four five six seven eight nine ten")) * 3
     requests = [greedy_request("copy", ids, 24), greedy_request("b", prompt(9, 2), 16)]
     cfg = lambda ngram: resolve("serve", env={}, parallel=2, lookup_ngram=ngram).engine  # noqa: E731
-    drafting = build_engine(cfg(3), fixture)
-    assert not drafting.runner._fast_decode.fused and fixture.cpu_decode.fused  # a twin, not a mutation
-    per_product = dataclasses.replace(fixture, cpu_decode=fixture.cpu_decode.without_fusion())
-    spec, plain = run(drafting, requests), run(build_engine(cfg(None), per_product), requests)
+    spec = run(build_engine(cfg(3), fixture), requests)
+    assert max(widths) > 1  # spans went through the fused step
+    plain = run(build_engine(cfg(None), fixture), requests)
     assert {r: t for r, (t, _) in spec.items()} == {r: t for r, (t, _) in plain.items()}
-    assert sum(f.timings.draft_n for _, f in spec.values()) > 0
+    assert sum(f.timings.draft_n_accepted for _, f in spec.values()) > 0

@@ -72,8 +72,6 @@ def build_engine(config: "EngineConfig", loaded: "LoadedModel", runner: Optional
             drafter = DraftModel(draft.model, draft.cpu_kernels, decode=quick,
                                  verify=quick.verify if quick is not None else None)
             drafting = dataclasses.replace(drafting, model=True)
-        if fast is not None and drafting.enabled and hasattr(fast, "without_fusion"):
-            fast = fast.without_fusion()  # verify runs per product: plain steps must too (token-identical)
         runner = ModelRunner(loaded.model, compiler_for(loaded), decode=fast, kernels=loaded.cpu_kernels,
                              verify=fast.verify if fast is not None else None, draft=drafter, kv=layout)
     elif not layout.native:

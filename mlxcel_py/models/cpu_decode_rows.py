@@ -80,8 +80,8 @@ def forward_rows(decoder, tokens: Sequence[int], keys: Sequence[np.ndarray], val
     """(B * width, vocab) float32 logits of `width` new tokens per row (`tokens` row-major), their
     K/V written into each row's slot; the caller advances the rows' lengths."""
     fused = getattr(decoder, "step_rows", None)  # cpu_step_native.FusedDecoder: the whole step in one call
-    if width == 1 and fused is not None:
-        logits = fused(tokens, keys, values, slot, start, pos)
+    if fused is not None:
+        logits = fused(tokens, keys, values, slot, start, pos, width)
         if logits is not None:
             return logits
     if numba.get_num_threads() != decoder.threads:

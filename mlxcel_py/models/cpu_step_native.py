@@ -1,11 +1,12 @@
 """NativeDecoder with its whole decode step in one numba call (quant/step.py): a plain llama
 whose every product is over blocks the int8 vector kernel reads (AVX2). The step plan, the
-weights' segments and the per-batch-size buffers are built once; a verify span (width > 1)
-and any model the plan cannot hold keep NativeDecoder's per-product path."""
+weights' segments and the per-batch-size buffers are built once. Over the engine's own KV rows
+(`step_rows`) a verify span runs through the same call, a row per verified position, so drafting keeps
+the step and its greedy output stays plain decoding's; over BatchKVCache a span (`verify`) and any model
+the plan cannot hold keep NativeDecoder's per-product path."""
 
 from __future__ import annotations
 
-import copy
 import logging
 from pathlib import Path
 from typing import Optional, Sequence
@@ -112,15 +113,6 @@ class FusedDecoder(NativeDecoder):
         self._buffers: dict[int, tuple] = {}
         self._kv_lists: tuple = ((), None)
 
-    def without_fusion(self) -> "FusedDecoder":
-        """This decoder on NativeDecoder's per-product step, sharing every array. Speculative decoding
-        verifies a draft per product (a span is not one fused call), and the fused step's int8
-        rounding can differ from it at a near tie, so with drafting the plain steps go per product
-        too and greedy output stays token-identical to plain decoding."""
-        twin = copy.copy(self)
-        twin.fused = False
-        return twin
-
     def _acts(self, rows: int) -> tuple:
         """(activation buffers, int8 input sets) for `rows` batch rows, made once per batch size."""
         if rows not in self._buffers:
@@ -143,19 +135,25 @@ class FusedDecoder(NativeDecoder):
         return lists
 
     def step_rows(self, tokens: Sequence[int], keys: Sequence[np.ndarray], values: Sequence[np.ndarray],
-                  slot: np.ndarray, start: np.ndarray, pos: np.ndarray) -> Optional[np.ndarray]:
-        """cpu_decode_rows.forward_rows at width 1 as one run_step call over the engine's own rows
-        (row b in KV row slot[b], positions start[b]..pos[b]); None when the step is not fused."""
+                  slot: np.ndarray, start: np.ndarray, pos: np.ndarray, width: int = 1) -> Optional[np.ndarray]:
+        """cpu_decode_rows.forward_rows as one run_step call over the engine's own rows: (B * width,
+        vocab) logits of `width` new tokens per row (`tokens` row-major; row b in KV row slot[b],
+        positions start[b]..pos[b] + j). A verify span is `width` rows per sequence sharing its KV row:
+        the step writes every row's K/V before any attends, so each attends causally. None when the
+        step is not fused."""
         if not self.fused or products.linear is not _INT8_LINEAR:
             return None
         if numba.get_num_threads() != self.threads:
             numba.set_num_threads(self.threads)
-        cos, sin = self._ropes[0].at(pos)
+        offsets = np.arange(width, dtype=np.int64)
+        rows = np.repeat(np.asarray(slot, np.int64), width)
+        first = np.repeat(np.asarray(start, np.int64), width)
+        at = (np.asarray(pos, np.int64)[:, None] + offsets).reshape(-1)
+        cos, sin = self._ropes[0].at(at)
         h = np.ascontiguousarray(self._embed_rows(np.asarray(tokens)), np.float32)
         acts, sets = self._acts(len(tokens))
-        where = (np.asarray(slot, np.int64), np.asarray(start, np.int64), np.asarray(pos, np.int64), cos, sin)
-        step.run_step(self.threads, self._phases, self._weights, self._kv_lists_of(list(zip(keys, values))), where,
-                      (h, *acts), sets, self._floats)
+        step.run_step(self.threads, self._phases, self._weights, self._kv_lists_of(list(zip(keys, values))),
+                      (rows, first, at, cos, sin), (h, *acts), sets, self._floats)
         return acts[-1].copy()  # the buffer is reused by the next step of this batch size
 
     def __call__(self, tokens: Sequence[int], caches: list) -> mx.array:
