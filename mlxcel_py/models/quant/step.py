@@ -30,7 +30,7 @@ from .atomics import fetch_add, wait_at_least
 from .kernels import quantize_rows_q8
 from .vector import _row_d
 
-STEP_DIGEST = "9fca396cbcb122e6"  # sha256 of vector.py, kernels.py, cpu_decode_kernels.py, atomics.py
+STEP_DIGEST = "d1688c310b3e9e6a"  # sha256 of vector.py, kernels.py, cpu_decode_kernels.py, atomics.py
 INPUTS = ("models/quant/vector.py", "models/quant/kernels.py", "models/cpu_decode_kernels.py", "models/quant/atomics.py")
 
 # Phase kinds, in a layer's order; a product reads the int8 activations the phase before it wrote.
