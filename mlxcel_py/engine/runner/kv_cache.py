@@ -133,8 +133,8 @@ class TypedKVCache(_Held):
         return n
 
 
-class QuantizedKVRow(TypedKVCache):
-    """A quantized row: `bits` makes mlx-lm's attention use mx.quantized_matmul."""
+class _QuantizedAttention:
+    """`bits` and `group_size` make mlx-lm's attention use mx.quantized_matmul on these caches."""
 
     @property
     def bits(self) -> int:
@@ -143,6 +143,10 @@ class QuantizedKVRow(TypedKVCache):
     @property
     def group_size(self) -> int:
         return GROUP_SIZE
+
+
+class QuantizedKVRow(_QuantizedAttention, TypedKVCache):
+    """A quantized row."""
 
 
 def _pad(parts, left: int, right: int):
@@ -259,13 +263,5 @@ class TypedBatchKVCache(_Held):
 
 
 
-class QuantizedKVBatch(TypedBatchKVCache):
-    """A quantized decode batch: `bits` makes mlx-lm's attention use mx.quantized_matmul."""
-
-    @property
-    def bits(self) -> int:
-        return self.k_codec.bits
-
-    @property
-    def group_size(self) -> int:
-        return GROUP_SIZE
+class QuantizedKVBatch(_QuantizedAttention, TypedBatchKVCache):
+    """A quantized decode batch."""
