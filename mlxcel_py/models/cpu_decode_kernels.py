@@ -137,64 +137,39 @@ def write_kv(qkv, keys, values, idx, heads, width=1):  # pragma: no cover - jitt
                 values[b, kv, idx + j, d] = qkv[r, v0 + kv * dim + d]
 
 
-@njit(fastmath=True, cache=True, nogil=True, inline="always")
-def attend_query(q, keys, values, s, kv, start, stop, scale, scores, acc):  # pragma: no cover - jitted
-    """acc (dim,) = softmax(q . keys[s, kv, start:stop] * scale) @ values[s, kv, start:stop], with
-    `scores` a scratch of at least `stop`: the one-query attention every CPU decode kernel runs."""
-    dim = keys.shape[3]
-    top = np.float32(-np.inf)
-    for j in range(start, stop):
-        v = np.float32(0.0)
-        for d in range(dim):
-            v += q[d] * keys[s, kv, j, d]
-        v *= scale
-        scores[j] = v
-        top = max(top, v)
-    total = np.float32(0.0)
-    acc[:] = 0.0
-    for j in range(start, stop):
-        p = np.exp(scores[j] - top)
-        total += p
-        for d in range(dim):
-            acc[d] += p * values[s, kv, j, d]
-    for d in range(dim):
-        acc[d] /= total
-
-
 @njit(fastmath=True, cache=True, nogil=True)
 def attend(qkv, keys, values, end, left_pad, heads, scale, width=1, window=0):  # pragma: no cover - jitted
     """Row r = b * width + j's query against keys/values[b, kv, left_pad[b]:end + j] (causal
     within a verified span; width 1: one query per row); q is the head of qkv. window > 0: only
     the last `window` positions up to the query's own (a sliding-window layer, as llama.cpp)."""
     kv_heads, dim = keys.shape[1], keys.shape[3]
+    rows = qkv.shape[0]
     group = heads // kv_heads
-    out = np.empty((qkv.shape[0], heads * dim), dtype=np.float32)
+    out = np.empty((rows, heads * dim), dtype=np.float32)
     scores = np.empty(end + width, dtype=np.float32)
-    for r in range(qkv.shape[0]):
+    for r in range(rows):
         b, stop = r // width, end + r % width
         start = left_pad[b] if window <= 0 else max(left_pad[b], stop - window)
         for h in range(heads):
-            q0 = h * dim
-            attend_query(qkv[r, q0 : q0 + dim], keys, values, b, h // group, start, stop, scale, scores,
-                         out[r, q0 : q0 + dim])
-    return out
-
-
-@njit(fastmath=True, cache=True, nogil=True)
-def attend_rows(qkv, keys, values, slot, start, pos, heads, scale, width):  # pragma: no cover - jitted
-    """Row r = b * width + j's query against KV row slot[b]'s positions start[b] .. pos[b] + j
-    (causal within a span; the engine's own rows, engine/runner/kv_rows.py); q is the head of qkv."""
-    kv_heads, dim = keys.shape[1], keys.shape[3]
-    group = heads // kv_heads
-    out = np.empty((qkv.shape[0], heads * dim), dtype=np.float32)
-    scores = np.empty(keys.shape[2], dtype=np.float32)
-    for r in range(qkv.shape[0]):
-        b = r // width
-        stop = pos[b] + r % width + 1
-        for h in range(heads):
-            q0 = h * dim
-            attend_query(qkv[r, q0 : q0 + dim], keys, values, slot[b], h // group, start[b], stop, scale, scores,
-                         out[r, q0 : q0 + dim])
+            kv, q0 = h // group, h * dim
+            top = np.float32(-np.inf)
+            for j in range(start, stop):
+                s = np.float32(0.0)
+                for d in range(dim):
+                    s += qkv[r, q0 + d] * keys[b, kv, j, d]
+                s *= scale
+                scores[j] = s
+                top = max(top, s)
+            total = np.float32(0.0)
+            acc = out[r, q0 : q0 + dim]
+            acc[:] = 0.0
+            for j in range(start, stop):
+                p = np.exp(scores[j] - top)
+                total += p
+                for d in range(dim):
+                    acc[d] += p * values[b, kv, j, d]
+            for d in range(dim):
+                acc[d] /= total
     return out
 
 

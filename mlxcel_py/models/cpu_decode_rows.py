@@ -4,7 +4,7 @@ Each layer's K/V is one (slots, kv_heads, capacity, dim) float32 buffer; row b o
 lives in slot `slot[b]`, attends positions `start[b]` .. its own, and writes its `width` new
 tokens at `pos[b]` ..: no left padding, no BatchKVCache bookkeeping. The products, norms, RoPE
 and SwiGLU are the decoder's own (`cpu_decode.CpuDecoder` or `cpu_decode_native.NativeDecoder`);
-only the KV write is a new kernel here; the attention over the rows is `cpu_decode_kernels.attend_rows`.
+only the KV write and the attention are new kernels here.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numba
 import numpy as np
 from numba import njit
 
-from .cpu_decode_kernels import attend_rows, product, rms_norm, rope, silu_mul
+from .cpu_decode_kernels import product, rms_norm, rope, silu_mul
 
 
 @njit(fastmath=True, cache=True, nogil=True)
@@ -31,6 +31,41 @@ def write_kv_rows(qkv, keys, values, slot, pos, heads, width):  # pragma: no cov
             for d in range(dim):
                 keys[s, kv, p, d] = qkv[r, k0 + kv * dim + d]
                 values[s, kv, p, d] = qkv[r, v0 + kv * dim + d]
+
+
+@njit(fastmath=True, cache=True, nogil=True)
+def attend_rows(qkv, keys, values, slot, start, pos, heads, scale, width):  # pragma: no cover - jitted
+    """Row r = b * width + j's query against slot slot[b]'s positions start[b] .. pos[b] + j
+    (causal within a span); q is the head of qkv."""
+    kv_heads, dim = keys.shape[1], keys.shape[3]
+    rows = qkv.shape[0]
+    group = heads // kv_heads
+    out = np.empty((rows, heads * dim), dtype=np.float32)
+    scores = np.empty(keys.shape[2], dtype=np.float32)
+    for r in range(rows):
+        b = r // width
+        s, first, stop = slot[b], start[b], pos[b] + r % width + 1
+        for h in range(heads):
+            kv, q0 = h // group, h * dim
+            top = np.float32(-np.inf)
+            for j in range(first, stop):
+                acc_s = np.float32(0.0)
+                for d in range(dim):
+                    acc_s += qkv[r, q0 + d] * keys[s, kv, j, d]
+                acc_s *= scale
+                scores[j] = acc_s
+                top = max(top, acc_s)
+            total = np.float32(0.0)
+            acc = out[r, q0 : q0 + dim]
+            acc[:] = 0.0
+            for j in range(first, stop):
+                p = np.exp(scores[j] - top)
+                total += p
+                for d in range(dim):
+                    acc[d] += p * values[s, kv, j, d]
+            for d in range(dim):
+                acc[d] /= total
+    return out
 
 
 def _mul(weight, x: np.ndarray, threads: int) -> np.ndarray:

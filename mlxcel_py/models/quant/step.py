@@ -25,12 +25,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ..cpu_decode_kernels import attend_query, rms_norm, rope, silu_mul
+from ..cpu_decode_kernels import rms_norm, rope, silu_mul
 from .atomics import fetch_add, wait_at_least
 from .kernels import quantize_rows_q8
 from .vector import _row_d
 
-STEP_DIGEST = "d1688c310b3e9e6a"  # sha256 of vector.py, kernels.py, cpu_decode_kernels.py, atomics.py
+STEP_DIGEST = "c55452e627c87634"  # sha256 of vector.py, kernels.py, cpu_decode_kernels.py, atomics.py
 INPUTS = ("models/quant/vector.py", "models/quant/kernels.py", "models/cpu_decode_kernels.py", "models/quant/atomics.py")
 
 # Phase kinds, in a layer's order; a product reads the int8 activations the phase before it wrote.
@@ -61,15 +61,31 @@ def _product(raw, qtype, units, col, r0, r1, q, out):  # pragma: no cover - jitt
 
 @njit(fastmath=True, cache=True, nogil=True)
 def _attend_head(qkv, keys, values, kv_row, start, pos, head, heads, scale, out):  # pragma: no cover - jitted
-    """cpu_decode_kernels.attend_query for one query head of every row: row b's query against
+    """cpu_decode_kernels.attend's loops for one query head of every row: row b's query against
     KV row kv_row[b], positions start[b]..pos[b]."""
-    dim = keys.shape[3]
-    kv, q0 = head // (heads // keys.shape[1]), head * dim
+    kv_heads, dim = keys.shape[1], keys.shape[3]
+    kv, q0 = head // (heads // kv_heads), head * dim
     for b in range(qkv.shape[0]):
-        stop = pos[b] + 1
+        r, stop = kv_row[b], pos[b] + 1
         scores = np.empty(stop, dtype=np.float32)
-        attend_query(qkv[b, q0 : q0 + dim], keys, values, kv_row[b], kv, start[b], stop, scale, scores,
-                     out[b, q0 : q0 + dim])
+        top = np.float32(-np.inf)
+        for j in range(start[b], stop):
+            s = np.float32(0.0)
+            for d in range(dim):
+                s += qkv[b, q0 + d] * keys[r, kv, j, d]
+            s *= scale
+            scores[j] = s
+            top = max(top, s)
+        total = np.float32(0.0)
+        acc = out[b, q0 : q0 + dim]
+        acc[:] = 0.0
+        for j in range(start[b], stop):
+            p = np.exp(scores[j] - top)
+            total += p
+            for d in range(dim):
+                acc[d] += p * values[r, kv, j, d]
+        for d in range(dim):
+            acc[d] /= total
 
 
 @njit(cache=True, nogil=True)
