@@ -46,7 +46,7 @@ def ticks(runner, chunk):
         trace.append((out.decoded, out.first_token, [round(lp.logprob, 3) for lp in out.decoded_logprobs]))
     for _ in range(4):
         trace.append(runner.execute(Step(decode=(1, 2, 3))).decoded)
-    trace.append(runner._snapshots[7][0].offset)
+    trace.append(runner._snapshot_layers(7)[0].offset)
     return trace
 
 

@@ -123,7 +123,7 @@ def test_the_fused_native_step_runs_over_the_rows_token_exact(monkeypatch):
     assert type(decoder) is FusedDecoder and decoder.fused
     calls = []
     step_rows = decoder.step_rows
-    monkeypatch.setattr(decoder, "step_rows", lambda *a: calls.append((len(a[0]), a[-1])) or step_rows(*a))
+    monkeypatch.setattr(decoder, "step_rows", lambda *a: calls.append((len(a[0]), a[6])) or step_rows(*a))
     ours = ModelRunner(fixture.model, decode=decoder, verify=decoder.verify, kv_rows=None)
     theirs = ModelRunner(fixture.model, decode=decoder, verify=decoder.verify, kv_rows=False)
     assert scenario(ours) == scenario(theirs)
@@ -163,7 +163,7 @@ def test_a_verify_span_runs_through_the_fused_step_token_identical_to_plain_deco
     assert decoder.fused
     widths = []
     step_rows = decoder.step_rows
-    monkeypatch.setattr(decoder, "step_rows", lambda *a: widths.append(a[-1]) or step_rows(*a))
+    monkeypatch.setattr(decoder, "step_rows", lambda *a: widths.append(a[6]) or step_rows(*a))
     ids = tuple(fixture.tokenizer.encode("one two three four five six seven eight nine ten")) * 3
     requests = [greedy_request("copy", ids, 24), greedy_request("b", prompt(9, 2), 16)]
     cfg = lambda ngram: resolve("serve", env={}, parallel=2, lookup_ngram=ngram).engine  # noqa: E731

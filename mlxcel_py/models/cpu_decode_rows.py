@@ -9,7 +9,7 @@ only the KV write and the attention are new kernels here.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numba
 import numpy as np
@@ -34,9 +34,10 @@ def write_kv_rows(qkv, keys, values, slot, pos, heads, width):  # pragma: no cov
 
 
 @njit(fastmath=True, cache=True, nogil=True)
-def attend_rows(qkv, keys, values, slot, start, pos, heads, scale, width):  # pragma: no cover - jitted
+def attend_rows(qkv, keys, values, slot, start, pos, heads, scale, width, prefix):  # pragma: no cover - jitted
     """Row r = b * width + j's query against slot slot[b]'s positions start[b] .. pos[b] + j
-    (causal within a span); q is the head of qkv."""
+    (causal within a span); q is the head of qkv. Positions below prefix[b, 1] are read from the
+    shared prefix row prefix[b, 0] (kv_rows.RowKV), the same loop in the same order."""
     kv_heads, dim = keys.shape[1], keys.shape[3]
     rows = qkv.shape[0]
     group = heads // kv_heads
@@ -45,13 +46,15 @@ def attend_rows(qkv, keys, values, slot, start, pos, heads, scale, width):  # pr
     for r in range(rows):
         b = r // width
         s, first, stop = slot[b], start[b], pos[b] + r % width + 1
+        shared, cut = prefix[b, 0], prefix[b, 1]
         for h in range(heads):
             kv, q0 = h // group, h * dim
             top = np.float32(-np.inf)
             for j in range(first, stop):
+                src = shared if j < cut else s
                 acc_s = np.float32(0.0)
                 for d in range(dim):
-                    acc_s += qkv[r, q0 + d] * keys[s, kv, j, d]
+                    acc_s += qkv[r, q0 + d] * keys[src, kv, j, d]
                 acc_s *= scale
                 scores[j] = acc_s
                 top = max(top, acc_s)
@@ -59,13 +62,19 @@ def attend_rows(qkv, keys, values, slot, start, pos, heads, scale, width):  # pr
             acc = out[r, q0 : q0 + dim]
             acc[:] = 0.0
             for j in range(first, stop):
+                src = shared if j < cut else s
                 p = np.exp(scores[j] - top)
                 total += p
                 for d in range(dim):
-                    acc[d] += p * values[s, kv, j, d]
+                    acc[d] += p * values[src, kv, j, d]
             for d in range(dim):
                 acc[d] /= total
     return out
+
+
+def no_prefix(rows: int) -> np.ndarray:
+    """The (rows, 2) prefix array of rows that share nothing (prefix length 0)."""
+    return np.zeros((rows, 2), np.int64)
 
 
 def _mul(weight, x: np.ndarray, threads: int) -> np.ndarray:
@@ -76,12 +85,16 @@ def _mul(weight, x: np.ndarray, threads: int) -> np.ndarray:
 
 
 def forward_rows(decoder, tokens: Sequence[int], keys: Sequence[np.ndarray], values: Sequence[np.ndarray],
-                 slot: np.ndarray, start: np.ndarray, pos: np.ndarray, width: int = 1) -> np.ndarray:
+                 slot: np.ndarray, start: np.ndarray, pos: np.ndarray, width: int = 1,
+                 prefix: Optional[np.ndarray] = None) -> np.ndarray:
     """(B * width, vocab) float32 logits of `width` new tokens per row (`tokens` row-major), their
-    K/V written into each row's slot; the caller advances the rows' lengths."""
+    K/V written into each row's slot; the caller advances the rows' lengths. `prefix` (B, 2): each
+    row's shared prefix row and length (kv_rows.RowKV; None: no row shares)."""
+    if prefix is None:
+        prefix = no_prefix(len(slot))
     fused = getattr(decoder, "step_rows", None)  # cpu_step_native.FusedDecoder: the whole step in one call
     if fused is not None:
-        logits = fused(tokens, keys, values, slot, start, pos, width)
+        logits = fused(tokens, keys, values, slot, start, pos, width, prefix)
         if logits is not None:
             return logits
     if numba.get_num_threads() != decoder.threads:
@@ -93,7 +106,7 @@ def forward_rows(decoder, tokens: Sequence[int], keys: Sequence[np.ndarray], val
         qkv = _mul(w.qkv, rms_norm(h, w.norm1, eps), t)
         rope(qkv, cos, sin, heads + decoder.kv_heads, dim)
         write_kv_rows(qkv, k, v, slot, pos, heads, width)
-        h += _mul(w.o, attend_rows(qkv, k, v, slot, start, pos, heads, decoder.scale, width), t)
+        h += _mul(w.o, attend_rows(qkv, k, v, slot, start, pos, heads, decoder.scale, width, prefix), t)
         h += _mul(w.down, silu_mul(_mul(w.gate_up, rms_norm(h, w.norm2, eps), t)), t)
     return decoder._lm_head(rms_norm(h, decoder._norm, eps))
 

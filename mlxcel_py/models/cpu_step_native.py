@@ -135,19 +135,21 @@ class FusedDecoder(NativeDecoder):
         return lists
 
     def step_rows(self, tokens: Sequence[int], keys: Sequence[np.ndarray], values: Sequence[np.ndarray],
-                  slot: np.ndarray, start: np.ndarray, pos: np.ndarray, width: int = 1) -> Optional[np.ndarray]:
+                  slot: np.ndarray, start: np.ndarray, pos: np.ndarray, width: int = 1,
+                  prefix: Optional[np.ndarray] = None) -> Optional[np.ndarray]:
         """cpu_decode_rows.forward_rows as one run_step call over the engine's own rows: (B * width,
         vocab) logits of `width` new tokens per row (`tokens` row-major; row b in KV row slot[b],
         positions start[b]..pos[b] + j). A verify span is `width` rows per sequence sharing its KV row:
-        the step writes every row's K/V before any attends, so each attends causally. None when the
-        step is not fused."""
+        the step writes every row's K/V before any attends, so each attends causally. `prefix` (B, 2):
+        each row's shared prefix row and length (None: none). None when the step is not fused."""
         if not self.fused or products.linear is not _INT8_LINEAR:
             return None
         if numba.get_num_threads() != self.threads:
             numba.set_num_threads(self.threads)
         offsets = np.arange(width, dtype=np.int64)
         rows = np.repeat(np.asarray(slot, np.int64), width)
-        first = np.repeat(np.asarray(start, np.int64), width)
+        shared = np.zeros((len(slot), 2), np.int64) if prefix is None else np.asarray(prefix, np.int64)
+        first = np.repeat(np.column_stack([np.asarray(start, np.int64), shared]), width, axis=0)
         at = (np.asarray(pos, np.int64)[:, None] + offsets).reshape(-1)
         cos, sin = self._ropes[0].at(at)
         h = np.ascontiguousarray(self._embed_rows(np.asarray(tokens)), np.float32)
@@ -167,7 +169,8 @@ class FusedDecoder(NativeDecoder):
         h = np.ascontiguousarray(self._embed_rows(np.asarray(tokens)), np.float32)
         acts, sets = self._acts(rows)
         # today's BatchKVCache: row b is KV row b, left-padded, every row at position _idx
-        where = (np.arange(rows, dtype=np.int64), left_pad, np.full(rows, caches[0]._idx, np.int64), cos, sin)
+        spans = np.column_stack([np.asarray(left_pad, np.int64), np.zeros((rows, 2), np.int64)])
+        where = (np.arange(rows, dtype=np.int64), spans, np.full(rows, caches[0]._idx, np.int64), cos, sin)
         step.run_step(self.threads, self._phases, self._weights, self._kv_lists_of(views), where,
                       (h, *acts), sets, self._floats)
         self._kv.end(caches, positions)

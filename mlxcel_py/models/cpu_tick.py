@@ -11,13 +11,13 @@ what rode along (tests/test_cpu_tick.py checks it against the separate forwards)
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import numba
 import numpy as np
 
 from .cpu_decode_kernels import rms_norm, rope, silu_mul
-from .cpu_decode_rows import _mul, attend_rows, write_kv_rows
+from .cpu_decode_rows import _mul, attend_rows, no_prefix, write_kv_rows
 from .cpu_kernels import causal_attention
 
 Store = Callable[[int, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
@@ -25,14 +25,15 @@ Store = Callable[[int, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 def forward_tick(decoder, tokens: Sequence[int], keys: Sequence[np.ndarray], values: Sequence[np.ndarray],
                  slot: np.ndarray, start: np.ndarray, pos: np.ndarray, piece: Sequence[int], piece_start: int,
-                 store: Store, last: bool) -> np.ndarray:
+                 store: Store, last: bool, prefix: Optional[np.ndarray] = None) -> np.ndarray:
     """(B (+ 1), vocab) float32 logits: the decode rows', then the piece's last position's when `last`.
     Writes the decode rows' new K/V into their slots (the caller advances their lengths) and hands
-    the piece's to `store`."""
+    the piece's to `store`. `prefix`: the decode rows' shared prefixes (cpu_decode_rows.forward_rows)."""
     if numba.get_num_threads() != decoder.threads:
         numba.set_num_threads(decoder.threads)
     t, eps, heads, kv_heads, dim = decoder.threads, decoder.eps, decoder.heads, decoder.kv_heads, decoder.head_dim
     b, p = len(tokens), len(piece)
+    prefix = no_prefix(b) if prefix is None else prefix
     positions = np.concatenate([np.asarray(pos, np.int64), piece_start + np.arange(p, dtype=np.int64)])
     cos, sin = decoder._ropes[0].at(positions)  # a plain llama (cpu_decode_rows.supports_rows)
     h = np.array(decoder._embed_rows(np.asarray([*tokens, *piece])), dtype=np.float32)
@@ -44,7 +45,7 @@ def forward_tick(decoder, tokens: Sequence[int], keys: Sequence[np.ndarray], val
         if b:
             rows = qkv[:b]
             write_kv_rows(rows, k, v, slot, pos, heads, 1)
-            att[:b] = attend_rows(rows, k, v, slot, start, pos, heads, decoder.scale, 1)
+            att[:b] = attend_rows(rows, k, v, slot, start, pos, heads, decoder.scale, 1, prefix)
         new = qkv[b:]
         piece_k, piece_v = store(i, _heads(new[:, k0:v0], kv_heads), _heads(new[:, v0:], kv_heads))
         out = causal_attention(np.ascontiguousarray(_heads(new[:, :k0], heads)), piece_k, piece_v, decoder.scale)

@@ -8,12 +8,19 @@ new sequence's tokens, a leave copies nothing and a rejected draft's trim is a l
 The buffers are anonymous memory maps (`_zeros`): pages nobody wrote stay unmapped, so the resident
 size grows with the tokens stored, not with the capacity. Growing the capacity copies only the
 rows in use. The decoder reads and writes them through `models/cpu_decode_rows.forward_rows`.
+
+Shared prefixes (eight requests with one system prompt store its KV once): a prompt-cache snapshot
+is a pinned slot of the same buffers, refcounted, never decoded into. A batch row adopting it
+carries (prefix slot, prefix length); its own slot holds only the positions from the prefix length
+on (the pages below stay unmapped) and the attention reads the positions below it from the pinned
+slot, in the same loop order, so a shared row's logits are bit-equal to a private copy's.
 """
 
 from __future__ import annotations
 
 import mmap
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Optional, Sequence
 
 import mlx.core as mx
 import numpy as np
@@ -31,9 +38,27 @@ def _zeros(shape: tuple[int, ...]) -> np.ndarray:
     return np.frombuffer(mmap.mmap(-1, max(4 * count, 1)), np.float32, count).reshape(shape)
 
 
+def _release(buffer: np.ndarray, slot: int) -> None:
+    """Give a freed slot's pages back (they read as zeros again and are no longer resident)."""
+    mapping, size = buffer.base, buffer[0].nbytes
+    while mapping is not None and not isinstance(mapping, mmap.mmap):
+        mapping = getattr(mapping, "obj", None) or getattr(mapping, "base", None)
+    if isinstance(mapping, mmap.mmap) and size % mmap.PAGESIZE == 0 and hasattr(mapping, "madvise"):
+        mapping.madvise(mmap.MADV_DONTNEED, slot * size, size)
+
+
+@dataclass(frozen=True, slots=True)
+class PinnedPrefix:
+    """A prompt-cache snapshot held by reference: the first `length` positions of pinned slot `slot`."""
+
+    slot: int
+    length: int
+
+
 class RowKV:
     """Per-layer (slots, kv_heads, capacity, dim) buffers, batch row i in slot `slots[i]` holding
-    `lengths[i]` positions (its next token's position)."""
+    `lengths[i]` positions (its next token's position), the first `prefixes[i][1]` of them read from
+    pinned slot `prefixes[i][0]`; `pinned` maps a pinned slot to [its length, its references]."""
 
     def __init__(self, layers: int, kv_heads: int, dim: int, slots: int = FIRST_SLOTS,
                  capacity: int = FIRST_CAPACITY):
@@ -42,6 +67,8 @@ class RowKV:
         self.values = [_zeros((slots, kv_heads, capacity, dim)) for _ in range(layers)]
         self.slots: list[int] = []
         self.lengths: list[int] = []
+        self.prefixes: list[tuple[int, int]] = []
+        self.pinned: dict[int, list[int]] = {}
 
     @classmethod
     def like(cls, caches: Sequence[KVCache]) -> "RowKV":
@@ -56,44 +83,121 @@ class RowKV:
     def __len__(self) -> int:
         return len(self.slots)
 
+    def positions_stored(self) -> int:
+        """Positions held in the buffers: each row's own (past its shared prefix) plus each pinned slot's."""
+        own = sum(n - p for n, (_, p) in zip(self.lengths, self.prefixes))
+        return own + sum(length for length, _ in self.pinned.values())
+
     # -- joining and leaving ------------------------------------------------------------------
-    def add(self, caches: Sequence[KVCache]) -> None:
-        """Append a row: copy a prefilled sequence's `offset` positions (every layer) into a free slot."""
-        length = caches[0].offset
+    def add(self, caches: Sequence[KVCache], prefix: Optional[PinnedPrefix] = None) -> None:
+        """Append a row: copy a prefilled sequence's `offset` positions (every layer) into a free slot;
+        with `prefix` (whose reference the row takes over) only the positions from its length on."""
+        length, cut = caches[0].offset, prefix.length if prefix is not None else 0
         slot = self._free_slot()
         self.reserve(length + 1)
         for layer, cache in enumerate(caches):
-            self.keys[layer][slot, :, :length] = np.asarray(cache.keys[0, :, :length])
-            self.values[layer][slot, :, :length] = np.asarray(cache.values[0, :, :length])
+            self.keys[layer][slot, :, cut:length] = np.asarray(cache.keys[0, :, cut:length])
+            self.values[layer][slot, :, cut:length] = np.asarray(cache.values[0, :, cut:length])
         self.slots.append(slot)
         self.lengths.append(length)
+        self.prefixes.append((prefix.slot, cut) if prefix is not None else (0, 0))
 
     def keep(self, rows: Sequence[int]) -> None:
-        """Keep these rows in this order (a leave or a reorder): nothing is copied."""
+        """Keep these rows in this order (a leave or a reorder): nothing is copied; a leaving row's
+        prefix reference is dropped and its slot's pages given back (unless it was pinned)."""
+        kept = set(rows)
+        for i in [i for i in range(len(self.slots)) if i not in kept]:
+            self._drop_prefix(i)
+            if self.slots[i] not in self.pinned:
+                self._release_slot(self.slots[i])
         self.slots = [self.slots[i] for i in rows]
         self.lengths = [self.lengths[i] for i in rows]
+        self.prefixes = [self.prefixes[i] for i in rows]
 
     def trim(self, row: int, n: int) -> None:
         """Forget a row's last `n` positions (a verify's rejected draft tokens)."""
         self.lengths[row] -= n
 
+    # -- pinned prefixes (the prompt cache's snapshots, by reference) -----------------------------
+    def pin(self, caches: Sequence[KVCache], length: int) -> PinnedPrefix:
+        """A pinned slot holding the first `length` positions of these row caches (one reference)."""
+        slot = self._free_slot()
+        self.reserve(length + 1)
+        for layer, cache in enumerate(caches):
+            self.keys[layer][slot, :, :length] = np.asarray(cache.keys[0, :, :length])
+            self.values[layer][slot, :, :length] = np.asarray(cache.values[0, :, :length])
+        self.pinned[slot] = [length, 1]
+        return PinnedPrefix(slot, length)
+
+    def pin_row(self, row: int, length: int) -> PinnedPrefix:
+        """A leaving row's slot pinned in place (its first `length` positions, one reference): only a
+        shared prefix is copied in; the row must leave (`keep`) before the next forward."""
+        if self.lengths[row] < length:  # the scheduler's count and the KV disagree: a bug, not bad input
+            raise RuntimeError(f"snapshot of {length} tokens asked, but the row holds {self.lengths[row]}")
+        self.unshare(row)
+        slot = self.slots[row]
+        self.pinned[slot] = [length, 1]
+        return PinnedPrefix(slot, length)
+
+    def ref(self, prefix: PinnedPrefix) -> PinnedPrefix:
+        """One more reference to a pinned slot (a sequence adopting it)."""
+        self.pinned[prefix.slot][1] += 1
+        return prefix
+
+    def unref(self, prefix: PinnedPrefix) -> None:
+        """Drop a reference; the last one frees the slot."""
+        held = self.pinned[prefix.slot]
+        held[1] -= 1
+        if held[1] == 0:
+            del self.pinned[prefix.slot]
+            if prefix.slot not in self.slots:
+                self._release_slot(prefix.slot)
+
+    def prefix_caches(self, prefix: PinnedPrefix, length: Optional[int] = None) -> list[KVCache]:
+        """Private mlx-lm row caches of a pinned slot's first `length` positions (an adoption's prefill,
+        a slot file)."""
+        return self._caches(lambda buffer: buffer[prefix.slot, :, : prefix.length if length is None else length])
+
+    def unshare(self, row: int) -> None:
+        """Copy a row's shared prefix into its own slot and drop the reference (before its KV is rewritten)."""
+        shared, cut = self.prefixes[row]
+        if cut:
+            slot = self.slots[row]
+            for buffers in (self.keys, self.values):
+                for buffer in buffers:
+                    buffer[slot, :, :cut] = buffer[shared, :, :cut]
+            self._drop_prefix(row)
+
+    def _drop_prefix(self, row: int) -> None:
+        shared, cut = self.prefixes[row]
+        if cut:
+            self.prefixes[row] = (0, 0)
+            self.unref(PinnedPrefix(shared, cut))
+
+    # -- a row's contents -----------------------------------------------------------------------
     def extract(self, row: int, length: int) -> list[KVCache]:
         """Private mlx-lm row caches of the row's first `length` positions (a prompt-cache snapshot)."""
         if self.lengths[row] < length:  # the scheduler's count and the KV disagree: a bug, not bad input
             raise RuntimeError(f"snapshot of {length} tokens asked, but the row holds {self.lengths[row]}")
-        slot, out = self.slots[row], []
+        (shared, cut), slot = self.prefixes[row], self.slots[row]
+        cut = min(cut, length)
+        return self._caches(lambda b: np.concatenate([b[shared, :, :cut], b[slot, :, cut:length]], axis=1))
+
+    def _caches(self, part) -> list[KVCache]:
+        out = []
         for keys, values in zip(self.keys, self.values):
             cache = KVCache()
-            cache.keys = mx.array(keys[slot : slot + 1, :, :length])
-            cache.values = mx.array(values[slot : slot + 1, :, :length])
-            cache.offset = length
+            cache.keys, cache.values = mx.array(part(keys)[None]), mx.array(part(values)[None])
+            cache.offset = cache.keys.shape[2]
             out.append(cache)
         return out
 
     def set_row(self, row: int, layers: Sequence[tuple[np.ndarray, np.ndarray]]) -> None:
-        """Replace a row's KV with (keys, values) (kv_heads, L, dim) per layer (a context shift)."""
+        """Replace a row's KV with (keys, values) (kv_heads, L, dim) per layer (a context shift); a
+        shared row stops sharing."""
         length = layers[0][0].shape[1]
         self.reserve(length + 1)
+        self._drop_prefix(row)
         slot = self.slots[row]
         for layer, (keys, values) in enumerate(layers):
             self.keys[layer][slot, :, :length] = keys
@@ -101,23 +205,26 @@ class RowKV:
         self.lengths[row] = length
 
     def row_kv(self, row: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Views of a row's (keys, values) (kv_heads, length, dim) per layer."""
+        """Views of a row's (keys, values) (kv_heads, length, dim) per layer (a shared row is unshared first)."""
+        self.unshare(row)
         slot, length = self.slots[row], self.lengths[row]
         return [(k[slot, :, :length], v[slot, :, :length]) for k, v in zip(self.keys, self.values)]
 
     # -- a forward's arrays -------------------------------------------------------------------
-    def step_arrays(self, width: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(slot, start, position) per row for a forward of `width` new tokens per row, with room for them."""
+    def step_arrays(self, width: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(slot, start, position, prefix (B, 2): shared slot and length) per row for a forward of
+        `width` new tokens per row, with room for them."""
         self.reserve(max(self.lengths) + width)
         slots = np.asarray(self.slots, np.int64)
-        return slots, np.zeros_like(slots), np.asarray(self.lengths, np.int64)
+        prefix = np.asarray(self.prefixes, np.int64).reshape(len(slots), 2)
+        return slots, np.zeros_like(slots), np.asarray(self.lengths, np.int64), prefix
 
     def advance(self, width: int = 1) -> None:
         """Every row holds `width` more positions (the forward wrote them)."""
         self.lengths = [n + width for n in self.lengths]
 
     def reserve(self, positions: int) -> None:
-        """Room for `positions` per slot: double the capacity, copying only the rows in use."""
+        """Room for `positions` per slot: double the capacity, copying only the positions in use."""
         if positions <= self.capacity:
             return
         capacity = self.capacity
@@ -126,7 +233,7 @@ class RowKV:
         self._regrow(self.keys[0].shape[0], capacity)
 
     def _free_slot(self) -> int:
-        used = set(self.slots)
+        used = set(self.slots) | set(self.pinned)
         free = [s for s in range(self.keys[0].shape[0]) if s not in used]
         if free:
             return free[0]
@@ -134,11 +241,18 @@ class RowKV:
         self._regrow(2 * slots, self.capacity)
         return slots
 
+    def _release_slot(self, slot: int) -> None:
+        for buffers in (self.keys, self.values):
+            for buffer in buffers:
+                _release(buffer, slot)
+
     def _regrow(self, slots: int, capacity: int) -> None:
         kv_heads, dim = self.shape
+        spans = [(s, p, n) for s, n, (_, p) in zip(self.slots, self.lengths, self.prefixes)]
+        spans += [(s, 0, n) for s, (n, _) in self.pinned.items() if s not in self.slots]
         for buffers in (self.keys, self.values):
             for layer, old in enumerate(buffers):
                 new = _zeros((slots, kv_heads, capacity, dim))
-                for slot, length in zip(self.slots, self.lengths):
-                    new[slot, :, :length] = old[slot, :, :length]
+                for slot, first, length in spans:  # below a shared prefix's length nothing is stored
+                    new[slot, :, first:length] = old[slot, :, first:length]
                 buffers[layer] = new

@@ -64,6 +64,7 @@ class ModelRunner(PromptSide, FusedTick, Runner):
     verifies_drafts = True  # a runner whose sampling must match other ranks' sets False: drafts ignored
     saves_slots = True  # executes Step.slot_file (engine/runner/slot_io.py)
     shift_mode = "prefill"  # how Step.shift rebuilds a row (engine/runner/shift.py: "prefill" or "rotate")
+    share_prefixes = True  # over the owned rows, snapshots are pinned rows shared by reference (kv_rows.py)
 
     def __init__(self, model, compiler: Optional[ConstraintCompiler] = None, *,
                  decode: Optional[DecodeFn] = None, kernels: Optional[ContextManager[Any]] = None,
@@ -101,7 +102,7 @@ class ModelRunner(PromptSide, FusedTick, Runner):
                 first, prompt = self._run_piece(step.prefill)
         slot_bytes, slot_error = self._slot_file(step.slot_file) if step.slot_file is not None else (0, None)
         for snapshot_id in step.drop_snapshots:
-            self._snapshots.pop(snapshot_id, None)
+            self._drop_snapshot(snapshot_id)
         logprobs = tuple(s.logprobs for s in decoded)
         failed = [(seq_id, s.error) for seq_id, s in zip(step.decode, decoded) if s.error]
         if first is not None and first.error:
@@ -116,11 +117,12 @@ class ModelRunner(PromptSide, FusedTick, Runner):
         """Write a snapshot to a slot file, or read one into a snapshot: (bytes, None) or (0, why)."""
         try:
             if work.action == "save":
-                layers = self._snapshots[work.snapshot_id] if work.snapshot_id is not None else None
+                layers = self._snapshot_layers(work.snapshot_id) if work.snapshot_id is not None else None
                 return slot_io.save(work.path, layers, work.length, dict(work.metadata)), None
             layers, nbytes = slot_io.load(work.path, self.model, self.kv, work.length)
             mx.eval([arrays(c) for c in layers])
-            self._snapshots[work.snapshot_id] = layers
+            self._snapshots[work.snapshot_id] = self._rows_kv(layers).pin(layers, work.length) if self._shares \
+                else layers
             return nbytes, None
         except (OSError, ValueError, RuntimeError) as exc:  # a full disk, a damaged file: the action's answer
             return 0, str(exc) or type(exc).__name__
@@ -226,14 +228,18 @@ class ModelRunner(PromptSide, FusedTick, Runner):
         for work in retire:
             state = self._seqs.pop(work.seq_id, None)
             if (state is not None and state.prefill_cache is not None) or work.seq_id not in self._rows:
+                if state is not None:
+                    self._release_prefix(state)
                 continue  # aborted mid-prefill, or never started
             drop.add(work.seq_id)
             if work.snapshot_id is not None:
-                self._snapshots[work.snapshot_id] = self._extract(self._rows.index(work.seq_id), work.num_tokens)
+                row = self._rows.index(work.seq_id)
+                self._snapshots[work.snapshot_id] = self._batch.pin_row(row, work.num_tokens) if self._shares \
+                    else self._extract(row, work.num_tokens)
         if drop:
             keep = [i for i, s in enumerate(self._rows) if s not in drop]
             self._rows = [self._rows[i] for i in keep]
-            if keep:
+            if keep or self._owned:  # the owned rows stay: their pinned slots may outlive the batch
                 self._filter(keep)
             else:
                 self._batch = None
@@ -250,9 +256,9 @@ class ModelRunner(PromptSide, FusedTick, Runner):
         from ...models.cpu_decode_rows import forward_rows
 
         kv = self._batch
-        slots, starts, positions = kv.step_arrays(width)
+        slots, starts, positions, prefix = kv.step_arrays(width)
         flat = [t for row in tokens for t in row] if width > 1 else tokens
-        logits = forward_rows(self._fast_decode, flat, kv.keys, kv.values, slots, starts, positions, width)
+        logits = forward_rows(self._fast_decode, flat, kv.keys, kv.values, slots, starts, positions, width, prefix)
         kv.advance(width)
         return mx.array(logits if width == 1 else logits.reshape(len(tokens), width, -1))
 

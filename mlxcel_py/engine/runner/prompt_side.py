@@ -15,7 +15,7 @@ import mlx.core as mx
 from ..core.events import TokenLogprobs
 from ..core.step import PrefillPiece
 from .kv import adopt, arrays, make_cache, snapshot
-from .kv_rows import RowKV
+from .kv_rows import PinnedPrefix, RowKV
 from .logits import sequence_logprobs
 from .pooling import Pooler, hidden_fn
 from .sampling import SampledToken, SequenceSampler
@@ -37,6 +37,7 @@ class SequenceState:
     last_token: Optional[int] = None  # the latest sampled token (the next decode step's input)
     prompt_row: Optional[mx.array] = None  # echo: the last prompt position's raw logits, between pieces
     pooler: Optional[Pooler] = None  # an embedding sequence: its pool across pieces (it never decodes)
+    prefix: Optional[PinnedPrefix] = None  # a pinned snapshot it adopted or took: its row will share it
 
 
 class PromptSide:
@@ -57,7 +58,7 @@ class PromptSide:
         if self.draft is not None:
             self.draft.prefill(piece.seq_id, piece.tokens, piece.terminal)
         if piece.snapshot_id is not None:
-            self._snapshots[piece.snapshot_id] = _copy_kv(cache, piece.end)
+            self._keep_snapshot(piece.snapshot_id, state, cache, piece.end)
         if not piece.terminal:
             return None, prompt
         sampled = self._sample(logits, [piece.seq_id])[0]
@@ -86,7 +87,7 @@ class PromptSide:
         mx.eval([c.state for c in state.prefill_cache] + state.pooler.arrays())
         if not piece.terminal:
             return None
-        del self._seqs[piece.seq_id]
+        self._release_prefix(self._seqs.pop(piece.seq_id))
         return state.pooler.result()
 
     def _score_piece(self, piece: PrefillPiece, state: SequenceState) -> tuple[mx.array, tuple[Optional[TokenLogprobs], ...]]:
@@ -106,10 +107,14 @@ class PromptSide:
 
     def _begin(self, piece: PrefillPiece) -> None:
         begin = piece.begin
-        cache = make_cache(self.model, self.kv)
+        cache, held = make_cache(self.model, self.kv), None
         if begin.adopt_id is not None:  # share the snapshot's first `start` positions, no copy
-            for layer, snap in zip(cache, self._snapshots[begin.adopt_id]):
-                adopt(layer, snap, piece.start)
+            snap = self._snapshots[begin.adopt_id]
+            if isinstance(snap, PinnedPrefix):  # the prefill reads a copy; the row will share the slot
+                held = self._batch.ref(PinnedPrefix(snap.slot, piece.start))
+                snap = self._batch.prefix_caches(snap, piece.start)
+            for layer, snap_layer in zip(cache, snap):
+                adopt(layer, snap_layer, piece.start)
         constraint = begin.sampling.constraint
         matcher = None
         if constraint is not None:
@@ -117,7 +122,7 @@ class PromptSide:
                 raise RuntimeError("a constrained sequence reached a runner without a grammar compiler")
             matcher = self.compiler.matcher(constraint)  # compiled (and cached) when the request was checked
         sampler = SequenceSampler(begin.sampling, prompt_ids=begin.history, matcher=matcher)
-        self._seqs[piece.seq_id] = SequenceState(sampler, prefill_cache=cache)
+        self._seqs[piece.seq_id] = SequenceState(sampler, prefill_cache=cache, prefix=held)
         if self.draft is not None and begin.pooling is None:
             self.draft.begin(piece.seq_id, begin.history)
 
@@ -141,9 +146,8 @@ class PromptSide:
         cache, state.prefill_cache, state.last_token = state.prefill_cache, None, token
         self._rows.append(seq_id)
         if self._owned:
-            if self._batch is None:
-                self._batch = RowKV.like(cache)
-            self._batch.add(cache)
+            self._rows_kv(cache).add(cache, state.prefix)  # the row takes over the prefix's reference
+            state.prefix = None
             return
         rows = [layer.merge([layer]) for layer in cache]
         if self._batch is None:
@@ -151,3 +155,41 @@ class PromptSide:
         else:
             for batch_layer, row in zip(self._batch, rows):
                 batch_layer.extend(row)
+
+    # -- shared prefixes (kv_rows.RowKV's pinned slots) -------------------------------------------
+    @property
+    def _shares(self) -> bool:
+        return self._owned and self.share_prefixes
+
+    def _rows_kv(self, caches: list) -> RowKV:
+        if self._batch is None:
+            self._batch = RowKV.like(caches)
+        return self._batch
+
+    def _keep_snapshot(self, snapshot_id: int, state: SequenceState, cache: list, length: int) -> None:
+        """Store a prefill's snapshot: pinned in the rows by reference (the sequence's row will share
+        it), else an mlx-lm copy."""
+        if not self._shares:
+            self._snapshots[snapshot_id] = _copy_kv(cache, length)
+            return
+        kv = self._rows_kv(cache)
+        pinned = kv.pin(cache, length)
+        self._snapshots[snapshot_id] = pinned
+        self._release_prefix(state)
+        state.prefix = kv.ref(pinned)
+
+    def _release_prefix(self, state: SequenceState) -> None:
+        """Drop a sequence's reference to a pinned prefix (it left before joining, or it took a longer one)."""
+        if state.prefix is not None:
+            self._batch.unref(state.prefix)
+            state.prefix = None
+
+    def _drop_snapshot(self, snapshot_id: int) -> None:
+        snap = self._snapshots.pop(snapshot_id, None)
+        if isinstance(snap, PinnedPrefix):
+            self._batch.unref(snap)
+
+    def _snapshot_layers(self, snapshot_id: int) -> list:
+        """A snapshot as mlx-lm row caches (a pinned one copied out)."""
+        snap = self._snapshots[snapshot_id]
+        return self._batch.prefix_caches(snap) if isinstance(snap, PinnedPrefix) else snap

@@ -18,7 +18,6 @@ import mlx.core as mx
 import numpy as np
 
 from ..core.step import Step
-from .prompt_side import _copy_kv
 from .sampling import SampledToken
 
 FUSE_MAX_TOKENS = 128  # measured in docs/CONTINUOUS_BATCHING.md ("One forward per tick")
@@ -62,17 +61,17 @@ class FusedTick:
             raise RuntimeError(f"piece of seq {piece.seq_id} starts at {piece.start}, its KV holds {cache[0].offset}")
         state.sampler.extend_prompt(piece.tokens)
         kv = self._batch
-        slots, starts, positions = kv.step_arrays(1)
+        slots, starts, positions, prefix = kv.step_arrays(1)
         last = [self._seqs[s].last_token for s in seq_ids]
         logits = forward_tick(self._fast_decode, last, kv.keys, kv.values, slots, starts, positions,
-                              piece.tokens, piece.start, _store(cache), piece.terminal)
+                              piece.tokens, piece.start, _store(cache), piece.terminal, prefix)
         kv.advance(1)
         logits = mx.array(logits)
         decoded = self._sample(logits[: len(seq_ids)], seq_ids)
         for seq_id, s in zip(seq_ids, decoded):
             self._seqs[seq_id].last_token = s.token_id
         if piece.snapshot_id is not None:
-            self._snapshots[piece.snapshot_id] = _copy_kv(cache, piece.end)
+            self._keep_snapshot(piece.snapshot_id, state, cache, piece.end)
         if not piece.terminal:
             return decoded, None
         first = self._sample(logits[len(seq_ids) :], [piece.seq_id])[0]

@@ -60,30 +60,34 @@ def _product(raw, qtype, units, col, r0, r1, q, out):  # pragma: no cover - jitt
 
 
 @njit(fastmath=True, cache=True, nogil=True)
-def _attend_head(qkv, keys, values, kv_row, start, pos, head, heads, scale, out):  # pragma: no cover - jitted
+def _attend_head(qkv, keys, values, kv_row, span, pos, head, heads, scale, out):  # pragma: no cover - jitted
     """cpu_decode_kernels.attend's loops for one query head of every row: row b's query against
-    KV row kv_row[b], positions start[b]..pos[b]."""
+    KV row kv_row[b], positions span[b, 0]..pos[b], those below span[b, 2] read from the shared
+    prefix row span[b, 1] (engine/runner/kv_rows.py), the same loop in the same order."""
     kv_heads, dim = keys.shape[1], keys.shape[3]
     kv, q0 = head // (heads // kv_heads), head * dim
     for b in range(qkv.shape[0]):
         r, stop = kv_row[b], pos[b] + 1
+        shared, cut = span[b, 1], span[b, 2]
         scores = np.empty(stop, dtype=np.float32)
         top = np.float32(-np.inf)
-        for j in range(start[b], stop):
+        for j in range(span[b, 0], stop):
+            src = shared if j < cut else r
             s = np.float32(0.0)
             for d in range(dim):
-                s += qkv[b, q0 + d] * keys[r, kv, j, d]
+                s += qkv[b, q0 + d] * keys[src, kv, j, d]
             s *= scale
             scores[j] = s
             top = max(top, s)
         total = np.float32(0.0)
         acc = out[b, q0 : q0 + dim]
         acc[:] = 0.0
-        for j in range(start[b], stop):
+        for j in range(span[b, 0], stop):
+            src = shared if j < cut else r
             p = np.exp(scores[j] - top)
             total += p
             for d in range(dim):
-                acc[d] += p * values[r, kv, j, d]
+                acc[d] += p * values[src, kv, j, d]
         for d in range(dim):
             acc[d] /= total
 
@@ -172,7 +176,8 @@ def run_step(threads, phases, w, kv, rows, acts, q, f):  # pragma: no cover - ji
     phases (P, 4): kind, layer, first task, task count; w = (tasks (T, 3): segment, first and end
     row of a product task; segs (S, 3): GGUF type, loop units, output column; raws: each
     segment's blocks; norms1, norms2 (layers, hidden); final norm); kv = per-layer keys, values
-    (rows, kv_heads, capacity, dim); rows = (kv_row, start, pos (B,), cos, sin (B, dim / 2));
+    (rows, kv_heads, capacity, dim); rows = (kv_row (B,), start (B, 3): first position, shared prefix
+    row and prefix length, pos (B,), cos, sin (B, dim / 2));
     acts = (h, qkv, attn, o, gate_up, down, logits) float32 buffers; q = three (codes, scales,
     sums, d * sums) sets for hidden, attention and FFN inputs; f = (heads, kv_heads, head_dim,
     scale, eps)."""
