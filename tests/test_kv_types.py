@@ -185,3 +185,17 @@ def test_bad_values_name_their_flag(kw, message):
     kw.setdefault("env", {})
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         resolve("serve", **kw)
+
+
+@pytest.mark.parametrize("name", ["f16", "q8_0"])
+def test_the_cpu_prefill_kernels_leave_a_typed_batch_to_mlx_lm(name):
+    """With the loader's CPU prefill kernels in scope (the default on a CPU), a ragged decode batch over
+    a quantized cache (a boolean mask, (packed, scales, biases) keys) runs mlx-lm's own attention: the
+    tokens are those without the kernels."""
+    import dataclasses
+
+    with_kernels = dataclasses.replace(loaded32(), cpu_kernels=tiny_model().cpu_kernels)
+    assert with_kernels.cpu_kernels is not None
+    requests = [Request("a", prompt(70, 1), greedy(8)), Request("b", prompt(9, 2), greedy(8))]
+    kw = dict(parallel=2, prompt_cache=False, cache_type_k=name, cache_type_v=name)
+    assert run_engine(engine_for(with_kernels, **kw), requests) == run_engine(engine_for(loaded32(), **kw), requests)

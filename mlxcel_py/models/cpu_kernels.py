@@ -106,7 +106,8 @@ def make_sdpa(original: Callable) -> Callable:
     under a boolean (L, S) mask (a sliding-window layer's)."""
 
     def sdpa(queries, keys, values, cache, scale, mask, sinks=None):
-        kind = _mask_kind(mask, queries, keys)
+        # a quantized cache hands over (packed, scales, biases) tuples: mlx-lm's quantized attention
+        kind = None if hasattr(cache, "bits") else _mask_kind(mask, queries, keys)
         eligible = (
             kind is not None and sinks is None and queries.shape[0] == 1
             and queries.shape[2] >= MIN_QUERIES and not hasattr(cache, "bits")
