@@ -1,7 +1,8 @@
 """Issue 26: the cost of a join, without the model: a 6,144-token sequence's KV joining 4 rows of
 300 positions (SmolLM2-135M's KV shape: 30 layers, 3 KV heads of 64), in mlx-lm's left-padded
 BatchKVCache (merge + extend, then the CPU decode step's copy into buffers it owns) against the
-engine's rows (engine/runner/kv_rows.py: the new row's copy only). Best of 3, process CPU and wall.
+engine's rows (engine/runner/kv_rows.py: the new row's copy only), and the engine's rows when the
+new row shares a pinned prefix (its own positions only). Best of 3, process CPU and wall.
 
 Usage: .venv/bin/python bench/bench_kv_join.py
 """
@@ -67,9 +68,23 @@ def join_rows(rows: list[list[KVCache]], new: list[KVCache]) -> tuple[float, flo
     return timed(lambda: kv.add(new))
 
 
+def join_shared(rows: list[list[KVCache]], new: list[KVCache]) -> tuple[float, float]:
+    """The engine's rows when the new sequence adopted a pinned 6,000-token prefix (a shared system
+    prompt): only its last 144 positions are copied."""
+    kv = RowKV.like(rows[0])
+    for r in rows:
+        kv.add(r)
+    prefix = kv.pin(new, SHARED)
+    return timed(lambda: kv.add(new, kv.ref(prefix)))
+
+
+SHARED = 6000
+
+
 def main() -> None:
     rows, new = [row(300, i) for i in range(4)], row(6144, 9)
-    for name, join in (("BatchKVCache", join_batch), ("engine rows", join_rows)):
+    for name, join in (("BatchKVCache", join_batch), ("engine rows", join_rows),
+                       (f"engine rows, {SHARED:,} positions shared", join_shared)):
         runs = [join(rows, new) for _ in range(3)]
         print(f"join of a 6,144-token row next to 4 rows of 300, {name}: best CPU {min(r[0] for r in runs):.1f} ms, "
               f"wall {min(r[1] for r in runs):.1f} ms", flush=True)

@@ -63,31 +63,32 @@ def _product(raw, qtype, units, col, r0, r1, q, out):  # pragma: no cover - jitt
 def _attend_head(qkv, keys, values, kv_row, span, pos, head, heads, scale, out):  # pragma: no cover - jitted
     """cpu_decode_kernels.attend's loops for one query head of every row: row b's query against
     KV row kv_row[b], positions span[b, 0]..pos[b], those below span[b, 2] read from the shared
-    prefix row span[b, 1] (engine/runner/kv_rows.py), the same loop in the same order."""
+    prefix row span[b, 1] (engine/runner/kv_rows.py): each loop split in two at that cut, one
+    position order (cpu_decode_rows.attend_rows' loops, written here for numba's per-file cache)."""
     kv_heads, dim = keys.shape[1], keys.shape[3]
     kv, q0 = head // (heads // kv_heads), head * dim
     for b in range(qkv.shape[0]):
-        r, stop = kv_row[b], pos[b] + 1
-        shared, cut = span[b, 1], span[b, 2]
+        stop = pos[b] + 1
+        cut = min(max(span[b, 2], span[b, 0]), stop)
         scores = np.empty(stop, dtype=np.float32)
         top = np.float32(-np.inf)
-        for j in range(span[b, 0], stop):
-            src = shared if j < cut else r
-            s = np.float32(0.0)
-            for d in range(dim):
-                s += qkv[b, q0 + d] * keys[src, kv, j, d]
-            s *= scale
-            scores[j] = s
-            top = max(top, s)
+        for src, lo, hi in ((span[b, 1], span[b, 0], cut), (kv_row[b], cut, stop)):
+            for j in range(lo, hi):
+                s = np.float32(0.0)
+                for d in range(dim):
+                    s += qkv[b, q0 + d] * keys[src, kv, j, d]
+                s *= scale
+                scores[j] = s
+                top = max(top, s)
         total = np.float32(0.0)
         acc = out[b, q0 : q0 + dim]
         acc[:] = 0.0
-        for j in range(span[b, 0], stop):
-            src = shared if j < cut else r
-            p = np.exp(scores[j] - top)
-            total += p
-            for d in range(dim):
-                acc[d] += p * values[src, kv, j, d]
+        for src, lo, hi in ((span[b, 1], span[b, 0], cut), (kv_row[b], cut, stop)):
+            for j in range(lo, hi):
+                p = np.exp(scores[j] - top)
+                total += p
+                for d in range(dim):
+                    acc[d] += p * values[src, kv, j, d]
         for d in range(dim):
             acc[d] /= total
 
