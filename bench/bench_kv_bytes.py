@@ -4,8 +4,9 @@ Usage: bench/bench_kv_bytes.py [--gguf PATH] [--prompt 2048] [--ctx 16384] [--pa
 Ours (each type in a fresh process, the engine `serve` builds, in process): the KV arrays' bytes while
 the long row decodes (the engine's own rows: their resident pages, read from /proc/self/smaps), divided
 by the row's positions, and the process's RSS growth over the request (after mx.clear_cache()).
-llama-server (`-c CTX -np N -t 2 -ctk T -ctv T`, `-fa on` for a quantized V): the KV buffer its log
-states (allocated for every cell at startup) over the context, and its RSS growth over the same prompt.
+llama-server (`-c CTX -np N -t 2 -ctk T -ctv T -lv 4`, `-fa on` for a quantized V): the KV buffer its
+log states (allocated and cleared for every cell at startup) over the context, and its RSS growth
+over the same prompt.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ def llama(path: str, kv_type: str, prompt: int, ctx: int, parallel: int) -> dict
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     args = [LLAMA_SERVER, "-m", path, "-c", str(ctx), "-np", str(parallel), "-t", "2", "--port", str(port),
-            "--host", "127.0.0.1", "-ctk", kv_type, "-ctv", kv_type] + (["-fa", "on"] if kv_type.startswith("q") else [])
+            "--host", "127.0.0.1", "-ctk", kv_type, "-ctv", kv_type, "-lv", "4"] + (["-fa", "on"] if kv_type.startswith("q") else [])
     log_path = f"/tmp/bench_kv_bytes_llama_{kv_type}.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
@@ -107,6 +108,7 @@ def llama(path: str, kv_type: str, prompt: int, ctx: int, parallel: int) -> dict
                     break
             except OSError:
                 time.sleep(0.5)
+        loaded = rss(str(proc.pid))
         post(base, list(range(5, 40)))
         before = rss(str(proc.pid))
         ids = [random.Random(0).randrange(5, 1000) for _ in range(prompt)]
@@ -116,10 +118,12 @@ def llama(path: str, kv_type: str, prompt: int, ctx: int, parallel: int) -> dict
         proc.terminate()
         proc.wait(timeout=30)
     text = open(log_path).read()
-    sizes = re.findall(r"llama_kv_cache:.*?size\s*=\s*([\d.]+) MiB \((\d+) cells", text)
-    mib, cells = (float(sizes[-1][0]), int(sizes[-1][1])) if sizes else (float("nan"), ctx)
+    # "llama_kv_cache: size =  191.25 MiB (  4096 cells,  30 layers,  4/4 seqs)": cells per sequence
+    sizes = re.findall(r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells,\s*\d+ layers,\s*(\d+)/", text)
+    mib, cells = (float(sizes[-1][0]), int(sizes[-1][1]) * int(sizes[-1][2])) if sizes else (float("nan"), ctx)
     return {"server": "llama", "type": kv_type, "kv_bytes": mib * (1 << 20), "positions": cells,
             "bytes_per_token": mib * (1 << 20) / cells, "rss_growth_per_token": (after - before) / (prompt + 8),
+            "rss_loaded_mib": loaded / (1 << 20), "rss_after_mib": after / (1 << 20),
             "log": [line for line in text.splitlines() if "llama_kv_cache" in line][-3:]}
 
 
