@@ -223,3 +223,24 @@ def _sharing(kv) -> int:
         return 0
     counts = [sum(1 for s, n in kv.prefixes if n and s == slot) for slot in kv.pinned]
     return max(counts, default=0)
+
+
+def test_a_fused_tick_adopting_a_pinned_prefix_matches_the_private_copy(lm):
+    """A piece that adopts a pinned snapshot and rides with the decode rows (tick.FusedTick)."""
+    traces = []
+    for share in (True, False):
+        runner, logits = make_runner(lm, share=share)
+        join_all(runner, (1, 2))
+        fused = []
+        tick = runner._fused_tick
+        runner._fused_tick = lambda step: fused.append(1) or tick(step)
+        out = runner.execute(Step(decode=(1, 2), prefill=piece(3, len(SYSTEM), USERS[3], True, adopt=1)))
+        steps = [runner.execute(Step(decode=(1, 2, 3))).decoded for _ in range(2)]
+        assert fused == [1]
+        traces.append(([out.decoded, out.first_token, *steps], logits))
+        if share:
+            assert runner._batch.prefixes[2] == (runner._snapshots[1].slot, len(SYSTEM))
+    (shared, a), (private, b) = traces
+    assert shared == private
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)

@@ -108,7 +108,7 @@ class PromptSide:
     def _begin(self, piece: PrefillPiece) -> None:
         begin = piece.begin
         cache, held = make_cache(self.model, self.kv), None
-        if begin.adopt_id is not None:  # share the snapshot's first `start` positions, no copy
+        if begin.adopt_id is not None:  # start from the snapshot's first `start` positions
             snap = self._snapshots[begin.adopt_id]
             if isinstance(snap, PinnedPrefix):  # the prefill reads a copy; the row will share the slot
                 held = self._batch.ref(PinnedPrefix(snap.slot, piece.start))
