@@ -11,7 +11,9 @@ machine) and wall time, the arms interleaved so that load weighs on them alike:
 - `fused`: one forward for the rows and the piece (pieces up to 128), the piece's attention on
   one numpy BLAS thread (models/cpu_tick.PIECE_BLAS_THREADS, the default);
 - `fused 2t`: the same with numpy's own BLAS threads for the attention;
-- `separate`: the decode step, then the piece's own forward (the prefill's BLAS tiles).
+- `separate`: the decode step, then the piece's own forward (the prefill's BLAS tiles), a piece of
+  up to 128 tokens with its attention on one numpy BLAS thread (prompt_side.SMALL_PIECE);
+- `separate 2t`: the same with numpy's own BLAS threads.
 The decode step alone is the first line.
 """
 
@@ -32,6 +34,7 @@ import mlx.core as mx  # noqa: E402
 
 from mlxcel_py.engine.core.request import SamplingParams  # noqa: E402
 from mlxcel_py.engine.core.step import BeginSequence, PrefillPiece, Retire, Step  # noqa: E402
+from mlxcel_py.engine.runner import prompt_side  # noqa: E402
 from mlxcel_py.engine.runner.model_runner import ModelRunner  # noqa: E402
 from mlxcel_py.models import cpu_tick, load_model  # noqa: E402
 
@@ -71,6 +74,7 @@ class Ticks:
         start = context or 16
         self.runner.fuse_max_tokens = 128 if arm.startswith("fused") else 0
         cpu_tick.PIECE_BLAS_THREADS = None if arm == "fused 2t" else 1
+        prompt_side.SMALL_PIECE = 0 if arm == "separate 2t" else 128
         cpu, wall = time.process_time(), time.perf_counter()
         if arm.startswith("fused"):
             self.runner.execute(Step(decode=self.rows, prefill=self.piece(sid, start, n)))
@@ -105,11 +109,11 @@ def main() -> None:
     for n in (16, 128):  # first-call compiles and allocations, untimed
         t.tick(0, n, "fused"), t.tick(0, n, "separate")
     print(f"decode {args.rows} rows alone: cpu / wall ms {best([t.decode() for _ in range(args.repeats)])}", flush=True)
-    names = ["fused", "fused 2t", "separate"]
+    names = ["fused", "fused 2t", "separate", "separate 2t"]
     print(f"{'context':>7} {'piece':>5} | " + " | ".join(f"{a + ' cpu / wall ms':>21}" for a in names))
     for context in map(int, args.contexts.split(",")):
         for n in map(int, args.sizes.split(",")):
-            arms = names if n <= 128 else ["separate"]
+            arms = names if n <= 128 else ["separate"]  # longer pieces never fuse, and use numpy's threads
             runs: dict[str, list] = {a: [] for a in arms}
             for _ in range(args.repeats):
                 for arm in arms:

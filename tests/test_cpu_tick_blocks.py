@@ -52,3 +52,31 @@ def test_the_piece_attention_runs_on_one_numpy_blas_thread(blocks, monkeypatch):
     assert count(outside) == outside  # numpy's own count again after the tick
     monkeypatch.setattr(cpu_tick, "PIECE_BLAS_THREADS", None)
     assert ticks(runner_for(blocks, 128), 64) == one
+
+
+def test_a_small_separate_piece_too_and_a_long_one_keeps_numpys_threads(blocks, monkeypatch):
+    from mlxcel_py.engine.core.step import BeginSequence, PrefillPiece, Step
+    from mlxcel_py.models import blas, cpu_kernels
+
+    from kv_models import prompt
+    from test_cpu_tick import greedy
+
+    count = blas._numpy_set_local()
+    if not count:
+        pytest.skip("numpy's BLAS has no thread-local thread count")
+    outside = count(1)
+    count(outside)
+    seen = []
+    original = cpu_kernels.causal_attention
+
+    def spy(*a):
+        now = count(1)  # the count in force, put back at once
+        count(now)
+        seen.append((a[0].shape[1], now))
+        return original(*a)
+
+    monkeypatch.setattr(cpu_kernels, "causal_attention", spy)
+    runner = runner_for(blocks, 0)
+    for sid, n in ((1, 100), (2, 200)):
+        runner.execute(Step(prefill=PrefillPiece(sid, 0, prompt(n, sid), n, True, None, BeginSequence(greedy(4), ()))))
+    assert {q: c for q, c in seen} == {100: 1, 200: outside}
