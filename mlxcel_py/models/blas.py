@@ -155,3 +155,43 @@ def sgemm_nt(a, b, out) -> bool:
     _sgemm_fn()(101, 111, 112, m, n, k, 1.0, a.ctypes.data, k, b.ctypes.data, k, 0.0, out.ctypes.data,
                 out.strides[0] // 4)
     return True
+
+
+_numpy_local: Optional[object] = None  # numpy's bundled OpenBLAS's openblas_set_num_threads_local, or False
+
+
+def _numpy_set_local():
+    global _numpy_local
+    if _numpy_local is None:
+        import glob
+
+        import numpy
+
+        libs = glob.glob(os.path.join(os.path.dirname(numpy.__file__), os.pardir, "numpy.libs", "libscipy_openblas*.so"))
+        try:
+            fn = ctypes.CDLL(libs[0]).openblas_set_num_threads_local if libs else False
+        except (AttributeError, OSError):  # an OpenBLAS before 0.3.27, or another BLAS under numpy
+            fn = False
+        if fn:
+            fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_int]
+        _numpy_local = fn
+    return _numpy_local
+
+
+class numpy_blas_threads:
+    """Cap numpy's own OpenBLAS to `threads` on the calling thread inside the block (no-op where
+    numpy has no such OpenBLAS, or `threads` is None). For many small products, e.g. a fused tick's piece attention: a
+    second OpenBLAS thread woken per 48x64 @ 64xS product waits on the cores numba's threads hold."""
+
+    def __init__(self, threads: Optional[int]):
+        self.threads, self.previous = threads, None
+
+    def __enter__(self) -> "numpy_blas_threads":
+        fn = _numpy_set_local() if self.threads is not None else False
+        if fn:
+            self.previous = fn(self.threads)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.previous is not None:
+            _numpy_set_local()(self.previous)

@@ -16,11 +16,16 @@ from typing import Callable, Optional, Sequence
 import numba
 import numpy as np
 
+from .blas import numpy_blas_threads
 from .cpu_decode_kernels import rms_norm, rope, silu_mul
 from .cpu_decode_rows import _mul, attend_rows, no_prefix, write_kv_rows
 from .cpu_kernels import causal_attention
 
 Store = Callable[[int, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+# numpy's OpenBLAS threads for the piece's attention (its 2 x heads small products a layer): one.
+# Waking a second thread per product, on cores numba's threads just held, cost 1.3-60x the CPU
+# time of one thread at every piece size and context measured (docs/CONTINUOUS_BATCHING.md).
+PIECE_BLAS_THREADS: Optional[int] = 1  # None: numpy's own setting
 
 
 def forward_tick(decoder, tokens: Sequence[int], keys: Sequence[np.ndarray], values: Sequence[np.ndarray],
@@ -31,6 +36,11 @@ def forward_tick(decoder, tokens: Sequence[int], keys: Sequence[np.ndarray], val
     the piece's to `store`. `prefix`: the decode rows' shared prefixes (cpu_decode_rows.forward_rows)."""
     if numba.get_num_threads() != decoder.threads:
         numba.set_num_threads(decoder.threads)
+    with numpy_blas_threads(PIECE_BLAS_THREADS):
+        return _forward(decoder, tokens, keys, values, slot, start, pos, piece, piece_start, store, last)
+
+
+def _forward(decoder, tokens, keys, values, slot, start, pos, piece, piece_start, store, last) -> np.ndarray:
     t, eps, heads, kv_heads, dim = decoder.threads, decoder.eps, decoder.heads, decoder.kv_heads, decoder.head_dim
     b, p = len(tokens), len(piece)
     prefix = no_prefix(b) if prefix is None else prefix

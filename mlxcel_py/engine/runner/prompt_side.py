@@ -19,6 +19,11 @@ from .kv_rows import PinnedPrefix, RowKV
 from .logits import sequence_logprobs
 from .pooling import Pooler, hidden_fn
 from .sampling import SampledToken, SequenceSampler
+from ...models.blas import numpy_blas_threads
+
+# A piece this short runs its numpy attention on one BLAS thread: a second one woken per small
+# product cost up to 60x the CPU time under load (docs/CONTINUOUS_BATCHING.md, "Issue 26, session 33").
+SMALL_PIECE = 128
 
 
 def _copy_kv(cache: list, length: int) -> list:
@@ -50,7 +55,7 @@ class PromptSide:
         cache = state.prefill_cache
         state.sampler.extend_prompt(piece.tokens)
         prompt: tuple = ()
-        with self._kernels:
+        with self._kernels, numpy_blas_threads(1 if len(piece.tokens) <= SMALL_PIECE else None):
             if state.sampler.params.prompt_logprobs:
                 logits, prompt = self._score_piece(piece, state)
             else:
