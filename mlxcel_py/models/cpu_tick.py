@@ -37,10 +37,10 @@ def forward_tick(decoder, tokens: Sequence[int], keys: Sequence[np.ndarray], val
     if numba.get_num_threads() != decoder.threads:
         numba.set_num_threads(decoder.threads)
     with numpy_blas_threads(PIECE_BLAS_THREADS):
-        return _forward(decoder, tokens, keys, values, slot, start, pos, piece, piece_start, store, last)
+        return _forward(decoder, tokens, keys, values, slot, start, pos, piece, piece_start, store, last, prefix)
 
 
-def _forward(decoder, tokens, keys, values, slot, start, pos, piece, piece_start, store, last) -> np.ndarray:
+def _forward(decoder, tokens, keys, values, slot, start, pos, piece, piece_start, store, last, prefix) -> np.ndarray:
     t, eps, heads, kv_heads, dim = decoder.threads, decoder.eps, decoder.heads, decoder.kv_heads, decoder.head_dim
     b, p = len(tokens), len(piece)
     prefix = no_prefix(b) if prefix is None else prefix
