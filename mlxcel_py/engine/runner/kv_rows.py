@@ -71,10 +71,11 @@ class RowKV:
         self.pinned: dict[int, list[int]] = {}
 
     @classmethod
-    def like(cls, caches: Sequence[KVCache]) -> "RowKV":
-        """An empty RowKV shaped for these row caches (one per layer)."""
+    def like(cls, caches: Sequence[KVCache], slots: int = FIRST_SLOTS, capacity: int = FIRST_CAPACITY) -> "RowKV":
+        """An empty RowKV shaped for these row caches (one per layer); `slots` x `capacity` sized up
+        front (untouched pages cost no memory) spares the joins a regrow."""
         _, heads, _, dim = caches[0].keys.shape
-        return cls(len(caches), heads, dim)
+        return cls(len(caches), heads, dim, max(1, slots), max(1, capacity))
 
     @property
     def capacity(self) -> int:
@@ -93,8 +94,7 @@ class RowKV:
         """Append a row: copy a prefilled sequence's `offset` positions (every layer) into a free slot;
         with `prefix` (whose reference the row takes over) only the positions from its length on."""
         length, cut = caches[0].offset, prefix.length if prefix is not None else 0
-        slot = self._free_slot()
-        self.reserve(length + 1)
+        slot = self._free_slot(length + 1)
         for layer, cache in enumerate(caches):
             self.keys[layer][slot, :, cut:length] = np.asarray(cache.keys[0, :, cut:length])
             self.values[layer][slot, :, cut:length] = np.asarray(cache.values[0, :, cut:length])
@@ -121,8 +121,7 @@ class RowKV:
     # -- pinned prefixes (the prompt cache's snapshots, by reference) -----------------------------
     def pin(self, caches: Sequence[KVCache], length: int) -> PinnedPrefix:
         """A pinned slot holding the first `length` positions of these row caches (one reference)."""
-        slot = self._free_slot()
-        self.reserve(length + 1)
+        slot = self._free_slot(length + 1)
         for layer, cache in enumerate(caches):
             self.keys[layer][slot, :, :length] = np.asarray(cache.keys[0, :, :length])
             self.values[layer][slot, :, :length] = np.asarray(cache.values[0, :, :length])
@@ -225,20 +224,25 @@ class RowKV:
 
     def reserve(self, positions: int) -> None:
         """Room for `positions` per slot: double the capacity, copying only the positions in use."""
-        if positions <= self.capacity:
-            return
+        if positions > self.capacity:
+            self._regrow(self.keys[0].shape[0], self._capacity_for(positions))
+
+    def _capacity_for(self, positions: int) -> int:
         capacity = self.capacity
         while capacity < positions:
             capacity *= 2
-        self._regrow(self.keys[0].shape[0], capacity)
+        return capacity
 
-    def _free_slot(self) -> int:
+    def _free_slot(self, positions: int = 0) -> int:
+        """A free slot with room for `positions`: a join needing both more slots and more capacity
+        regrows once (each regrow copies every row in use)."""
         used = set(self.slots) | set(self.pinned)
-        free = [s for s in range(self.keys[0].shape[0]) if s not in used]
-        if free:
-            return free[0]
         slots = self.keys[0].shape[0]
-        self._regrow(2 * slots, self.capacity)
+        free = [s for s in range(slots) if s not in used]
+        if free:
+            self.reserve(positions)
+            return free[0]
+        self._regrow(2 * slots, self._capacity_for(positions))
         return slots
 
     def _release_slot(self, slot: int) -> None:

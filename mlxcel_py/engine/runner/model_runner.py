@@ -59,7 +59,8 @@ class ModelRunner(PromptSide, FusedTick, Runner):
     around every forward; `draft`: the draft model of --draft-model (engine/runner/draft_model.py);
     `kv`: the KV storage type (engine/runner/kv.py; None: the model's dtype); `kv_rows`: keep the
     decode batch in the engine's own per-slot rows (engine/runner/kv_rows.py; None: wherever the CPU
-    decode step can run over them, False: mlx-lm's BatchKVCache)."""
+    decode step can run over them, False: mlx-lm's BatchKVCache); `rows_hint`: those rows' first
+    (slots, positions), so that joins up to them regrow nothing."""
 
     verifies_drafts = True  # a runner whose sampling must match other ranks' sets False: drafts ignored
     saves_slots = True  # executes Step.slot_file (engine/runner/slot_io.py)
@@ -69,8 +70,11 @@ class ModelRunner(PromptSide, FusedTick, Runner):
     def __init__(self, model, compiler: Optional[ConstraintCompiler] = None, *,
                  decode: Optional[DecodeFn] = None, kernels: Optional[ContextManager[Any]] = None,
                  verify: Optional[VerifyFn] = None, draft: Optional[DraftModel] = None,
-                 kv: Optional[KVLayout] = None, kv_rows: Optional[bool] = None):
+                 kv: Optional[KVLayout] = None, kv_rows: Optional[bool] = None,
+                 rows_hint: Optional[tuple[int, int]] = None):
         self.model = model
+        if rows_hint is not None:  # the owned rows' first (slots, capacity): engine/runner/kv_rows.py
+            self.rows_hint = rows_hint
         self.kv = kv
         self.compiler = compiler  # grammars for constrained sequences (built lazily per model)
         self._project = _project_fn(model)

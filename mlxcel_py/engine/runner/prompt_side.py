@@ -15,7 +15,7 @@ import mlx.core as mx
 from ..core.events import TokenLogprobs
 from ..core.step import PrefillPiece
 from .kv import adopt, arrays, make_cache, snapshot
-from .kv_rows import PinnedPrefix, RowKV
+from .kv_rows import FIRST_CAPACITY, FIRST_SLOTS, PinnedPrefix, RowKV
 from .logits import sequence_logprobs
 from .pooling import Pooler, hidden_fn
 from .sampling import SampledToken, SequenceSampler
@@ -47,6 +47,8 @@ class SequenceState:
 
 class PromptSide:
     """Prefill pieces and their sequences (the ModelRunner's prompt side)."""
+
+    rows_hint = (FIRST_SLOTS, FIRST_CAPACITY)  # the owned rows' first (slots, positions)
 
     def _run_piece(self, piece: PrefillPiece) -> tuple[Optional[SampledToken], tuple]:
         if piece.begin is not None:
@@ -168,7 +170,7 @@ class PromptSide:
 
     def _rows_kv(self, caches: list) -> RowKV:
         if self._batch is None:
-            self._batch = RowKV.like(caches)
+            self._batch = RowKV.like(caches, *self.rows_hint)
         return self._batch
 
     def _keep_snapshot(self, snapshot_id: int, state: SequenceState, cache: list, length: int) -> None:
