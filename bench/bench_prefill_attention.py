@@ -19,9 +19,9 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-import numpy as np  # noqa: E402
+__import__("mlxcel_py")  # OPENBLAS_THREAD_TIMEOUT as the server has it, before numpy loads BLAS
 
-import mlxcel_py  # noqa: E402,F401  (OPENBLAS_THREAD_TIMEOUT as the server has it)
+import numpy as np  # noqa: E402
 from mlxcel_py.models import cpu_attention as ca  # noqa: E402
 
 SHAPES = {  # heads, KV heads, head dim: SmolLM2-135M's and bench/synthetic_archs.py's presets
