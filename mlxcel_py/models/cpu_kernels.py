@@ -19,55 +19,32 @@ from typing import Callable, Optional
 import mlx.core as mx
 import numpy as np
 
+from .cpu_attention import causal_tiles, range_tiles, run_tiles
+
 log = logging.getLogger("mlxcel_py.models")
 
-QUERY_BLOCK = 256  # bounds the score matrix: heads x 256 x keys floats
+QUERY_BLOCK = 256  # bounds the score matrix of the numpy fallback: heads x 256 x keys floats
 MIN_QUERIES = 8  # below this MLX's own kernel is as fast and skips the round trip
 
 
-_HIDDEN = np.triu(np.full((QUERY_BLOCK, QUERY_BLOCK), -np.inf, dtype=np.float32), k=1)
-
-
 def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float) -> np.ndarray:
-    """Causal attention for queries at the last L of S positions. q (H, L, D), k/v (KV, S, D)."""
-    num_heads, num_q, _ = q.shape
-    num_kv, num_k = k.shape[0], k.shape[1]
-    group = num_heads // num_kv
-    offset = num_k - num_q
-    out = np.empty((num_heads, num_q, v.shape[2]), dtype=np.float32)
-    for b0 in range(0, num_q, QUERY_BLOCK):
-        b1 = min(num_q, b0 + QUERY_BLOCK)
-        nb, kend = b1 - b0, offset + b1
-        # Over a long context (more keys before the block than in it) the group's heads share
-        # one GEMM, so each key is read once, not once per head: a 16-token piece over 5,000
-        # keys 2.1 -> 1.5 ms a layer. Over a short one the per-head products are faster.
-        shared = offset + b0 >= nb
-        for h in range(num_kv):
-            heads = slice(h * group, (h + 1) * group)
-            qh = q[heads, b0:b1] * np.float32(scale)
-            if shared:
-                scores = (qh.reshape(group * nb, -1) @ k[h, :kend].T).reshape(group, nb, kend)
-            else:
-                scores = qh @ k[h, :kend].T
-            # Query i (at position offset+b0+i) sees keys up to its own position: only the
-            # last square block of the scores holds hidden entries.
-            scores[:, :, offset + b0 : kend] += _HIDDEN[:nb, :nb]
-            scores -= scores.max(axis=-1, keepdims=True)
-            np.exp(scores, out=scores)
-            total = scores.sum(axis=-1, keepdims=True)
-            if shared:
-                res = (scores.reshape(group * nb, kend) @ v[h, :kend]).reshape(group, nb, -1)
-            else:
-                res = scores @ v[h, :kend]
-            res /= total  # normalize the (heads, queries, dim) output, not the larger scores
-            out[heads, b0:b1] = res
-    return out
+    """Causal attention for queries at the last L of S positions. q (H, L, D), k/v (KV, S, D).
+    Tiles of queries over the keys up to each tile's end, in parallel (models/cpu_attention.py)."""
+    return run_tiles(q, k, v, scale, causal_tiles(q.shape[1], k.shape[1], q.shape[0] // k.shape[0]))
 
 
 def masked_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, seen: np.ndarray) -> np.ndarray:
     """Attention under a boolean (L, S) mask (True: the key is seen), e.g. a sliding window's.
-    q (H, L, D), k/v (KV, S, D). Each block of queries multiplies only the keys some row of it sees:
-    under a window of W that is at most QUERY_BLOCK + W keys, whatever the context."""
+    q (H, L, D), k/v (KV, S, D). Each tile of queries multiplies only the keys some row of it sees:
+    under a window of W that is at most a tile + W keys, whatever the context."""
+    tiles = range_tiles(seen, q.shape[0] // k.shape[0])
+    if tiles is not None:  # every row sees one run of keys (causal, sliding window): the tiled kernel
+        return run_tiles(q, k, v, scale, tiles)
+    return _masked_attention_numpy(q, k, v, scale, seen)
+
+
+def _masked_attention_numpy(q, k, v, scale, seen) -> np.ndarray:
+    """masked_attention for any boolean mask: numpy's passes over whole score blocks."""
     num_heads, num_q, _ = q.shape
     group = num_heads // k.shape[0]
     out = np.empty((num_heads, num_q, v.shape[2]), dtype=np.float32)

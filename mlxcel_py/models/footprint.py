@@ -32,7 +32,7 @@ def estimate_bytes(spec: Optional[str], cpu_weights: Optional[str] = None) -> in
     (a Hugging Face id not in the cache, an unreadable file: the load itself says why).
 
     On the CPU a GGUF's quantized matrices stay the file's own blocks under `--cpu-weights native`
-    (the default on AVX2) and its float tensors become float32 arrays; under `f32` every tensor
+    (the default on AVX2), F16/BF16 matrices too, and its other float tensors become float32 arrays; under `f32` every tensor
     does (4 bytes per parameter) beside the file; on a GPU the weights stay as stored."""
     try:
         path = Path(spec).expanduser() if spec else Path(default_model_path())
@@ -52,8 +52,9 @@ def estimate_bytes(spec: Optional[str], cpu_weights: Optional[str] = None) -> in
     except ModelLoadError:
         return 0
     native = (cpu_weights or default_cpu_weights()) == "native"
-    floats = ("F32", "F16", "BF16")
-    return size + 4 * sum(math.prod(t.shape) for t in tensors if not native or t.type_name in floats)
+    # Under native an F16/BF16 matrix stays its blocks too (gguf_blocks.is_block_type); vectors become float32.
+    copied = lambda t: not native or t.type_name == "F32" or (t.type_name in ("F16", "BF16") and len(t.shape) != 2)  # noqa: E731
+    return size + 4 * sum(math.prod(t.shape) for t in tensors if copied(t))
 
 
 def release_memory() -> None:

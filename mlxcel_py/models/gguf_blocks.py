@@ -17,9 +17,13 @@ from typing import Optional
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
+from gguf.constants import GGMLQuantizationType as T
 
 from .quant import prefill, products
 from .quant.blocks import BLOCK_TYPES, QuantWeight
+
+HALF_TYPES = (T.F16, T.BF16)
+
 
 def _multiply(x: mx.array, w: QuantWeight, bias: Optional[mx.array]) -> mx.array:
     """x (..., K) @ W.T (+ bias) over the blocks, one dequantized tile at a time through BLAS (any row
@@ -69,7 +73,9 @@ class BlockEmbedding(nn.Module):
 
 
 def is_block_type(qtype) -> bool:
-    return qtype in BLOCK_TYPES
+    """A type held as its blocks under `--cpu-weights native`: the quantized ones, and F16/BF16 (half the
+    bytes of a float32 copy; quant/float_ir.py widens them in registers)."""
+    return qtype in BLOCK_TYPES or qtype in HALF_TYPES
 
 
 def unpermute_block_rows(raw: np.ndarray, heads: int) -> np.ndarray:

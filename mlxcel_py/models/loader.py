@@ -128,12 +128,14 @@ def _install_cpu_kernels(loaded: LoadedModel, threads: int, native: Optional[Pat
     """numpy prefill attention/SwiGLU (gemma3: GELU) and the numba decode step on `threads` threads (docs/CPU_FAST_PATH.md);
     the decode step reads the blocks of the GGUF at `native` when given."""
     from .blas import set_blas_threads
+    from .cpu_attention import set_threads as set_attention_threads
     from .cpu_decode import decoder_for
     from .cpu_decode_native import NativeDecoder
     from .cpu_step_native import decoder_for as native_decoder_for  # the fused step where it applies
     from .cpu_kernels import kernels_for
 
     set_blas_threads(threads)
+    set_attention_threads(threads)
     notes = [f"{threads} CPU thread{'s' if threads > 1 else ''}"]
     kernels = kernels_for(loaded.model)
     if kernels is not None:
