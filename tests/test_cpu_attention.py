@@ -98,15 +98,21 @@ def test_softmax_ranges_exp_is_within_float32_rounding():
 
 
 def test_numpy_blas_runs_on_one_thread_during_attention_and_is_restored(monkeypatch):
-    guard = cpu_attention._one_blas_thread
-    if guard.lib is None:
-        pytest.skip("numpy is not linked to a bundled OpenBLAS here")
-    original = guard.get()
-    guard.set(2)
+    from mlxcel_py.models import blas
+
+    count = blas._numpy_set_local()
+    if not count:
+        pytest.skip("numpy's BLAS has no thread-local thread count")
+    outside = count(2)  # numpy's own count on this thread (read by setting, then put back)
     seen_threads, task = [], cpu_attention._task
-    monkeypatch.setattr(cpu_attention, "_task", lambda *a: (seen_threads.append(guard.get()), task(*a)))
+    monkeypatch.setattr(cpu_attention, "_task", lambda *a: (seen_threads.append(count(1)), task(*a)))
     q, k, v = inputs(2, 1, 64, 64, 64)
-    causal_attention(q, k, v, 0.125)
+    before = cpu_attention._state["threads"]
+    try:
+        for threads in (1, 2):  # the tiles on this thread, then on the pool's
+            cpu_attention.set_threads(threads)
+            causal_attention(q, k, v, 0.125)
+    finally:
+        cpu_attention.set_threads(before)
     assert seen_threads and set(seen_threads) == {1}
-    assert guard.get() == 2
-    guard.set(original)
+    assert count(outside) == 2  # this thread's count is back

@@ -9,8 +9,6 @@ threads, woken for each of the many small products, made them 2-6x slower (docs/
 
 from __future__ import annotations
 
-import ctypes
-import glob
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +16,8 @@ from typing import Optional
 
 import numpy as np
 from numba import njit
+
+from .blas import numpy_blas_threads
 
 TILE_ROWS = 256  # query rows (heads of a group x queries) a task multiplies at once
 _state = {"threads": os.cpu_count() or 1, "pool": None}
@@ -85,13 +85,17 @@ def run_tiles(q, k, v, scale, tiles) -> np.ndarray:
     tasks = [(h, *t) for t in tiles for h in range(k.shape[0])]
     tasks.sort(key=lambda t: -(t[2] - t[1]) * (t[4] - t[3]))
     threads = min(_state["threads"], len(tasks))
-    with _one_blas_thread:
-        if threads <= 1:
-            for t in tasks:
-                _task(q, k, v, scale, out, t[0], group, *t[1:])
-        else:
-            list(_pool(threads).map(lambda t: _task(q, k, v, scale, out, t[0], group, *t[1:]), tasks))
+    if threads <= 1:
+        _tasks(q, k, v, scale, out, group, tasks)
+    else:
+        list(_pool(threads).map(lambda t: _tasks(q, k, v, scale, out, group, [t]), tasks))
     return out
+
+
+def _tasks(q, k, v, scale, out, group, tasks) -> None:
+    with numpy_blas_threads(1):  # this thread's own OpenBLAS count, put back after (models/blas.py)
+        for t in tasks:
+            _task(q, k, v, scale, out, t[0], group, *t[1:])
 
 
 def tile_queries(num_q: int, group: int) -> int:
@@ -141,32 +145,3 @@ def _pool(threads: int) -> ThreadPoolExecutor:
             pool = _state["pool"] = ThreadPoolExecutor(threads, thread_name_prefix="mlxcel-attention")
         return pool
 
-
-class _OneBlasThread:
-    """numpy's OpenBLAS on one thread while any attention runs (restored when the last one ends)."""
-
-    def __init__(self):
-        self.lock, self.depth, self.saved, self.lib = threading.Lock(), 0, 0, None
-        for path in glob.glob(os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs", "*openblas*.so*")):
-            lib = ctypes.CDLL(path)
-            for suffix in ("scipy_openblas_%s_num_threads64_", "openblas_%s_num_threads"):
-                if hasattr(lib, suffix % "set") and hasattr(lib, suffix % "get"):
-                    self.set, self.get = getattr(lib, suffix % "set"), getattr(lib, suffix % "get")
-                    self.set.argtypes, self.get.restype, self.lib = [ctypes.c_int], ctypes.c_int, lib
-                    break
-
-    def __enter__(self):
-        with self.lock:
-            if self.lib is not None and self.depth == 0:
-                self.saved = self.get()
-                self.set(1)
-            self.depth += 1
-
-    def __exit__(self, *exc):
-        with self.lock:
-            self.depth -= 1
-            if self.lib is not None and self.depth == 0:
-                self.set(self.saved)
-
-
-_one_blas_thread = _OneBlasThread()
