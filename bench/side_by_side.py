@@ -13,7 +13,7 @@ from typing import Optional
 
 import httpx
 
-from mlxcel_py.loadtest.client import StreamLog, completion_body, new_client, stream_request
+from mlxcel_py.loadtest.client import StreamLog, completion_body, light_stream_request, new_client, stream_request
 from mlxcel_py.loadtest.servers import Arm, ManagedServer, ServerSpec, free_port, mlxcel_spec
 
 LLAMA_SERVER = os.environ.get("LLAMA_SERVER", "/work/llama-build/bin/llama-server")
@@ -79,15 +79,21 @@ def settled_rss(pid: int, settle_s: float = 3.0) -> dict:
 
 
 async def decode_rate(url: str, prompts: list[str], eos_ids: frozenset[int], window_s: float,
-                      max_tokens: int) -> float:
+                      max_tokens: int, light: bool = True) -> float:
     """Aggregate token frames/s while every stream decodes: from the moment all have two tokens to the
-    window's end, or to the first stream's end if one runs out of context sooner."""
+    window's end, or to the first stream's end if one runs out of context sooner. `light`: the bare
+    HTTP/1.1 reader (light_stream_request), whose CPU a token is a fraction of httpx's, so the client
+    takes less of the cores the server decodes on (the same client for every server)."""
     logs = [StreamLog() for _ in prompts]
     changed = asyncio.Condition()
     async with new_client() as client:
-        tasks = [asyncio.create_task(stream_request(client, url + "/v1/completions",
-                                                    completion_body(p, max_tokens, eos_ids=eos_ids), log, changed))
-                 for p, log in zip(prompts, logs)]
+        def stream(prompt: str, log: StreamLog):
+            body = completion_body(prompt, max_tokens, eos_ids=eos_ids)
+            if light:
+                return light_stream_request(url + "/v1/completions", body, log, changed)
+            return stream_request(client, url + "/v1/completions", body, log, changed)
+
+        tasks = [asyncio.create_task(stream(p, log)) for p, log in zip(prompts, logs)]
         try:
             async with changed:
                 await asyncio.wait_for(changed.wait_for(lambda: all(len(g.token_times) >= 2 or g.ended for g in logs)),

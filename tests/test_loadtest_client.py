@@ -13,7 +13,8 @@ import pytest
 
 from mlxcel_py.loadtest.admit import AdmitConfig, admit_rounds, build_round_prompts, run_admit
 from mlxcel_py.loadtest.client import (
-    Frame, StreamLog, completion_body, frame_from_json, new_client, parse_sse, parse_sse_line, stream_request,
+    Frame, StreamLog, completion_body, frame_from_json, light_stream_request, new_client, parse_sse, parse_sse_line,
+    stream_request,
 )
 from mlxcel_py.loadtest.servers import Arm
 from mlxcel_py.loadtest.ttft import TtftConfig, run_ttft
@@ -206,6 +207,66 @@ def test_stream_request_reports_http_errors(fake):
         return log
 
     assert asyncio.run(go()).error.startswith("HTTP 404")
+
+
+def test_light_stream_request_reads_what_httpx_reads(fake):
+    async def go(light):
+        log = StreamLog()
+        if light:
+            await light_stream_request(fake.url + "/v1/completions", completion_body("a b", 5), log)
+        else:
+            async with new_client() as client:
+                await stream_request(client, fake.url + "/v1/completions", completion_body("a b", 5), log)
+        return log
+
+    light, heavy = asyncio.run(go(True)), asyncio.run(go(False))
+    assert (light.status, len(light.token_times), light.finish_reason) == (heavy.status, 5, "length") == (200, 5, "length")
+    assert light.token_times == sorted(light.token_times) and light.sent <= light.token_times[0]
+    assert fake.bodies[0] == fake.bodies[1]  # the same request on the wire
+    log = StreamLog()
+    asyncio.run(light_stream_request(fake.url + "/nope", {}, log))
+    assert log.status == 404 and log.error == 'HTTP 404: {"error":"not found"}'
+
+
+CHUNKED_FRAMES = (b'data: {"choices":[{"text":" a","finish_reason":null}]}\n\n'
+                  b'data: {"choices":[{"text":" b","finish_reason":null}]}\n\ndata: {"choices":[{"text":"",'
+                  b'"finish_reason":"length"}]}\n\ndata: [DONE]\n\n')
+
+
+async def _chunked_server(sizes):
+    """A server answering every request with CHUNKED_FRAMES in chunks of `sizes` bytes (lines split
+    across chunks, one chunk with an extension), then the zero chunk."""
+    async def handle(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        data, at = CHUNKED_FRAMES, 0
+        for i, size in enumerate(sizes):
+            piece, at = data[at:at + size], at + size
+            ext = b";x=1" if i == 1 else b""
+            writer.write(f"{len(piece):x}".encode() + ext + b"\r\n" + piece + b"\r\n")
+            await writer.drain()
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    return await asyncio.start_server(handle, "127.0.0.1", 0)
+
+
+def test_light_stream_request_reads_chunked_bodies_split_anywhere():
+    async def go():
+        sizes = [10, 47, 60, len(CHUNKED_FRAMES) - 117]
+        server = await _chunked_server(sizes)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/completions"
+        light, heavy = StreamLog(), StreamLog()
+        await asyncio.wait_for(light_stream_request(url, {}, light), 10)
+        async with new_client() as client:
+            await asyncio.wait_for(stream_request(client, url, {}, heavy), 10)
+        server.close()
+        return light, heavy
+
+    light, heavy = asyncio.run(go())
+    assert len(light.token_times) == len(heavy.token_times) == 2
+    assert light.finish_reason == heavy.finish_reason == "length" and light.error is None
 
 
 def test_admission_round_end_to_end(fake):

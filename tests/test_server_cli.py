@@ -180,3 +180,14 @@ def test_sigterm_ends_every_stream_with_done_and_exits_0(tmp_path):
         final, error = json.loads(out[-3]), json.loads(out[-2])
         assert final["choices"][0]["finish_reason"] == "abort" and final["object"] == "chat.completion.chunk"
         assert error["error"]["code"] == "server_shutting_down" and error["error"]["type"] == "unavailable_error"
+
+
+def test_serve_runs_its_loop_on_uvloop_when_installed(monkeypatch):
+    import asyncio
+    import sys
+
+    import uvloop
+
+    assert run_module.event_loop_runner() is uvloop.run  # a dependency: what `serve` runs on here
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # as on a platform without it
+    assert run_module.event_loop_runner() is asyncio.run

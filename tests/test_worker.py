@@ -125,3 +125,56 @@ def test_a_burst_fills_the_free_slots_plus_the_queue():
     assert all(collect(h)[-1].finish_reason == "length" for h in accepted)
     w.submit(request("after", 5, max_tokens=2))  # finished requests gave their places back
     w.stop()
+
+
+class CountingLoop(asyncio.SelectorEventLoop):
+    """An event loop that counts the wakeups other threads ask of it."""
+
+    wakeups = 0
+
+    def call_soon_threadsafe(self, callback, *args, **kwargs):
+        self.wakeups += 1
+        return super().call_soon_threadsafe(callback, *args, **kwargs)
+
+
+def test_a_ticks_events_reach_one_loop_with_one_wakeup_in_engine_order():
+    from mlxcel_py.engine.core.events import empty_finish
+
+    engine, _ = make_engine(num_slots=3, slot_context=100_000)
+    w = EngineWorker(engine)  # not started: the test hands it one tick's events itself
+    loop = CountingLoop()
+    try:
+        handles = {rid: w.submit(request(rid, 5), loop=loop) for rid in ("a", "b")}
+        plain = w.submit(request("c", 5))  # a handle read from a plain thread, in the same tick
+        tick = [TokenDelta("a", 7, "x"), TokenDelta("b", 8, "y"), TokenDelta("c", 9, "z"),
+                TokenDelta("a", 10, "w"), empty_finish("a", "length")]
+        w._dispatch(tick)
+        assert loop.wakeups == 1
+        got = {rid: [] for rid in handles}
+
+        async def read():
+            for rid, handle in handles.items():
+                while handle._async.qsize():
+                    got[rid].append(await handle._async.get())
+
+        loop.run_until_complete(read())
+        assert got["a"] == [tick[0], tick[3], tick[4]] and got["b"] == [tick[1]]
+        assert plain.get(timeout=TIMEOUT) == tick[2]
+        assert set(w._handles) == {"b", "c"}  # a finished: its place is given back
+    finally:
+        loop.close()
+
+
+def test_a_closed_loop_drops_its_events_and_the_others_still_arrive():
+    engine, _ = make_engine(num_slots=2, slot_context=100_000)
+    w = EngineWorker(engine)
+    gone, live = CountingLoop(), CountingLoop()
+    try:
+        a = w.submit(request("a", 5), loop=gone)
+        b = w.submit(request("b", 5), loop=live)
+        gone.close()
+        w._dispatch([TokenDelta("a", 1, "x"), TokenDelta("b", 2, "y")])
+        assert live.run_until_complete(asyncio.wait_for(b._async.get(), TIMEOUT)) == TokenDelta("b", 2, "y")
+        assert a._async.qsize() == 0
+    finally:
+        live.close()

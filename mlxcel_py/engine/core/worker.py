@@ -65,6 +65,10 @@ class RequestHandle:
         except RuntimeError:  # the client's loop is gone; nobody is listening
             pass
 
+    def _put_now(self, event: Event) -> None:
+        """On the handle's loop (from `_deliver`): queue the event."""
+        self._async.put_nowait(event)  # type: ignore[union-attr]
+
     def get(self, timeout: Optional[float] = None) -> Event:
         """Next event (blocking); raises `queue.Empty` after `timeout` seconds."""
         return self._sync.get(timeout=timeout)
@@ -87,6 +91,12 @@ class RequestHandle:
 
     def abort(self) -> None:
         self._worker.abort(self.request_id)
+
+
+def _deliver(batch: list[tuple[RequestHandle, Event]]) -> None:
+    """On one event loop: a tick's events for the handles that loop reads, in engine order."""
+    for handle, event in batch:
+        handle._put_now(event)
 
 
 class EngineWorker:
@@ -227,13 +237,26 @@ class EngineWorker:
             raise
 
     def _dispatch(self, events: list[Event]) -> None:
-        for event in events:
-            with self._lock:
-                handle = self._handles.get(event.request_id)
+        """Hand a tick's events to their handles: one wakeup per event loop, not one per event
+        (4 streams are 4 tokens a tick, and each wakeup costs the loop and this thread CPU)."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[RequestHandle, Event]]] = {}
+        with self._lock:
+            routed = [(self._handles.get(e.request_id), e) for e in events]
+            for event in events:
                 if isinstance(event, Finished):
                     self._handles.pop(event.request_id, None)
-            if handle is not None:
+        for handle, event in routed:
+            if handle is None:
+                continue
+            if handle._loop is None:
                 handle._put(event)
+            else:
+                by_loop.setdefault(handle._loop, []).append((handle, event))
+        for loop, batch in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_deliver, batch)
+            except RuntimeError:  # that client's loop is gone; nobody is listening
+                pass
 
     def _abort_all(self) -> None:
         while True:  # requests still queued in the inbox were never seen by the engine

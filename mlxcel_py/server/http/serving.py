@@ -13,7 +13,7 @@ import logging
 import signal
 import socket
 import threading
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import uvicorn
 
@@ -209,5 +209,17 @@ def serve_forever(config: AppConfig) -> None:
     app = create_app(None, None, config)
     if config.router is None:
         log.info("loading the model; /health answers 503 until it is ready")
-    asyncio.run(_serve(make_server(app, config), socks, config, ", ".join(bound.urls()), cluster))
+    event_loop_runner()(_serve(make_server(app, config), socks, config, ", ".join(bound.urls()), cluster))
     log.info("stopped")
+
+
+def event_loop_runner() -> Callable[[Any], Any]:
+    """`uvloop.run` when uvloop is installed (a dependency on Linux and macOS), else `asyncio.run`.
+
+    Every token of every stream is a wakeup, a frame and a socket write on this loop, while the
+    decode step's threads want the same cores (docs/CPU_FAST_PATH.md, "The server's share")."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run
+    return uvloop.run
