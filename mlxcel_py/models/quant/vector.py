@@ -21,7 +21,7 @@ from numba.extending import intrinsic
 from . import affine_ir, float_ir, int8_ir, kquant2, vector_ir  # these register Q5_0 .. Q5_K, A8, F16/BF16
 from .kernels import quantize_rows_q8
 
-IR_DIGEST = "ab6230e28747dec2"  # sha256 of affine_ir.py, float_ir.py, int8_ir.py, kquant2.py, vector_ir.py, first 16 hex digits
+IR_DIGEST = "7a092184295c3e41"  # sha256 of affine_ir.py, float_ir.py, int8_ir.py, kquant2.py, vector_ir.py, first 16 hex digits
 from .affine_ir import A8
 from .unpack import BF16, F16, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
 
