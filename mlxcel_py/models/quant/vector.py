@@ -96,7 +96,8 @@ def _int8_intrinsic(qtype):
 
 def _int8_pair_intrinsic(qtype):
     """d at one input row, two weight rows a call: `dot2(raw, n, xq, xd, xs, b, out, col, units)`:
-    out[b, col + k] = x[b] . raw[n + k] for k = 0, 1. The two FMA chains interleave (14-17% faster);
+    out[b, col + k] = x[b] . raw[n + k] for k = 0, 1. The two FMA chains interleave (Q4_0/Q4_1/Q5_0/Q5_1
+    14-20% faster, Q8_0 9%, Q4_K/Q3_K/Q5_K 7-12%; Q2_K equal; not Q6_K, which spills);
     each sum is the one-row call's, bit for bit (int8_ir.emit_dots)."""
 
     @intrinsic
@@ -208,7 +209,7 @@ def _row_d(qtype, r, xq, xd, xs, b, count, out, n, units):  # pragma: no cover -
         _d_a8(r, xq, xd, xs, b, count, out, n, units)
 
 
-_e_q4_0, _e_q4_1, _e_q8_0, _e_q4_k, _e_q6_k = (_int8_pair_intrinsic(t) for t in (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K))
+_e_q4_0, _e_q4_1, _e_q8_0, _e_q4_k = (_int8_pair_intrinsic(t) for t in (Q4_0, Q4_1, Q8_0, Q4_K))
 _e_q5_0, _e_q5_1, _e_q2_k, _e_q3_k, _e_q5_k = (_int8_pair_intrinsic(t) for t in (Q5_0, Q5_1, Q2_K, Q3_K, Q5_K))
 _e_a8 = _int8_pair_intrinsic(A8)
 
@@ -224,8 +225,9 @@ def _row_d2(qtype, raw, n, xq, xd, xs, b, out, col, units):  # pragma: no cover 
         _e_q8_0(raw, n, xq, xd, xs, b, out, col, units)
     elif qtype == Q4_K:
         _e_q4_k(raw, n, xq, xd, xs, b, out, col, units)
-    elif qtype == Q6_K:
-        _e_q6_k(raw, n, xq, xd, xs, b, out, col, units)
+    elif qtype == Q6_K:  # two of its rows a call spill registers (measured 16% slower): one at a time
+        _d_q6_k(raw[n], xq, xd, xs, b, 1, out, col, units)
+        _d_q6_k(raw[n + 1], xq, xd, xs, b, 1, out, col + 1, units)
     elif qtype == Q5_0:
         _e_q5_0(raw, n, xq, xd, xs, b, out, col, units)
     elif qtype == Q5_1:
