@@ -67,7 +67,7 @@ class _Plan:
             self._product(step.O, i, layer.o)
             self._add(step.NORM2, i, 1)
             self._product(step.GATE_UP, i, layer.gate_up)
-            self._add(step.SILU, i, -(-sum(p.shape[0] for p in layer.gate_up.parts) // 2 // step.SILU_COLS))
+            self._add(step.SILU, i, 1)
             self._product(step.DOWN, i, layer.down)
         self._add(step.FINAL, 0, 1)
         self._product(step.HEAD, 0, decoder._head_product)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ..cpu_decode_kernels import rms_norm, rope
+from ..cpu_decode_kernels import rms_norm, rope, silu_mul
 from .atomics import fetch_add, wait_at_least
 from .kernels import quantize_rows_q8
 from .vector import _row_d, _row_d2
@@ -37,8 +37,6 @@ INPUTS = ("models/quant/vector.py", "models/quant/kernels.py", "models/cpu_decod
 NORM1, QKV, ROPE, ATTEND, QUANT_ATTN, O, NORM2, GATE_UP, SILU, DOWN, FINAL, HEAD = range(12)
 PRODUCTS = (QKV, O, GATE_UP, DOWN, HEAD)
 CLAIMED, DONE = 0, 16  # counter slots, 128 bytes apart (one cache line each)
-# SwiGLU columns a SILU task takes: whole blocks of 32, a split fixed by the model (no bit moves with threads)
-SILU_COLS = 256
 
 
 @njit(cache=True, nogil=True)
@@ -65,25 +63,6 @@ def _product(raw, qtype, units, col, r0, r1, q, out):  # pragma: no cover - jitt
     for n in range(r0, r1):
         for b in range(0, rows, 4):
             _row_d(qtype, raw[n], xq, xd, xs, b, min(4, rows - b), out, col + n, units)
-
-
-@njit(fastmath=True, cache=True, nogil=True)
-def _silu_quant(gate_up, local, q):  # pragma: no cover - jitted
-    """silu_mul's SwiGLU of columns local * SILU_COLS on (at most SILU_COLS), quantized into q's
-    same columns: a FFN's SwiGLU as parallel tasks instead of one thread's."""
-    xq, xd, xsum, xs = q
-    ffn = gate_up.shape[1] // 2
-    c0 = local * SILU_COLS
-    c1 = min(c0 + SILU_COLS, ffn)
-    act = np.empty((gate_up.shape[0], c1 - c0), dtype=np.float32)
-    for b in range(gate_up.shape[0]):
-        for i in range(c1 - c0):
-            g = gate_up[b, c0 + i]
-            act[b, i] = g / (np.float32(1.0) + np.exp(-g)) * gate_up[b, ffn + c0 + i]
-    quantize_rows_q8(act, xq[:, c0:c1], xd[:, c0 // 32 : c1 // 32], xsum[:, c0 // 16 : c1 // 16])
-    for b in range(gate_up.shape[0]):
-        for g in range(c0 // 16, c1 // 16):
-            xs[b, g] = xd[b, g >> 1] * np.float32(xsum[b, g])
 
 
 @njit(fastmath=True, cache=True, nogil=True)
@@ -170,7 +149,7 @@ def _run(kind, layer, local, task, w, kv, rows, acts, q, f):  # pragma: no cover
         _add(h, o)
         _quantize(rms_norm(h, norms2[layer], eps), q_hid)
     elif kind == SILU:
-        _silu_quant(gate_up, local, q_act)
+        _quantize(silu_mul(gate_up), q_act)
     elif kind == FINAL:
         _add(h, down)
         _quantize(rms_norm(h, final_norm, eps), q_hid)
