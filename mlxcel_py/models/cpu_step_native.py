@@ -28,6 +28,7 @@ _INT8_LINEAR = products.linear  # the candidate the step inlines; a forced other
 # Output rows per product task: ~800 tasks a step; each costs ~0.7 us to claim and set up (1 thread,
 # B=1: 16.4 ms a step at 32 rows, 15.1 at 128, 14.8 at 512), and smaller ones balance two threads better.
 CHUNK = 64
+HEAD_CHUNK = 256  # the LM head's 49,152-262,144 rows: fewer claims, its tail still short
 
 
 def fused_step_applies(model) -> bool:
@@ -85,7 +86,8 @@ class _Plan:
             seg, rows = len(self.segs), part.shape[0]
             self.segs.append((int(part.qtype), part.shape[1] // UNITS[int(part.qtype)][0], col))
             self.raws.append(_readonly(part.blocks))
-            tasks += [(seg, r, min(r + CHUNK, rows)) for r in range(0, rows, CHUNK)]
+            chunk = HEAD_CHUNK if kind == step.HEAD else CHUNK
+            tasks += [(seg, r, min(r + chunk, rows)) for r in range(0, rows, chunk)]
             col += rows
         self._add(kind, layer, len(tasks), tasks)
 

@@ -65,7 +65,9 @@ def emit_dots(builder, qtype, wrows, xq, xd, xs, units):
     builder.position_at_end(loop)
     u = builder.phi(I64)
     accs = [builder.phi(V8F) for _ in pairs]
-    offs = [builder.phi(V2F) for _ in pairs] if has_offset or bias else []
+    # offset sums of up to 4 pairs side by side in one vector: lane for lane the same FMAs, fewer of them
+    groups = [pairs[k : k + 4] for k in range(0, len(pairs), 4)]
+    offs = [builder.phi(_off_type(len(g))) for g in groups] if has_offset or bias else []
     new_acc, new_off = list(accs), list(offs)
     units_of = [unit_codes(builder, qtype, w, u, unsigned=True) for w in wrows]
     for c in range(len(units_of[0])):
@@ -75,24 +77,48 @@ def emit_dots(builder, qtype, wrows, xq, xd, xs, units):
         qs = [builder.load(builder.bitcast(builder.gep(q, [first]), V32I8.as_pointer()), align=1) for q in xq]
         dxs = [_splat8(builder, builder.load(builder.gep(d, [chunk]), align=4)) for d in xd]
         xsums = [load_pair(builder, s, chunk) for s in xs] if offs else []
+        ovs = [units_of[i][c][3] if not bias else builder.fmul(units_of[i][c][2], ir.Constant(V2F, [bias, bias]))
+               for i in range(len(wrows))]
         for p, (i, r) in enumerate(pairs):
-            _, codes, sv, ov = units_of[i][c]
-            if bias:
-                ov = builder.fmul(sv, ir.Constant(V2F, [bias, bias]))
+            _, codes, sv, _ = units_of[i][c]
             sums = _int_dot(builder, codes, qs[r], signed=qtype in SIGNED_CODES)
             scaled = builder.fmul(builder.fmul(sums, dxs[r]), spread(builder, sv, 8), flags=CONTRACT)
             new_acc[p] = builder.fadd(scaled, new_acc[p], flags=CONTRACT)
-            if offs:
-                new_off[p] = builder.fadd(builder.fmul(ov, xsums[r], flags=CONTRACT), new_off[p], flags=CONTRACT)
+        for g, group in enumerate(groups if offs else ()):
+            ov, xv = (_concat(builder, [parts[k] for k in keys]) for parts, keys in
+                      ((ovs, [i for i, _ in group]), (xsums, [r for _, r in group])))
+            new_off[g] = builder.fadd(builder.fmul(ov, xv, flags=CONTRACT), new_off[g], flags=CONTRACT)
     nxt = builder.add(u, ir.Constant(I64, 1))
     u.add_incoming(ir.Constant(I64, 0), entry)
     u.add_incoming(nxt, loop)
-    for phi, value, vtype in [(a, v, V8F) for a, v in zip(accs, new_acc)] + [(a, v, V2F) for a, v in zip(offs, new_off)]:
-        phi.add_incoming(ir.Constant(vtype, None), entry)
+    for phi, value in list(zip(accs, new_acc)) + list(zip(offs, new_off)):
+        phi.add_incoming(ir.Constant(phi.type, None), entry)
         phi.add_incoming(value, loop)
     builder.cbranch(builder.icmp_signed("<", nxt, units), loop, done)
     builder.position_at_end(done)
     sums = [reduce_sum(builder, v) for v in new_acc]
     if offs:
-        sums = [builder.fadd(s, reduce_sum(builder, o)) for s, o in zip(sums, new_off)]
+        lanes = [(new_off[g], k) for g, group in enumerate(groups) for k in range(len(group))]
+        sums = [builder.fadd(s, builder.fadd(*(builder.extract_element(o, ir.Constant(I32, 2 * k + h)) for h in (0, 1))))
+                for s, (o, k) in zip(sums, lanes)]
     return sums
+
+
+def _off_type(pairs):
+    """<2 x float> per pair, in a vector of 2, 4 or 8 lanes."""
+    return ir.VectorType(ir.FloatType(), 2 if pairs == 1 else 4 if pairs == 2 else 8)
+
+
+def _concat(builder, parts):
+    """<2 x float> parts side by side in one _off_type(len(parts)) vector (zeros after the last)."""
+    if len(parts) == 1:
+        return parts[0]
+    if all(p is parts[0] for p in parts):  # one weight row: its pair repeated
+        lanes = _off_type(len(parts)).count
+        return builder.shuffle_vector(parts[0], parts[0], ir.Constant(ir.VectorType(I32, lanes), [0, 1] * (lanes // 2)))
+    parts = parts + [ir.Constant(V2F, None)] * (_off_type(len(parts)).count // 2 - len(parts))
+    while len(parts) > 1:
+        width = 2 * parts[0].type.count
+        mask = ir.Constant(ir.VectorType(I32, width), list(range(width)))
+        parts = [builder.shuffle_vector(a, b, mask) for a, b in zip(parts[::2], parts[1::2])]
+    return parts[0]

@@ -26,7 +26,7 @@ from .unpack import Q4_0, Q4_1, Q4_K, Q6_K, Q8_0
 from .vector import quantize_x
 from .vector_ir import UNITS
 
-IR_DIGEST = "ab6230e28747dec2"  # = vector.IR_DIGEST
+IR_DIGEST = "9f0f2e2efbccd78b"  # = vector.IR_DIGEST
 XROWS = 8  # most input rows per pass
 MIN_ROWS = 5  # products of fewer input rows stay on vector.stream_int8 (measured: docs/SPECULATIVE.md)
 SPAN_TYPES = tuple(int(t) for t in (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K))  # the types `_tile` has; others stay on stream_int8

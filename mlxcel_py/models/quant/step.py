@@ -28,9 +28,9 @@ from numba import njit, prange
 from ..cpu_decode_kernels import rms_norm, rope, silu_mul
 from .atomics import fetch_add, wait_at_least
 from .kernels import quantize_rows_q8
-from .vector import _row_d
+from .vector import _row_d, _row_d2
 
-STEP_DIGEST = "c55452e627c87634"  # sha256 of vector.py, kernels.py, cpu_decode_kernels.py, atomics.py
+STEP_DIGEST = "ef98c447d062998a"  # sha256 of vector.py, kernels.py, cpu_decode_kernels.py, atomics.py
 INPUTS = ("models/quant/vector.py", "models/quant/kernels.py", "models/cpu_decode_kernels.py", "models/quant/atomics.py")
 
 # Phase kinds, in a layer's order; a product reads the int8 activations the phase before it wrote.
@@ -54,6 +54,12 @@ def _product(raw, qtype, units, col, r0, r1, q, out):  # pragma: no cover - jitt
     """Output columns col + r0 .. col + r1 of out = x @ W.T (rows r0..r1 of W's blocks raw)."""
     xq, xd, _, xs = q
     rows = xq.shape[0]
+    if rows == 1:  # two weight rows a call: their FMA chains interleave, each sum's bits unchanged
+        for n in range(r0, r1 - 1, 2):
+            _row_d2(qtype, raw, n, xq, xd, xs, 0, out, col + n, units)
+        if (r1 - r0) % 2:
+            _row_d(qtype, raw[r1 - 1], xq, xd, xs, 0, 1, out, col + r1 - 1, units)
+        return
     for n in range(r0, r1):
         for b in range(0, rows, 4):
             _row_d(qtype, raw[n], xq, xd, xs, b, min(4, rows - b), out, col + n, units)
