@@ -21,7 +21,10 @@ WEATHER = {"type": "function", "name": "get_weather", "description": "The curren
 
 @pytest.fixture(scope="module")
 def oai():
-    running = start_server(model=load_model(None), parallel=2)
+    # No prompt cache: a chained turn would reuse the KV its previous reply's tokens got from the int8
+    # decode step, the explicit one prefill them through float products (equal within the quantized
+    # path's tolerance, docs/CPU_FAST_PATH.md, not bit for bit); this module compares the two turns' text.
+    running = start_server(model=load_model(None), parallel=2, prompt_cache=False)
     with openai.OpenAI(base_url=running.url + "/v1", api_key="unused", max_retries=0, timeout=300) as client:
         yield client
     stop_server(running)
