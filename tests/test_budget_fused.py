@@ -2,13 +2,12 @@
 the budget's honest floor (said once in the log, counted in /metrics)."""
 
 import logging
-from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from mlxcel_py.engine.chunking.budget import BudgetChunkPolicy
-from mlxcel_py.engine.chunking.calibration import calibrate, default_grid
+from mlxcel_py.engine.chunking.calibration import default_grid
 from mlxcel_py.engine.chunking.cost_model import FEATURES, CostModel, TickSample, TickShape
 from mlxcel_py.engine.chunking.policy import TickState
 
@@ -60,41 +59,3 @@ def test_the_honest_floor_is_said_once_and_counted(caplog):
     families = {f.name: f for f in _budget_metrics(stats)}
     assert families["mlxcel_itl_budget_floor_ticks"].samples[0].value == 3
     assert families["mlxcel_itl_budget_floor_seconds"].samples[0].value == pytest.approx(0.6)
-
-
-def costlier_fused(shape: TickShape) -> float:
-    """The CPU measured here (GGUF blocks): a fused piece costs more than the decode step and the piece apart."""
-    t = law(replace(shape, fused=False))
-    return t + (0.5 + 0.01 * shape.tokens if shape.tokens and shape.fused else 0.0)
-
-
-def test_the_calibration_keeps_fusing_only_where_it_measured_cheaper():
-    def runner(cost):  # a fusing runner's measure: a piece riding with rows is one forward
-        return lambda n, c, b: cost(TickShape(n, c, b, fused=bool(n and b)))
-
-    grid = default_grid(2048, 4, fuses_up_to=128)
-    assert calibrate(runner(law), grid, max_seconds=1e9, warmup=None).fusing_pays()
-    assert not calibrate(runner(costlier_fused), grid, max_seconds=1e9, warmup=None).fusing_pays()
-    plain = calibrate(lambda n, c, b: law(TickShape(n, c, b)), default_grid(2048, 4), max_seconds=1e9, warmup=None)
-    assert not plain.fusing_pays()  # no fused tick timed
-
-
-def test_an_engine_whose_fused_ticks_cost_more_runs_its_pieces_apart(monkeypatch):
-    from mlxcel_py.config import resolve
-    from mlxcel_py.engine import build_engine
-    from mlxcel_py.engine.chunking import probe
-
-    from tiny import tiny_model
-
-    for fused_cost, fuses in ((0.0, True), (1.0, False)):
-        def measure(self, tokens, context, rows, cost=fused_cost):  # a runner's calibration ticks, by law
-            fused = bool(rows and tokens and self.runner.one_forward)
-            return law(TickShape(tokens, context, rows, fused=fused)) + (cost if fused else 0.0)
-
-        monkeypatch.setattr(probe.TickProbe, "measure", measure)
-        engine = build_engine(resolve("serve", env={}, parallel=3, ctx_size=3 * 512, itl_budget_ms=300).engine,
-                              tiny_model())
-        assert engine.runner.one_forward
-        engine.prepare()
-        assert engine._one_forward() is fuses
-        assert (engine.scheduler.policy.model.fuses_up_to > 0) is fuses

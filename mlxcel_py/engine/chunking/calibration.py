@@ -61,18 +61,6 @@ class Calibration:
     def model(self, **kw) -> CostModel:
         return CostModel.fit(self.samples, **kw)
 
-    def fusing_pays(self) -> bool:
-        """Whether the fused ticks timed (one forward for the decode rows and a piece) cost less, in
-        all, than the same shapes run apart as a fit of the other samples predicts them (a decode
-        step, then the piece). On this project's CPU over GGUF blocks they did not: the fused piece
-        goes through the decode kernels' int8 products, whose cost grows with every row."""
-        fused = [s for s in self.samples if s.shape.fused]
-        apart = [s for s in self.samples if not s.shape.fused]
-        if not fused or not apart:
-            return bool(fused)
-        model = CostModel.fit(apart)
-        return sum(s.seconds for s in fused) < sum(model.predict(replace(s.shape, fused=False)) for s in fused)
-
 
 def calibrate(measure: Measure, grid: Optional[Sequence[TickShape]] = None, *, max_seconds: float = 20.0,
               warmup: Optional[TickShape] = TickShape(32, 0, 0), repeats: int = 2, row_context: int = 0,

@@ -66,10 +66,6 @@ class Engine:
                             row_context=ROW_PROMPT)
         finally:
             probe.close()
-        if fuse and not cal.fusing_pays():  # each tick the cheaper way: here, the decode step and the piece apart
-            log.info("calibration: one forward per tick measured costlier than the decode step and the piece "
-                     "apart; pieces run apart")
-            fuse = 0
         policy = BudgetChunkPolicy(self.itl_budget_ms, cal.model(fuses_up_to=fuse), ceiling=s.policy.alone)
         s.switch_policy(policy)
         log.info("prefill_chunk_size %s", policy.describe())
