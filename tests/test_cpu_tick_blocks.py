@@ -3,8 +3,7 @@ attention runs on one numpy BLAS thread, with the tokens numpy's own thread coun
 
 (Over blocks a fused piece's tokens may differ from the separate forward's: the piece goes through
 the decode kernels' int8 activations, the separate piece through float tiles; on this fixture the
-64-token piece's first token does. The budget policy fuses only where the calibration measured it
-cheaper: engine/chunking/calibration.py `fusing_pays`.)"""
+64-token piece's first token does: within the quantized path's tolerance, not bit for bit.)"""
 
 from pathlib import Path
 
