@@ -255,8 +255,9 @@ class ModelRunner(PromptSide, FusedTick, Runner):
             for layer in self._batch:
                 layer.filter(rows)
 
-    def _rows_forward(self, tokens: list, width: int) -> mx.array:
-        """The CPU decode step over the owned rows: (B, V) logits for width 1, else (B, width, V)."""
+    def _rows_forward(self, tokens: list, width: int) -> mx.array | np.ndarray:
+        """The CPU decode step over the owned rows: (B, V) numpy logits for width 1 (sampled in numpy:
+        sampling.sample_step), else a (B, width, V) mx.array."""
         from ...models.cpu_decode_rows import forward_rows
 
         kv = self._batch
@@ -264,7 +265,7 @@ class ModelRunner(PromptSide, FusedTick, Runner):
         flat = [t for row in tokens for t in row] if width > 1 else tokens
         logits = forward_rows(self._fast_decode, flat, kv.keys, kv.values, slots, starts, positions, width, prefix)
         kv.advance(width)
-        return mx.array(logits if width == 1 else logits.reshape(len(tokens), width, -1))
+        return logits if width == 1 else mx.array(logits.reshape(len(tokens), width, -1))
 
     def _extract(self, row: int, num_tokens: int) -> list:
         if self._owned:

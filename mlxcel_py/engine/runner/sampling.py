@@ -18,6 +18,7 @@ from .constraints import ConstraintCompiler, ConstraintMatcher, ConstraintViolat
 from ..core.events import TokenLogprobs
 from .logits import apply_bitmask, generated_processors, repetition_processor, token_logprobs
 from .logits import top_alternatives
+from .sampling_np import numpy_sampler_ok, sample_row
 from .thinking import START, THINK, ThinkingState
 from ..core.request import SamplingParams
 
@@ -38,6 +39,8 @@ class SequenceSampler:
         self.params = params
         self.greedy = params.greedy
         self._key: Optional[mx.array] = mx.random.key(params.seed) if params.seed is not None else None
+        # sampling_np's draws on the CPU step's numpy logits: their own stream of the same seed
+        self.np_rng = np.random.default_rng(params.seed) if params.seed is not None else None
         self._penalty = repetition_processor(params)
         self._processors = generated_processors(params)
         self.matcher = matcher
@@ -207,9 +210,19 @@ def _rows(logits: mx.array, samplers: Sequence[SequenceSampler], compiler) -> tu
     return tokens, normalized
 
 
-def sample_step(logits: mx.array, samplers: list[SequenceSampler],
+def sample_step(logits: mx.array | np.ndarray, samplers: list[SequenceSampler],
                 compiler: Optional[ConstraintCompiler] = None) -> list[SampledToken]:
-    """Sample a (B, V) batch, read logprobs where asked, and advance every sampler over its token."""
+    """Sample a (B, V) batch (an mx.array, or the CPU decode step's numpy logits), read logprobs where
+    asked, and advance every sampler over its token. On the CPU device the rows sampling_np takes are
+    sampled there whatever array they came in, so a row's path never depends on its batchmates."""
+    if mx.default_device() == mx.cpu:
+        rows = logits if isinstance(logits, np.ndarray) else np.asarray(logits.astype(mx.float32))
+        return _sample_numpy(rows, samplers, compiler)
+    return _sample_mlx(mx.array(logits) if isinstance(logits, np.ndarray) else logits, samplers, compiler)
+
+
+def _sample_mlx(logits: mx.array, samplers: list[SequenceSampler],
+                compiler: Optional[ConstraintCompiler]) -> list[SampledToken]:
     if all(s.greedy and not s.needs_processing for s in samplers):
         ids = mx.argmax(logits, axis=-1).tolist()
         return [SampledToken(t) for t in ids]
@@ -228,6 +241,22 @@ def sample_step(logits: mx.array, samplers: list[SequenceSampler],
             record = token_logprobs(token, chosen[i].item(), None if ids is None else ids[0].tolist(),
                                     None if values is None else values[0].tolist())
         out.append(SampledToken(token, record, _accept(sampler, token)))
+    return out
+
+
+def _sample_numpy(logits: np.ndarray, samplers: list[SequenceSampler],
+                  compiler: Optional[ConstraintCompiler]) -> list[SampledToken]:
+    """(B, V) numpy logits: the rows sampling_np takes are sampled there, the others through MLX as one batch."""
+    here = [numpy_sampler_ok(s) for s in samplers]
+    rest = [i for i, ok in enumerate(here) if not ok]
+    out: list[Optional[SampledToken]] = [None] * len(samplers)
+    if rest:
+        for i, record in zip(rest, _sample_mlx(mx.array(logits[rest]), [samplers[i] for i in rest], compiler)):
+            out[i] = record
+    for i, sampler in enumerate(samplers):
+        if here[i]:
+            token = sample_row(logits[i], sampler)
+            out[i] = SampledToken(token, None, _accept(sampler, token))
     return out
 
 
