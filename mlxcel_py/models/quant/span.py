@@ -10,7 +10,7 @@ the types with an offset or a bias to 1e-6 of the largest, LLVM fusing their FMA
 tested), so a verify's logits are plain decoding's. AVX2 only (int8_ir.HAS_AVX2).
 
 numba caches a kernel by this file's source only: IR_DIGEST must equal vector.IR_DIGEST (the
-digest of int8_ir.py and vector_ir.py; tests/test_quant_span.py checks it), so that editing the
+digest of the IR sources vector.py inlines; tests/test_quant_span.py checks it), so that editing the
 IR means editing this file too, which recompiles its kernels."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from .unpack import Q4_0, Q4_1, Q4_K, Q6_K, Q8_0
 from .vector import quantize_x
 from .vector_ir import UNITS
 
-IR_DIGEST = "9f0f2e2efbccd78b"  # = vector.IR_DIGEST
+IR_DIGEST = "e79ec206bdfe521d"  # = vector.IR_DIGEST
 XROWS = 8  # most input rows per pass
 MIN_ROWS = 5  # products of fewer input rows stay on vector.stream_int8 (measured: docs/SPECULATIVE.md)
 SPAN_TYPES = tuple(int(t) for t in (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K))  # the types `_tile` has; others stay on stream_int8
