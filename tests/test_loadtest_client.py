@@ -252,23 +252,6 @@ async def _chunked_server(sizes, data=CHUNKED_FRAMES):
     return await asyncio.start_server(handle, "127.0.0.1", 0)
 
 
-def test_light_stream_request_reads_chunked_bodies_split_anywhere():
-    async def go():
-        sizes = [10, 47, 60, len(CHUNKED_FRAMES) - 117]
-        server = await _chunked_server(sizes)
-        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/completions"
-        light, heavy = StreamLog(), StreamLog()
-        await asyncio.wait_for(light_stream_request(url, {}, light), 10)
-        async with new_client() as client:
-            await asyncio.wait_for(stream_request(client, url, {}, heavy), 10)
-        server.close()
-        return light, heavy
-
-    light, heavy = asyncio.run(go())
-    assert len(light.token_times) == len(heavy.token_times) == 2
-    assert light.finish_reason == heavy.finish_reason == "length" and light.error is None
-
-
 class FrameLog(StreamLog):
     """A StreamLog that keeps every frame it was handed, to compare the two readers' parses."""
 
@@ -279,6 +262,27 @@ class FrameLog(StreamLog):
     def record(self, frame, now):
         self.frames.append(frame)
         super().record(frame, now)
+
+
+def _read_both(sizes, data=CHUNKED_FRAMES) -> tuple[FrameLog, FrameLog]:
+    """(bare-socket log, httpx log) of one request each to a server sending `data` in chunks of `sizes`."""
+    async def go():
+        server = await _chunked_server(sizes, data)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/completions"
+        light, heavy = FrameLog(), FrameLog()
+        await asyncio.wait_for(light_stream_request(url, {}, light), 10)
+        async with new_client() as client:
+            await asyncio.wait_for(stream_request(client, url, {}, heavy), 10)
+        server.close()
+        return light, heavy
+
+    return asyncio.run(go())
+
+
+def test_light_stream_request_reads_chunked_bodies_split_anywhere():
+    light, heavy = _read_both([10, 47, 60, len(CHUNKED_FRAMES) - 117])
+    assert len(light.token_times) == len(heavy.token_times) == 2
+    assert light.finish_reason == heavy.finish_reason == "length" and light.error is None
 
 
 MIXED = (b': comment\n\ndata: {"choices":[{"text":"","finish_reason":null}],"prompt_progress":{"processed":4}}\n\n'
@@ -292,18 +296,7 @@ MIXED = (b': comment\n\ndata: {"choices":[{"text":"","finish_reason":null}],"pro
 ])
 def test_both_readers_parse_the_same_frames_from_the_same_bytes(tail, sizes):
     body = MIXED + tail
-
-    async def go():
-        server = await _chunked_server(sizes + [len(body) - sum(sizes)], body)
-        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/completions"
-        light, heavy = FrameLog(), FrameLog()
-        await asyncio.wait_for(light_stream_request(url, {}, light), 10)
-        async with new_client() as client:
-            await asyncio.wait_for(stream_request(client, url, {}, heavy), 10)
-        server.close()
-        return light, heavy
-
-    light, heavy = asyncio.run(go())
+    light, heavy = _read_both(sizes + [len(body) - sum(sizes)], body)
     want = [Frame(progress={"processed": 4}), Frame(text=" a"), Frame(error="slot lost"),
             Frame(error="malformed SSE payload: not json"), Frame(text=" b", finish_reason="eos")]
     want += [Frame(done=True)] if b"[DONE]" in tail else [Frame(text=" z", finish_reason="length")]
