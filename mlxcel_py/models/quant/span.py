@@ -24,9 +24,10 @@ from numba.extending import intrinsic
 from . import int8_ir
 from .unpack import Q4_0, Q4_1, Q4_K, Q6_K, Q8_0
 from .vector import quantize_x
+from .vector_intrinsics import _rows_switch
 from .vector_ir import UNITS
 
-IR_DIGEST = "e79ec206bdfe521d"  # = vector.IR_DIGEST
+IR_DIGEST = "92ceaebf116fdcc8"  # = vector.IR_DIGEST
 XROWS = 8  # most input rows per pass
 MIN_ROWS = 5  # products of fewer input rows stay on vector.stream_int8 (measured: docs/SPECULATIVE.md)
 SPAN_TYPES = tuple(int(t) for t in (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K))  # the types `_tile` has; others stay on stream_int8
@@ -53,16 +54,7 @@ def _codegen(qtype):
                 at = builder.add(builder.mul(first, widths[-1]), n)
                 builder.store(value, builder.gep(out_a.data, [at]))
 
-        end = builder.append_basic_block("tile_end")
-        switch = builder.switch(count, end)
-        for rows in range(1, XROWS + 1):
-            block = builder.append_basic_block(f"rows{rows}")
-            switch.add_case(ir.Constant(count.type, rows), block)
-            builder.position_at_end(block)
-            emit(rows)
-            builder.branch(end)
-        builder.position_at_end(end)
-        return context.get_dummy_value()
+        return _rows_switch(context, builder, count, emit, XROWS)
 
     return codegen
 

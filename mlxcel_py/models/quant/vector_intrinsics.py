@@ -16,11 +16,11 @@ from numba.extending import intrinsic
 from . import int8_ir, vector_ir
 
 
-def _rows_switch(context, builder, count, emit):
-    """A switch over count = 1..MAX_ROWS input rows, `emit(rows)` generating each case."""
+def _rows_switch(context, builder, count, emit, most=vector_ir.MAX_ROWS):
+    """A switch over count = 1..most input rows, `emit(rows)` generating each case (span.py's tiles too)."""
     end = builder.append_basic_block("rows_end")
     switch = builder.switch(count, end)
-    for rows in range(1, vector_ir.MAX_ROWS + 1):
+    for rows in range(1, most + 1):
         block = builder.append_basic_block(f"rows{rows}")
         switch.add_case(ir.Constant(count.type, rows), block)
         builder.position_at_end(block)
