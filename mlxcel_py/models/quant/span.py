@@ -24,7 +24,7 @@ from numba.extending import intrinsic
 from . import int8_ir
 from .unpack import Q4_0, Q4_1, Q4_K, Q6_K, Q8_0
 from .vector import quantize_x
-from .vector_intrinsics import _rows_switch
+from .vector_intrinsics import _contiguous, _rows_switch
 from .vector_ir import UNITS
 
 IR_DIGEST = "92ceaebf116fdcc8"  # = vector.IR_DIGEST
@@ -62,7 +62,7 @@ def _codegen(qtype):
 def _tile_intrinsic(qtype):
     @intrinsic
     def tile(typingctx, raw, n, xq, xd, xs, b, count, out, units):
-        if all(a.layout == "C" for a in (raw, xq, xd, xs, out)):  # the IR indexes rows as contiguous runs
+        if _contiguous(raw, xq, xd, xs, out):
             return types.void(raw, n, xq, xd, xs, b, count, out, units), _codegen(qtype)
 
     return tile
