@@ -30,6 +30,21 @@ def _rows_switch(context, builder, count, emit, most=vector_ir.MAX_ROWS):
     return context.get_dummy_value()
 
 
+def _emit_rows(context, builder, qtype, quantized, w, xs_a, out_a, b, count, n, units, most=vector_ir.MAX_ROWS):
+    """Weight row `w` (i8*) against input rows b..b+count (1..most) of the arrays xs_a, sums stored in
+    out_a[:, n]: the body of c's and d's calls here and of span.py's tiles."""
+    widths = [cgutils.unpack_tuple(builder, a.shape, 2)[1] for a in (*xs_a, out_a)]
+    row_dots = (int8_ir if quantized else vector_ir).emit_row_dots
+
+    def emit(rows):
+        firsts = [builder.add(b, ir.Constant(b.type, r)) for r in range(rows)]
+        ptrs = [[builder.gep(a.data, [builder.mul(f, k)]) for f in firsts] for a, k in zip(xs_a, widths)]
+        for f, value in zip(firsts, row_dots(builder, qtype, rows, w, *ptrs, units)):
+            builder.store(value, builder.gep(out_a.data, [builder.add(builder.mul(f, widths[-1]), n)]))
+
+    return _rows_switch(context, builder, count, emit, most)
+
+
 def _codegen(qtype, quantized):
     """The IR of one call: weight row `row` against input rows b..b+count, sums stored in out[:, n]."""
     n_x = 3 if quantized else 1
@@ -39,16 +54,7 @@ def _codegen(qtype, quantized):
                   for t, v in zip(signature.args, args)]
         w, xs_a, out_a = arrays[0].data, arrays[1 : 1 + n_x], arrays[n_x + 3]
         b, count, n, units = args[n_x + 1], args[n_x + 2], args[n_x + 4], args[n_x + 5]
-        widths = [cgutils.unpack_tuple(builder, a.shape, 2)[1] for a in (*xs_a, out_a)]
-
-        def emit(rows):
-            firsts = [builder.add(b, ir.Constant(b.type, r)) for r in range(rows)]
-            ptrs = [[builder.gep(a.data, [builder.mul(f, k)]) for f in firsts] for a, k in zip(xs_a, widths)]
-            sums = (int8_ir if quantized else vector_ir).emit_row_dots(builder, qtype, rows, w, *ptrs, units)
-            for f, value in zip(firsts, sums):
-                builder.store(value, builder.gep(out_a.data, [builder.add(builder.mul(f, widths[-1]), n)]))
-
-        return _rows_switch(context, builder, count, emit)
+        return _emit_rows(context, builder, qtype, quantized, w, xs_a, out_a, b, count, n, units)
 
     return codegen
 
