@@ -23,25 +23,9 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from mlxcel_py.models.footprint import mapped_resident_bytes, resident_bytes as rss  # noqa: E402
+
 LLAMA_SERVER = "/work/llama-build/bin/llama-server"
-
-
-def rss(pid: str = "self") -> int:
-    with open(f"/proc/{pid}/status") as status:
-        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:"))
-
-
-def _mapped_rss(addresses: set[int]) -> int:
-    total, inside = 0, False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split()[0]
-            if "-" in head and not head.endswith(":"):
-                lo, hi = (int(x, 16) for x in head.split("-"))
-                inside = any(lo <= a < hi for a in addresses)
-            elif head == "Rss:" and inside:
-                total += int(line.split()[1]) * 1024
-    return total
 
 
 def kv_bytes(runner) -> tuple[int, int]:
@@ -50,7 +34,7 @@ def kv_bytes(runner) -> tuple[int, int]:
 
     batch = runner._batch
     if isinstance(batch, RowKV):
-        return _mapped_rss({b.ctypes.data for b in batch.keys + batch.values}), max(batch.lengths)
+        return mapped_resident_bytes({b.ctypes.data for b in batch.keys + batch.values}), max(batch.lengths)
     parts = [p for layer in batch for held in (layer.keys, layer.values)
              for p in (held if isinstance(held, tuple) else (held,))]
     return sum(p.nbytes for p in parts), int(batch[0]._idx)

@@ -16,14 +16,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from mlxcel_py.models.footprint import resident_bytes  # noqa: E402
 
 
 def rss_mib() -> float:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+    return resident_bytes() / (1 << 20)
 
 
 def child(path: str, cpu_weights: str, prompt: int, decode: int) -> dict:

@@ -14,6 +14,7 @@ from typing import Optional
 import httpx
 
 from mlxcel_py.loadtest.client import StreamLog, completion_body, light_stream_request, new_client, stream_request
+from mlxcel_py.models.footprint import status_kib
 from mlxcel_py.loadtest.servers import Arm, ManagedServer, ServerSpec, free_port, mlxcel_spec
 
 LLAMA_SERVER = os.environ.get("LLAMA_SERVER", "/work/llama-build/bin/llama-server")
@@ -56,12 +57,8 @@ def resident_mb(pid: int) -> dict:
     """RSS now and its peak (VmHWM), MB, summed over the server's process tree."""
     rss = hwm = 0
     for p in _tree(pid):
-        try:
-            status = Path(f"/proc/{p}/status").read_text()
-        except OSError:
-            continue
-        rss += int(re.search(r"VmRSS:\s+(\d+)", status).group(1))
-        hwm += int(re.search(r"VmHWM:\s+(\d+)", status).group(1))
+        rss += status_kib("VmRSS", p)  # 0 for a process that has exited meanwhile
+        hwm += status_kib("VmHWM", p)
     return {"rss_mb": round(rss / 1024, 1), "peak_mb": round(hwm / 1024, 1)}
 
 

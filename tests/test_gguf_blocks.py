@@ -10,6 +10,7 @@ from mlx.utils import tree_flatten
 
 from mlxcel_py.models import load_model
 from mlxcel_py.models.cpu_decode_native import NativeDecoder
+from mlxcel_py.models.footprint import status_kib
 from mlxcel_py.models.gguf_blocks import BlockEmbedding, BlockLinear, release
 from mlxcel_py.models.quant import products, vector
 
@@ -91,20 +92,15 @@ def _float_linear(x, w, out=None, threads=None):
     return kernel(x, w, out, threads)
 
 
-def _rss_file_kib() -> int:
-    with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) for line in status if line.startswith("RssFile:"))
-
-
 def test_release_drops_a_copied_tensors_pages_from_resident_memory(tmp_path):
     path = tmp_path / "pages.bin"
     path.write_bytes(np.random.default_rng(0).integers(0, 255, 8 << 20, dtype=np.uint8).tobytes())
     view = np.memmap(path, dtype=np.uint8, mode="r")[mmap.PAGESIZE:].reshape(-1, 1024)
-    before = _rss_file_kib()
+    before = status_kib("RssFile")
     assert int(view.sum(dtype=np.int64)) > 0  # every page read in
-    touched = _rss_file_kib()
+    touched = status_kib("RssFile")
     release(view)
-    assert touched - before > 6 * 1024 and _rss_file_kib() < touched - 6 * 1024
+    assert touched - before > 6 * 1024 and status_kib("RssFile") < touched - 6 * 1024
     assert int(view[-1].sum(dtype=np.int64)) > 0  # still readable: pages fault back in
     release(np.ones((4, 4), np.uint8))  # a copy: nothing to drop, no error
 

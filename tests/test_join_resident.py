@@ -11,13 +11,9 @@ import pytest
 from mlx_lm.models.cache import KVCache
 
 from mlxcel_py.engine.runner import kv_rows
+from mlxcel_py.models.footprint import resident_bytes
 
 LAYERS, HEADS, DIM = 6, 3, 64
-
-
-def resident_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096
 
 
 def row(n: int) -> list:
@@ -30,7 +26,7 @@ def row(n: int) -> list:
     return out
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
 def test_a_long_join_makes_resident_only_its_own_kv():
     kv = kv_rows.RowKV.like(row(8))
     for _ in range(kv_rows.FIRST_SLOTS):  # every first slot taken: the join grows slots and capacity

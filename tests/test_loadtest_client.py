@@ -233,13 +233,13 @@ CHUNKED_FRAMES = (b'data: {"choices":[{"text":" a","finish_reason":null}]}\n\n'
                   b'"finish_reason":"length"}]}\n\ndata: [DONE]\n\n')
 
 
-async def _chunked_server(sizes):
-    """A server answering every request with CHUNKED_FRAMES in chunks of `sizes` bytes (lines split
+async def _chunked_server(sizes, data=CHUNKED_FRAMES):
+    """A server answering every request with `data` in chunks of `sizes` bytes (lines split
     across chunks, one chunk with an extension), then the zero chunk."""
     async def handle(reader, writer):
         await reader.readuntil(b"\r\n\r\n")
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
-        data, at = CHUNKED_FRAMES, 0
+        at = 0
         for i, size in enumerate(sizes):
             piece, at = data[at:at + size], at + size
             ext = b";x=1" if i == 1 else b""
@@ -252,21 +252,58 @@ async def _chunked_server(sizes):
     return await asyncio.start_server(handle, "127.0.0.1", 0)
 
 
-def test_light_stream_request_reads_chunked_bodies_split_anywhere():
+class FrameLog(StreamLog):
+    """A StreamLog that keeps every frame it was handed, to compare the two readers' parses."""
+
+    def __init__(self):
+        super().__init__()
+        self.frames = []
+
+    def record(self, frame, now):
+        self.frames.append(frame)
+        super().record(frame, now)
+
+
+def _read_both(sizes, data=CHUNKED_FRAMES) -> tuple[FrameLog, FrameLog]:
+    """(bare-socket log, httpx log) of one request each to a server sending `data` in chunks of `sizes`."""
     async def go():
-        sizes = [10, 47, 60, len(CHUNKED_FRAMES) - 117]
-        server = await _chunked_server(sizes)
+        server = await _chunked_server(sizes, data)
         url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/completions"
-        light, heavy = StreamLog(), StreamLog()
+        light, heavy = FrameLog(), FrameLog()
         await asyncio.wait_for(light_stream_request(url, {}, light), 10)
         async with new_client() as client:
             await asyncio.wait_for(stream_request(client, url, {}, heavy), 10)
         server.close()
         return light, heavy
 
-    light, heavy = asyncio.run(go())
+    return asyncio.run(go())
+
+
+def test_light_stream_request_reads_chunked_bodies_split_anywhere():
+    light, heavy = _read_both([10, 47, 60, len(CHUNKED_FRAMES) - 117])
     assert len(light.token_times) == len(heavy.token_times) == 2
     assert light.finish_reason == heavy.finish_reason == "length" and light.error is None
+
+
+MIXED = (b': comment\n\ndata: {"choices":[{"text":"","finish_reason":null}],"prompt_progress":{"processed":4}}\n\n'
+         b'data: {"choices":[{"text":" a","finish_reason":null}]}\r\n\r\ndata: {"error":{"message":"slot lost"}}\n\n'
+         b'data: not json\n\nevent: ping\ndata: {"content":" b","stop":true,"stop_type":"eos"}\n\n')
+
+
+@pytest.mark.parametrize("tail, sizes", [
+    (b"data: [DONE]\n\ndata: {\"content\":\" after\"}\n\n", [3, 70, 1, 90]),  # [DONE] ends the read
+    (b'data: {"choices":[{"text":" z","finish_reason":"length"}]}', [50, 50, 50, 50]),  # no final newline
+])
+def test_both_readers_parse_the_same_frames_from_the_same_bytes(tail, sizes):
+    body = MIXED + tail
+    light, heavy = _read_both(sizes + [len(body) - sum(sizes)], body)
+    want = [Frame(progress={"processed": 4}), Frame(text=" a"), Frame(error="slot lost"),
+            Frame(error="malformed SSE payload: not json"), Frame(text=" b", finish_reason="eos")]
+    want += [Frame(done=True)] if b"[DONE]" in tail else [Frame(text=" z", finish_reason="length")]
+    assert light.frames == heavy.frames == want
+    assert light.error == heavy.error == "malformed SSE payload: not json"
+    tokens = sum(1 for f in want if f.text)
+    assert len(light.token_times) == len(heavy.token_times) == tokens and len(light.progress) == len(heavy.progress) == 1
 
 
 def test_admission_round_end_to_end(fake):

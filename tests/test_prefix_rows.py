@@ -10,6 +10,7 @@ import pytest
 from mlxcel_py.engine.core.step import BeginSequence, PrefillPiece, Retire, Shift, Step
 from mlxcel_py.engine.runner.kv_rows import PinnedPrefix
 from mlxcel_py.engine.runner.model_runner import ModelRunner
+from mlxcel_py.models.footprint import mapped_resident_bytes
 
 from kv_models import prompt
 from tiny import tiny_model
@@ -119,18 +120,8 @@ def test_a_shared_row_batched_gives_what_the_sequence_gives_alone(request, which
 
 
 def _resident(kv) -> int:
-    """Resident bytes of the rows' buffers, read from /proc/self/smaps."""
-    starts = {b.ctypes.data for b in kv.keys + kv.values}
-    total, current = 0, None
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split()[0]
-            if "-" in head and not head.endswith(":"):
-                lo, hi = (int(x, 16) for x in head.split("-"))
-                current = any(lo <= s < hi for s in starts)
-            elif head == "Rss:" and current:
-                total += int(line.split()[1]) * 1024
-    return total
+    """Resident bytes of the rows' buffers."""
+    return mapped_resident_bytes({b.ctypes.data for b in kv.keys + kv.values})
 
 
 @pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="reads /proc/self/smaps")

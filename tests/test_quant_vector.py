@@ -119,7 +119,7 @@ def test_the_ir_digest_follows_the_ir_sources():
     from mlxcel_py.models.quant import vector
 
     folder = Path(vector.__file__).parent
-    text = b"".join((folder / name).read_bytes() for name in ("affine_ir.py", "float_ir.py", "int8_ir.py", "kquant2.py", "vector_ir.py"))
+    text = b"".join((folder / name).read_bytes() for name in ("affine_ir.py", "float_ir.py", "int8_ir.py", "kquant2.py", "vector_ir.py", "vector_intrinsics.py"))
     assert vector.IR_DIGEST == hashlib.sha256(text).hexdigest()[:16], "update IR_DIGEST in models/quant/vector.py"
 
 

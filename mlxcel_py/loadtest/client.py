@@ -13,7 +13,7 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, AsyncIterator, Callable, Iterable, Optional
 from urllib.parse import urlsplit
 
 import httpx
@@ -131,23 +131,13 @@ async def stream_request(client: httpx.AsyncClient, url: str, body: dict, log: S
         async with client.stream("POST", url, json=body) as resp:
             log.status = resp.status_code
             if resp.status_code != 200:
-                log.error = f"HTTP {resp.status_code}: {(await resp.aread())[:200].decode(errors='replace')}"
+                log.error = _http_error(resp.status_code, await resp.aread())
                 return
-            async for line in resp.aiter_lines():
-                now = clock()
-                frame = parse_sse_line(line)
-                if frame is None:
-                    continue
-                log.record(frame, now)
-                await _notify(changed)
-                if frame.done:
-                    break
+            await _record_lines(_stamped(resp.aiter_lines(), clock), log, changed)
     except httpx.HTTPError as exc:
         log.error = f"{type(exc).__name__}: {exc}"
     finally:
-        if log.finish_reason is None and log.error is None:
-            log.finish_reason = "closed"
-        await _notify(changed)
+        await _finish(log, changed)
 
 
 async def light_stream_request(url: str, body: dict, log: StreamLog, changed: Optional[asyncio.Condition] = None,
@@ -170,32 +160,57 @@ async def light_stream_request(url: str, body: dict, log: StreamLog, changed: Op
         chunks = (_chunks(reader) if "transfer-encoding: chunked" in head
                   else _exactly(reader, int(length.group(1))) if length else _until_eof(reader))
         if log.status != 200:
-            log.error = f"HTTP {log.status}: {b''.join([c async for c in chunks])[:200].decode(errors='replace')}"
+            log.error = _http_error(log.status, b"".join([c async for c in chunks]))
             return
-        await _record_lines(chunks, log, changed, clock)
+        await _record_lines(_split_lines(chunks, clock), log, changed)
     except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError, IndexError) as exc:
         log.error = f"{type(exc).__name__}: {exc}"
     finally:
         if writer is not None:
             writer.close()
-        if log.finish_reason is None and log.error is None:
-            log.finish_reason = "closed"
+        await _finish(log, changed)
+
+
+async def _record_lines(lines: AsyncIterator[tuple[float, str]], log: StreamLog,
+                        changed: Optional[asyncio.Condition]) -> None:
+    """Record each (arrival, SSE line)'s frame in `log` until [DONE]: the one parse both readers share."""
+    async for now, line in lines:
+        frame = parse_sse_line(line)
+        if frame is None:
+            continue
+        log.record(frame, now)
         await _notify(changed)
+        if frame.done:
+            return
 
 
-async def _record_lines(chunks, log: StreamLog, changed: Optional[asyncio.Condition], clock: Clock) -> None:
+async def _stamped(lines: AsyncIterator[str], clock: Clock) -> AsyncIterator[tuple[float, str]]:
+    async for line in lines:
+        yield clock(), line
+
+
+async def _split_lines(chunks: AsyncIterator[bytes], clock: Clock) -> AsyncIterator[tuple[float, str]]:
+    """The lines of a body read in chunks, each stamped with the arrival of the chunk that ends it
+    (a last line without a newline too, as httpx's aiter_lines gives it)."""
     pending = b""
     async for data in chunks:
         now = clock()
         *lines, pending = (pending + data).split(b"\n")
         for line in lines:
-            frame = parse_sse_line(line.decode("utf-8", errors="replace"))
-            if frame is None:
-                continue
-            log.record(frame, now)
-            await _notify(changed)
-            if frame.done:
-                return
+            yield now, line.decode("utf-8", errors="replace")
+    if pending:
+        yield clock(), pending.decode("utf-8", errors="replace")
+
+
+def _http_error(status: int, body: bytes) -> str:
+    return f"HTTP {status}: {body[:200].decode(errors='replace')}"
+
+
+async def _finish(log: StreamLog, changed: Optional[asyncio.Condition]) -> None:
+    """A stream that ended with neither a finish reason nor an error was closed by the server."""
+    if log.finish_reason is None and log.error is None:
+        log.finish_reason = "closed"
+    await _notify(changed)
 
 
 async def _chunks(reader: asyncio.StreamReader):

@@ -15,16 +15,39 @@ from .loader import cpu_is_default, default_cpu_weights, default_model_path
 _WEIGHT_FILES = ("*.safetensors", "*.npz")
 
 
-def resident_bytes() -> int:
-    """This process's resident set size (VmRSS), in bytes; 0 where /proc is absent."""
+def status_kib(field: str = "VmRSS", pid: int | str = "self") -> int:
+    """One KiB field of /proc/PID/status (VmRSS, VmHWM, RssFile ...); 0 where /proc or the field is absent."""
     try:
-        with open("/proc/self/status") as status:
+        with open(f"/proc/{pid}/status") as status:
             for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
     except OSError:
         pass
     return 0
+
+
+def resident_bytes(pid: int | str = "self") -> int:
+    """A process's resident set size (VmRSS), in bytes; 0 where /proc is absent."""
+    return status_kib("VmRSS", pid) * 1024
+
+
+def mapped_resident_bytes(addresses: set[int]) -> int:
+    """Resident bytes of this process's mappings that hold any of `addresses` (from /proc/self/smaps):
+    what buffers really touched, not what they reserved; 0 where /proc is absent."""
+    total, inside = 0, False
+    try:
+        with open("/proc/self/smaps") as smaps:
+            for line in smaps:
+                head = line.split()[0]
+                if "-" in head and not head.endswith(":"):  # a mapping's first line: lo-hi perms ...
+                    lo, hi = (int(x, 16) for x in head.split("-"))
+                    inside = any(lo <= a < hi for a in addresses)
+                elif head == "Rss:" and inside:
+                    total += int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return total
 
 
 def estimate_bytes(spec: Optional[str], cpu_weights: Optional[str] = None) -> int:

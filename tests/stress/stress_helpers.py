@@ -7,6 +7,8 @@ import signal
 from pathlib import Path
 from typing import Iterator
 
+from mlxcel_py.models.footprint import resident_bytes
+
 from server_helpers import ChildServer, spawn_server
 
 FIGURES: dict[str, dict] = {}
@@ -31,7 +33,6 @@ def serving(model: Path, *args: str) -> Iterator[ChildServer]:
 
 def rss_mib(pid: int) -> float:
     """Resident memory of a process, from /proc (Linux)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
+    rss = resident_bytes(pid)
+    assert rss > 0, "no VmRSS"
+    return rss / (1 << 20)

@@ -10,13 +10,12 @@ the types with an offset or a bias to 1e-6 of the largest, LLVM fusing their FMA
 tested), so a verify's logits are plain decoding's. AVX2 only (int8_ir.HAS_AVX2).
 
 numba caches a kernel by this file's source only: IR_DIGEST must equal vector.IR_DIGEST (the
-digest of int8_ir.py and vector_ir.py; tests/test_quant_span.py checks it), so that editing the
+digest of the IR sources vector.py inlines; tests/test_quant_span.py checks it), so that editing the
 IR means editing this file too, which recompiles its kernels."""
 
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
 from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -24,9 +23,10 @@ from numba.extending import intrinsic
 from . import int8_ir
 from .unpack import Q4_0, Q4_1, Q4_K, Q6_K, Q8_0
 from .vector import quantize_x
+from .vector_intrinsics import _contiguous, _emit_rows
 from .vector_ir import UNITS
 
-IR_DIGEST = "9f0f2e2efbccd78b"  # = vector.IR_DIGEST
+IR_DIGEST = "7effa3db97121667"  # = vector.IR_DIGEST
 XROWS = 8  # most input rows per pass
 MIN_ROWS = 5  # products of fewer input rows stay on vector.stream_int8 (measured: docs/SPECULATIVE.md)
 SPAN_TYPES = tuple(int(t) for t in (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K))  # the types `_tile` has; others stay on stream_int8
@@ -34,35 +34,13 @@ SPAN_TYPES = tuple(int(t) for t in (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K))  # the types 
 
 def _codegen(qtype):
     """IR of `tile(raw, n, xq, xd, xs, b, count, out, units)`: out[b:b+count, n] from weight row n
-    and input rows b..b+count (count 1..XROWS)."""
+    and input rows b..b+count (count 1..XROWS), as vector's d call on raw[n]."""
 
     def codegen(context, builder, signature, args):
-        raw_t, _, xq_t, xd_t, xs_t, _, _, out_t, _ = signature.args
-        raw = context.make_array(raw_t)(context, builder, args[0])
-        xs_a = [context.make_array(t)(context, builder, v) for t, v in zip((xq_t, xd_t, xs_t), args[2:5])]
-        out_a = context.make_array(out_t)(context, builder, args[7])
-        n, b, count, units = args[1], args[5], args[6], args[8]
-        raw_width = cgutils.unpack_tuple(builder, raw.shape, 2)[1]
-        widths = [cgutils.unpack_tuple(builder, a.shape, 2)[1] for a in (*xs_a, out_a)]
-
-        def emit(rows):
-            firsts = [builder.add(b, ir.Constant(b.type, r)) for r in range(rows)]
-            ptrs = [[builder.gep(a.data, [builder.mul(f, k)]) for f in firsts] for a, k in zip(xs_a, widths)]
-            sums = int8_ir.emit_dots(builder, qtype, [builder.gep(raw.data, [builder.mul(n, raw_width)])], *ptrs, units)
-            for value, first in zip(sums, firsts):
-                at = builder.add(builder.mul(first, widths[-1]), n)
-                builder.store(value, builder.gep(out_a.data, [at]))
-
-        end = builder.append_basic_block("tile_end")
-        switch = builder.switch(count, end)
-        for rows in range(1, XROWS + 1):
-            block = builder.append_basic_block(f"rows{rows}")
-            switch.add_case(ir.Constant(count.type, rows), block)
-            builder.position_at_end(block)
-            emit(rows)
-            builder.branch(end)
-        builder.position_at_end(end)
-        return context.get_dummy_value()
+        raw, xq, xd, xs, out = (context.make_array(signature.args[i])(context, builder, args[i]) for i in (0, 2, 3, 4, 7))
+        n = args[1]
+        row = builder.gep(raw.data, [builder.mul(n, cgutils.unpack_tuple(builder, raw.shape, 2)[1])])
+        return _emit_rows(context, builder, qtype, True, row, (xq, xd, xs), out, args[5], args[6], n, args[8], XROWS)
 
     return codegen
 
@@ -70,7 +48,7 @@ def _codegen(qtype):
 def _tile_intrinsic(qtype):
     @intrinsic
     def tile(typingctx, raw, n, xq, xd, xs, b, count, out, units):
-        if all(a.layout == "C" for a in (raw, xq, xd, xs, out)):  # the IR indexes rows as contiguous runs
+        if _contiguous(raw, xq, xd, xs, out):
             return types.void(raw, n, xq, xd, xs, b, count, out, units), _codegen(qtype)
 
     return tile

@@ -30,7 +30,7 @@ from .atomics import fetch_add, wait_at_least
 from .kernels import quantize_rows_q8
 from .vector import _row_d, _row_d2
 
-STEP_DIGEST = "ef98c447d062998a"  # sha256 of vector.py, kernels.py, cpu_decode_kernels.py, atomics.py
+STEP_DIGEST = "48af849bd062d625"  # sha256 of vector.py, kernels.py, cpu_decode_kernels.py, atomics.py
 INPUTS = ("models/quant/vector.py", "models/quant/kernels.py", "models/cpu_decode_kernels.py", "models/quant/atomics.py")
 
 # Phase kinds, in a layer's order; a product reads the int8 activations the phase before it wrote.

@@ -4,24 +4,24 @@ One intrinsic call per weight row and up to 4 input rows unpacks every 32 codes 
 straight from the file's blocks (scales included: f16, Q4_K's 6-bit pairs, Q6_K's int8), then
 c (vector_ir) dequantizes them in registers and takes float FMA dot products with the input
 rows, and d (int8_ir, AVX2) takes integer dot products with the rows quantized to int8.
-Types: VECTOR_TYPES. Output rows are split over the threads in contiguous ranges.
+Types: VECTOR_TYPES. Output rows are split over the threads in contiguous ranges. The intrinsics'
+IR is built in vector_intrinsics.py; here each is dispatched on its type and driven.
 
-numba caches a kernel by this file's source only, so IR_DIGEST holds the digest of vector_ir.py
-and int8_ir.py (tests/test_quant_vector.py checks it): editing either means updating it here,
-which changes this file and so every cached kernel."""
+numba caches a kernel by this file's source only, so IR_DIGEST holds the digest of the files whose
+IR it inlines (tests/test_quant_vector.py checks it): editing one means updating it here, which
+changes this file and so every cached kernel."""
 
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, prange, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from numba import njit, prange
 
-from . import affine_ir, float_ir, int8_ir, kquant2, vector_ir  # these register Q5_0 .. Q5_K, A8, F16/BF16
+from . import affine_ir, float_ir, kquant2, vector_ir  # these register Q5_0 .. Q5_K, A8, F16/BF16
 from .kernels import quantize_rows_q8
+from .vector_intrinsics import _dequant_intrinsic, _float_intrinsic, _int8_intrinsic, _int8_pair_intrinsic
 
-IR_DIGEST = "9f0f2e2efbccd78b"  # sha256 of affine_ir.py, float_ir.py, int8_ir.py, kquant2.py, vector_ir.py, first 16 hex digits
+# sha256 of affine_ir.py, float_ir.py, int8_ir.py, kquant2.py, vector_ir.py, vector_intrinsics.py, first 16 hex digits
+IR_DIGEST = "7effa3db97121667"
 from .affine_ir import A8
 from .unpack import BF16, F16, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
 
@@ -30,104 +30,15 @@ _REGISTERED = (kquant2, affine_ir, float_ir)  # imported for their types' regist
 # same kernels but stay off this list, by which the native decode step picks its block products.
 VECTOR_TYPES = tuple(t for t in vector_ir.UNITS if t not in float_ir.FLOAT_UNITS)
 
-
-def _rows_switch(context, builder, count, emit):
-    """A switch over count = 1..MAX_ROWS input rows, `emit(rows)` generating each case."""
-    end = builder.append_basic_block("rows_end")
-    switch = builder.switch(count, end)
-    for rows in range(1, vector_ir.MAX_ROWS + 1):
-        block = builder.append_basic_block(f"rows{rows}")
-        switch.add_case(ir.Constant(count.type, rows), block)
-        builder.position_at_end(block)
-        emit(rows)
-        builder.branch(end)
-    builder.position_at_end(end)
-    return context.get_dummy_value()
-
-
-def _codegen(qtype, quantized):
-    """The IR of one call: weight row `row` against input rows b..b+count, sums stored in out[:, n]."""
-    n_x = 3 if quantized else 1
-
-    def codegen(context, builder, signature, args):
-        arrays = [context.make_array(t)(context, builder, v) if isinstance(t, types.Array) else None
-                  for t, v in zip(signature.args, args)]
-        w, xs_a, out_a = arrays[0].data, arrays[1 : 1 + n_x], arrays[n_x + 3]
-        b, count, n, units = args[n_x + 1], args[n_x + 2], args[n_x + 4], args[n_x + 5]
-        widths = [cgutils.unpack_tuple(builder, a.shape, 2)[1] for a in (*xs_a, out_a)]
-
-        def emit(rows):
-            firsts = [builder.add(b, ir.Constant(b.type, r)) for r in range(rows)]
-            ptrs = [[builder.gep(a.data, [builder.mul(f, k)]) for f in firsts] for a, k in zip(xs_a, widths)]
-            sums = (int8_ir if quantized else vector_ir).emit_row_dots(builder, qtype, rows, w, *ptrs, units)
-            for f, value in zip(firsts, sums):
-                builder.store(value, builder.gep(out_a.data, [builder.add(builder.mul(f, widths[-1]), n)]))
-
-        return _rows_switch(context, builder, count, emit)
-
-    return codegen
-
-
-def _contiguous(*arrays) -> bool:
-    return all(a.layout == "C" for a in arrays)  # the IR indexes rows as contiguous runs
-
-
-def _float_intrinsic(qtype):
-    """c: `dot(row, x, b, count, out, n, units)`: out[b:b+count, n] = x[b:b+count] . W row."""
-
-    @intrinsic
-    def dot(typingctx, row, x, b, count, out, n, units):
-        if _contiguous(row, x, out):
-            return types.void(row, x, b, count, out, n, units), _codegen(qtype, False)
-
-    return dot
-
-
-def _int8_intrinsic(qtype):
-    """d: `dot(row, xq, xd, xs, b, count, out, n, units)` on quantize_x's arrays."""
-
-    @intrinsic
-    def dot(typingctx, row, xq, xd, xs, b, count, out, n, units):
-        if _contiguous(row, xq, xd, xs, out):
-            return types.void(row, xq, xd, xs, b, count, out, n, units), _codegen(qtype, True)
-
-    return dot
-
-
-def _int8_pair_intrinsic(qtype):
-    """d at one input row, two weight rows a call: `dot2(raw, n, xq, xd, xs, b, out, col, units)`:
-    out[b, col + k] = x[b] . raw[n + k] for k = 0, 1. The two FMA chains interleave (Q4_0/Q4_1/Q5_0/Q5_1
-    14-20% faster, Q8_0 9%, Q4_K/Q3_K/Q5_K 7-12%; Q2_K equal; not Q6_K, which spills);
-    each sum is the one-row call's, bit for bit (int8_ir.emit_dots)."""
-
-    @intrinsic
-    def dot2(typingctx, raw, n, xq, xd, xs, b, out, col, units):
-        if not _contiguous(raw, xq, xd, xs, out):
-            return None
-
-        def codegen(context, builder, signature, args):
-            raw_a, xq_a, xd_a, xs_a, out_a = (context.make_array(signature.args[i])(context, builder, args[i])
-                                              for i in (0, 2, 3, 4, 6))
-            n, b, col = args[1], args[5], args[7]
-            width = lambda a: cgutils.unpack_tuple(builder, a.shape, 2)[1]  # noqa: E731
-            rows = [builder.gep(raw_a.data, [builder.mul(builder.add(n, ir.Constant(n.type, k)), width(raw_a))]) for k in (0, 1)]
-            xs = [[builder.gep(a.data, [builder.mul(b, width(a))])] for a in (xq_a, xd_a, xs_a)]
-            for k, value in enumerate(int8_ir.emit_dots(builder, qtype, rows, *xs, args[8])):
-                at = builder.add(builder.mul(b, width(out_a)), builder.add(col, ir.Constant(col.type, k)))
-                builder.store(value, builder.gep(out_a.data, [at]))
-            return context.get_dummy_value()
-
-        return types.void(raw, n, xq, xd, xs, b, out, col, units), codegen
-
-    return dot2
-
-
 _c_q4_0, _c_q4_1, _c_q8_0, _c_q4_k, _c_q6_k = (_float_intrinsic(t) for t in (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K))
 _d_q4_0, _d_q4_1, _d_q8_0, _d_q4_k, _d_q6_k = (_int8_intrinsic(t) for t in (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K))
 _c_q5_0, _c_q5_1, _c_q2_k, _c_q3_k, _c_q5_k = (_float_intrinsic(t) for t in (Q5_0, Q5_1, Q2_K, Q3_K, Q5_K))
 _d_q5_0, _d_q5_1, _d_q2_k, _d_q3_k, _d_q5_k = (_int8_intrinsic(t) for t in (Q5_0, Q5_1, Q2_K, Q3_K, Q5_K))
 _c_a8, _d_a8 = _float_intrinsic(A8), _int8_intrinsic(A8)
 _c_f16, _c_bf16 = _float_intrinsic(F16), _float_intrinsic(BF16)
+
+# The per-type chains (_row_c, _row_d, _row_d2, _dequant_row, span._tile) stay written out: numba reaches an
+# intrinsic from a runtime qtype only by such a chain; one table would need a switch intrinsic, not yet measured.
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -250,24 +161,6 @@ def stream_int8(qtype, xq, xd, xs, raw, out, threads, units):  # pragma: no cove
         for n in range(t * n_rows // threads, (t + 1) * n_rows // threads):
             for b in range(0, rows, 4):
                 _row_d(qtype, raw[n], xq, xd, xs, b, min(4, rows - b), out, n, units)
-
-
-def _dequant_intrinsic(qtype):
-    """`dequant(row, out, units)`: the weight row's blocks -> out (K,) float32, bit-equal to gguf."""
-
-    @intrinsic
-    def dequant(typingctx, row, out, units):
-        if not _contiguous(row, out):
-            return None
-
-        def codegen(context, builder, signature, args):
-            row_a, out_a = (context.make_array(t)(context, builder, v) for t, v in zip(signature.args[:2], args[:2]))
-            vector_ir.emit_dequant_row(builder, qtype, row_a.data, out_a.data, args[2])
-            return context.get_dummy_value()
-
-        return types.void(row, out, units), codegen
-
-    return dequant
 
 
 _q_q4_0, _q_q4_1, _q_q8_0, _q_q4_k, _q_q6_k = (_dequant_intrinsic(t) for t in (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K))
