@@ -16,10 +16,13 @@ from typing import Optional
 
 import mlx.core as mx
 import numpy as np
+from mlx_lm.models.cache import KVCache
 
 from ..core.step import Step
 from .sampling import SampledToken
 
+# A fused piece's row cache grows by this many positions, each layer at its own tick (`_grow_ahead`).
+GROW_STEP = 1024
 FUSE_MAX_TOKENS = 128  # measured in docs/CONTINUOUS_BATCHING.md ("One forward per tick")
 
 
@@ -85,9 +88,24 @@ def _store(cache: list):
 
     def store(layer: int, keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         c = cache[layer]
+        _grow_ahead(c, layer, len(cache), keys.shape[1])
         c.update_and_fetch(mx.array(np.ascontiguousarray(keys))[None], mx.array(np.ascontiguousarray(values))[None])
         mx.eval(c.keys, c.values)
         return np.asarray(c.keys)[0, :, : c.offset], np.asarray(c.values)[0, :, : c.offset]
 
     return store
 
+
+def _grow_ahead(c, layer: int, layers: int, tokens: int) -> None:
+    """Grow an mlx-lm KVCache by GROW_STEP positions once it is within layer / layers of a step of
+    full, so each layer's O(context) regrow lands on a different tick (mlx-lm grows every layer in
+    the same tick: +70-100 ms a tick at context 6,144, every 256 tokens; docs/CONTINUOUS_BATCHING.md)."""
+    if type(c) is not KVCache or c.keys is None:
+        return
+    capacity, lead = c.keys.shape[2], layer * GROW_STEP // layers
+    if c.offset + tokens + lead <= capacity:
+        return
+    extra = -(-(c.offset + tokens + lead - capacity) // GROW_STEP) * GROW_STEP
+    shape = (*c.keys.shape[:2], extra)
+    c.keys = mx.concatenate([c.keys, mx.zeros((*shape, c.keys.shape[3]), c.keys.dtype)], axis=2)
+    c.values = mx.concatenate([c.values, mx.zeros((*shape, c.values.shape[3]), c.values.dtype)], axis=2)
