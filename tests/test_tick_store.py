@@ -43,3 +43,22 @@ def test_store_leaves_other_caches_to_their_own_growth():
         store(0, piece, piece)
         reference.update_and_fetch(mx.array(piece)[None], mx.array(piece)[None])
     assert cache[0].keys.shape == reference.keys.shape  # mlx-lm's own growth, untouched
+
+
+def test_a_staged_slot_survives_a_regrow_and_is_not_handed_out():
+    from mlxcel_py.engine.runner.kv_rows import RowKV
+
+    kv = RowKV(2, HEADS, DIM, slots=1, capacity=8)
+    slot = kv.stage(8)
+    data = np.random.default_rng(1).standard_normal((HEADS, 6, DIM), dtype=np.float32)
+    for layer in range(2):
+        kv.keys[layer][slot, :, 2:8] = data
+    kv.staged_written(slot, 2, 8)
+    other = [KVCache() for _ in range(2)]
+    for c in other:
+        c.update_and_fetch(mx.ones((1, HEADS, 20, DIM)), mx.ones((1, HEADS, 20, DIM)))
+    kv.add(other)  # needs a slot and more capacity: one regrow, the staged positions copied along
+    assert kv.slots == [1] and kv.capacity >= 21
+    np.testing.assert_array_equal(kv.keys[1][slot, :, 2:8], data)
+    kv.staged_written(slot, 12, 14)  # a gap (a separate piece ran): the run restarts there
+    assert kv.staged[slot] == [12, 14]
