@@ -8,6 +8,8 @@ new sequence's tokens, a leave copies nothing and a rejected draft's trim is a l
 The buffers are anonymous memory maps (`_zeros`): pages nobody wrote stay unmapped, so the resident
 size grows with the tokens stored, not with the capacity. Growing the capacity copies only the
 rows in use. The decoder reads and writes them through `models/cpu_decode_rows.forward_rows`.
+A sequence still prefilling in fused ticks (engine/runner/tick.py) writes into a staged slot, the one
+it will join, so its join copies only what those ticks did not write.
 
 Shared prefixes (eight requests with one system prompt store its KV once): a prompt-cache snapshot
 is a pinned slot of the same buffers, refcounted, never decoded into. A batch row adopting it
