@@ -106,3 +106,58 @@ def test_the_default_policy_keeps_separate_records(lm):
     assert [e.processed for e in events if isinstance(e, PromptProgress)] == [10, 512, 2560, 3000]
     small = build_engine(resolve("serve", env={}, parallel=2, prefill_chunk_size=64).engine, lm)
     assert small._one_forward()
+
+
+def _admit_fused(runner, n=60, chunk=16, alone=16):
+    """Rows 1 and 2 decode while sequence 3's n-token prompt prefills: its first `alone` tokens as a
+    piece of its own, the rest in fused `chunk`-token pieces."""
+    for sid, m in ((1, 30), (2, 11)):
+        runner.execute(Step(prefill=PrefillPiece(sid, 0, prompt(m, sid), m, True, None, BeginSequence(greedy(9), ()))))
+    ids = prompt(n, 3)
+    runner.execute(Step(prefill=PrefillPiece(3, 0, ids[:alone], alone, False, None, BeginSequence(greedy(9), ()))))
+    for start in range(alone, n, chunk):
+        end = min(n, start + chunk)
+        yield runner.execute(Step(decode=(1, 2), prefill=PrefillPiece(3, start, ids[start:end], end, end == n)))
+
+
+def test_fused_pieces_write_their_kv_into_the_slot_the_sequence_joins(lm):
+    runner = runner_for(lm, 128)
+    seen = {}
+    from mlxcel_py.engine.runner.kv_rows import RowKV
+
+    original = RowKV.add
+
+    def add(kv, caches, prefix=None, staged=None):
+        if staged is None:  # rows 1 and 2, prefilled alone
+            return original(kv, caches, prefix, staged)
+        seen["span"] = list(kv.staged[staged])
+        seen["caches"] = [(np.array(np.asarray(c.keys)[0, :, : c.offset]), np.array(np.asarray(c.values)[0, :, : c.offset]))
+                          for c in caches]
+        return original(kv, caches, prefix, staged)
+
+    RowKV.add = add
+    try:
+        list(_admit_fused(runner))
+    finally:
+        RowKV.add = original
+    assert seen["span"] == [16, 60]  # the fused ticks wrote positions 16..60; the join copies 0..16 only
+    kv = runner._batch
+    slot = kv.slots[runner._rows.index(3)]
+    for layer, (keys, values) in enumerate(seen["caches"]):
+        np.testing.assert_array_equal(kv.keys[layer][slot, :, :60], keys)
+        np.testing.assert_array_equal(kv.values[layer][slot, :, :60], values)
+    assert kv.staged == {}
+
+
+def test_a_sequence_leaving_mid_prefill_frees_its_staged_slot(lm):
+    from mlxcel_py.engine.core.step import Retire
+
+    runner = runner_for(lm, 128)
+    pieces = _admit_fused(runner, n=90)
+    next(pieces), next(pieces)
+    kv = runner._batch
+    (slot,) = kv.staged
+    assert kv.staged[slot] == [16, 48]
+    runner.execute(Step(retire=(Retire(3),)))
+    assert kv.staged == {} and slot not in kv.slots
+    assert kv.stage(8) == slot  # free again

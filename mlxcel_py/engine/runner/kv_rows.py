@@ -8,6 +8,8 @@ new sequence's tokens, a leave copies nothing and a rejected draft's trim is a l
 The buffers are anonymous memory maps (`_zeros`): pages nobody wrote stay unmapped, so the resident
 size grows with the tokens stored, not with the capacity. Growing the capacity copies only the
 rows in use. The decoder reads and writes them through `models/cpu_decode_rows.forward_rows`.
+A sequence still prefilling in fused ticks (engine/runner/tick.py) writes into a staged slot, the one
+it will join, so its join copies only what those ticks did not write.
 
 Shared prefixes (eight requests with one system prompt store its KV once): a prompt-cache snapshot
 is a pinned slot of the same buffers, refcounted, never decoded into. A batch row adopting it
@@ -69,6 +71,7 @@ class RowKV:
         self.lengths: list[int] = []
         self.prefixes: list[tuple[int, int]] = []
         self.pinned: dict[int, list[int]] = {}
+        self.staged: dict[int, list[int]] = {}  # a prefilling sequence's future slot -> [lo, hi) written
 
     @classmethod
     def like(cls, caches: Sequence[KVCache], slots: int = FIRST_SLOTS, capacity: int = FIRST_CAPACITY) -> "RowKV":
@@ -85,22 +88,52 @@ class RowKV:
         return len(self.slots)
 
     def positions_stored(self) -> int:
-        """Positions held in the buffers: each row's own (past its shared prefix) plus each pinned slot's."""
+        """Positions held in the buffers: each row's own (past its shared prefix), each pinned slot's,
+        and what fused ticks wrote into staged slots."""
         own = sum(n - p for n, (_, p) in zip(self.lengths, self.prefixes))
-        return own + sum(length for length, _ in self.pinned.values())
+        staged = sum(b - a for a, b in self.staged.values())
+        return own + sum(length for length, _ in self.pinned.values()) + staged
 
     # -- joining and leaving ------------------------------------------------------------------
-    def add(self, caches: Sequence[KVCache], prefix: Optional[PinnedPrefix] = None) -> None:
+    def add(self, caches: Sequence[KVCache], prefix: Optional[PinnedPrefix] = None,
+            staged: Optional[int] = None) -> None:
         """Append a row: copy a prefilled sequence's `offset` positions (every layer) into a free slot;
-        with `prefix` (whose reference the row takes over) only the positions from its length on."""
+        with `prefix` (whose reference the row takes over) only the positions from its length on; into
+        its `staged` slot (`stage`) only the positions the fused ticks did not write there."""
         length, cut = caches[0].offset, prefix.length if prefix is not None else 0
-        slot = self._free_slot(length + 1)
+        if staged is None:
+            slot, spans = self._free_slot(length + 1), [(cut, length)]
+        else:
+            self.reserve(length + 1)
+            slot, (lo, hi) = staged, self.staged.pop(staged)
+            spans = [(cut, max(cut, min(lo, length))), (max(cut, hi), length)]
         for layer, cache in enumerate(caches):
-            self.keys[layer][slot, :, cut:length] = np.asarray(cache.keys[0, :, cut:length])
-            self.values[layer][slot, :, cut:length] = np.asarray(cache.values[0, :, cut:length])
+            keys, values = np.asarray(cache.keys)[0], np.asarray(cache.values)[0]  # views, not MLX copies
+            for a, b in spans:
+                if a < b:
+                    self.keys[layer][slot, :, a:b] = keys[:, a:b]
+                    self.values[layer][slot, :, a:b] = values[:, a:b]
         self.slots.append(slot)
         self.lengths.append(length)
         self.prefixes.append((prefix.slot, cut) if prefix is not None else (0, 0))
+
+    # -- a prefilling sequence's slot, written by its fused ticks (engine/runner/tick.py) -----------
+    def stage(self, positions: int) -> int:
+        """A free slot for a sequence still prefilling: its fused pieces write their K/V here as they
+        run, so that its join copies only what they did not (`add(staged=)`), not the whole prompt."""
+        slot = self._free_slot(positions)
+        self.staged[slot] = [0, 0]
+        return slot
+
+    def staged_written(self, slot: int, start: int, end: int) -> None:
+        """Positions [start, end) of staged `slot` now hold the sequence's K/V (a gap restarts the run)."""
+        span = self.staged[slot]
+        span[:] = [span[0], end] if start == span[1] else [start, end]
+
+    def unstage(self, slot: int) -> None:
+        """The prefilling sequence left before joining: free its slot and give its pages back."""
+        del self.staged[slot]
+        self._release_slot(slot)
 
     def keep(self, rows: Sequence[int]) -> None:
         """Keep these rows in this order (a leave or a reorder): nothing is copied; a leaving row's
@@ -236,7 +269,7 @@ class RowKV:
     def _free_slot(self, positions: int = 0) -> int:
         """A free slot with room for `positions`: a join needing both more slots and more capacity
         regrows once (each regrow copies every row in use)."""
-        used = set(self.slots) | set(self.pinned)
+        used = set(self.slots) | set(self.pinned) | set(self.staged)
         slots = self.keys[0].shape[0]
         free = [s for s in range(slots) if s not in used]
         if free:
@@ -254,6 +287,7 @@ class RowKV:
         kv_heads, dim = self.shape
         spans = [(s, p, n) for s, n, (_, p) in zip(self.slots, self.lengths, self.prefixes)]
         spans += [(s, 0, n) for s, (n, _) in self.pinned.items() if s not in self.slots]
+        spans += [(s, lo, hi) for s, (lo, hi) in self.staged.items()]
         for buffers in (self.keys, self.values):
             for layer, old in enumerate(buffers):
                 new = _zeros((slots, kv_heads, capacity, dim))

@@ -43,6 +43,7 @@ class SequenceState:
     prompt_row: Optional[mx.array] = None  # echo: the last prompt position's raw logits, between pieces
     pooler: Optional[Pooler] = None  # an embedding sequence: its pool across pieces (it never decodes)
     prefix: Optional[PinnedPrefix] = None  # a pinned snapshot it adopted or took: its row will share it
+    staged: Optional[int] = None  # its future slot in the rows, which its fused ticks write (RowKV.stage)
 
 
 class PromptSide:
@@ -153,8 +154,9 @@ class PromptSide:
         cache, state.prefill_cache, state.last_token = state.prefill_cache, None, token
         self._rows.append(seq_id)
         if self._owned:
-            self._rows_kv(cache).add(cache, state.prefix)  # the row takes over the prefix's reference
-            state.prefix = None
+            # the row takes over the prefix's reference, and its staged slot
+            self._rows_kv(cache).add(cache, state.prefix, state.staged)
+            state.prefix = state.staged = None
             return
         rows = [layer.merge([layer]) for layer in cache]
         if self._batch is None:
@@ -182,11 +184,15 @@ class PromptSide:
         kv = self._rows_kv(cache)
         pinned = kv.pin(cache, length)
         self._snapshots[snapshot_id] = pinned
-        self._release_prefix(state)
+        self._release_prefix(state, left=False)
         state.prefix = kv.ref(pinned)
 
-    def _release_prefix(self, state: SequenceState) -> None:
-        """Drop a sequence's reference to a pinned prefix (it left before joining, or it took a longer one)."""
+    def _release_prefix(self, state: SequenceState, left: bool = True) -> None:
+        """Drop a sequence's reference to a pinned prefix: it left before joining (its staged slot is
+        freed too), or it took a longer one (`left=False`)."""
+        if left and state.staged is not None:
+            self._batch.unstage(state.staged)
+            state.staged = None
         if state.prefix is not None:
             self._batch.unref(state.prefix)
             state.prefix = None

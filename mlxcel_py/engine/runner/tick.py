@@ -16,10 +16,13 @@ from typing import Optional
 
 import mlx.core as mx
 import numpy as np
+from mlx_lm.models.cache import KVCache
 
 from ..core.step import Step
 from .sampling import SampledToken
 
+# A fused piece's row cache grows by this many positions, each layer at its own tick (`_grow_ahead`).
+GROW_STEP = 1024
 FUSE_MAX_TOKENS = 128  # measured in docs/CONTINUOUS_BATCHING.md ("One forward per tick")
 
 
@@ -61,11 +64,16 @@ class FusedTick:
             raise RuntimeError(f"piece of seq {piece.seq_id} starts at {piece.start}, its KV holds {cache[0].offset}")
         state.sampler.extend_prompt(piece.tokens)
         kv = self._batch
+        if state.staged is None:
+            state.staged = kv.stage(piece.end)
+        kv.reserve(piece.end)
         slots, starts, positions, prefix = kv.step_arrays(1)
         last = [self._seqs[s].last_token for s in seq_ids]
         logits = forward_tick(self._fast_decode, last, kv.keys, kv.values, slots, starts, positions,
-                              piece.tokens, piece.start, _store(cache), piece.terminal, prefix)
+                              piece.tokens, piece.start, _store(cache, kv, state.staged, piece.start),
+                              piece.terminal, prefix)
         kv.advance(1)
+        kv.staged_written(state.staged, piece.start, piece.end)
         logits = mx.array(logits)
         decoded = self._sample(logits[: len(seq_ids)], seq_ids)
         for seq_id, s in zip(seq_ids, decoded):
@@ -79,15 +87,34 @@ class FusedTick:
         return decoded, first
 
 
-def _store(cache: list):
-    """forward_tick's `store`: append a layer's new (kv_heads, P, dim) K/V to the row cache and
-    hand back numpy views of all its positions."""
+def _store(cache: list, kv=None, slot: int = 0, start: int = 0):
+    """forward_tick's `store`: append a layer's new (kv_heads, P, dim) K/V to the row cache (and to
+    the sequence's staged slot of `kv`, the rows it will join) and hand back numpy views of all its
+    positions."""
 
     def store(layer: int, keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if kv is not None:
+            kv.keys[layer][slot, :, start:start + keys.shape[1]] = keys
+            kv.values[layer][slot, :, start:start + keys.shape[1]] = values
         c = cache[layer]
+        _grow_ahead(c, layer, len(cache), keys.shape[1])
         c.update_and_fetch(mx.array(np.ascontiguousarray(keys))[None], mx.array(np.ascontiguousarray(values))[None])
         mx.eval(c.keys, c.values)
         return np.asarray(c.keys)[0, :, : c.offset], np.asarray(c.values)[0, :, : c.offset]
 
     return store
 
+
+def _grow_ahead(c, layer: int, layers: int, tokens: int) -> None:
+    """Grow an mlx-lm KVCache by GROW_STEP positions once it is within layer / layers of a step of
+    full, so each layer's O(context) regrow lands on a different tick (mlx-lm grows every layer in
+    the same tick: +70-100 ms a tick at context 6,144, every 256 tokens; docs/CONTINUOUS_BATCHING.md)."""
+    if type(c) is not KVCache or c.keys is None:
+        return
+    capacity, lead = c.keys.shape[2], layer * GROW_STEP // layers
+    if c.offset + tokens + lead <= capacity:
+        return
+    extra = -(-(c.offset + tokens + lead - capacity) // GROW_STEP) * GROW_STEP
+    shape = (*c.keys.shape[:2], extra)
+    c.keys = mx.concatenate([c.keys, mx.zeros((*shape, c.keys.shape[3]), c.keys.dtype)], axis=2)
+    c.values = mx.concatenate([c.values, mx.zeros((*shape, c.values.shape[3]), c.values.dtype)], axis=2)
