@@ -22,11 +22,27 @@ SHARED, OWN, CUT, FIRST, STOP = range(5)  # a row descriptor's fields
 
 
 @njit(fastmath=True, cache=True, nogil=True, inline="always")
-def _dots(qs, keys, src, kv, a, b, lo, scores):  # pragma: no cover - jitted
-    """scores[g, j - lo] = qs[g] . keys[src, kv, j] for positions a..b (qs already scaled)."""
+def _dots(qs, keys, kv, src, lo, hi, scores):  # pragma: no cover - jitted
+    """scores[g, j - lo] = qs[g] . keys[src[j - lo], kv, j] (qs already scaled), 4 positions a pass
+    (each a dot of its own, so the grouping changes no bit), the rest one at a time."""
     group, dim = qs.shape[0], np.uint64(qs.shape[1])
-    for j in range(a, b):
-        k = keys[src, kv, j]
+    j = lo
+    while j + 4 <= hi:
+        i = j - lo
+        k0, k1 = keys[src[i], kv, j], keys[src[i + 1], kv, j + 1]
+        k2, k3 = keys[src[i + 2], kv, j + 2], keys[src[i + 3], kv, j + 3]
+        for g in range(group):
+            s0 = s1 = s2 = s3 = np.float32(0.0)
+            for d in range(np.uint64(0), dim):
+                q = qs[g, d]
+                s0 += q * k0[d]
+                s1 += q * k1[d]
+                s2 += q * k2[d]
+                s3 += q * k3[d]
+            scores[g, i], scores[g, i + 1], scores[g, i + 2], scores[g, i + 3] = s0, s1, s2, s3
+        j += 4
+    for j in range(j, hi):
+        k = keys[src[j - lo], kv, j]
         for g in range(group):
             s = np.float32(0.0)
             for d in range(np.uint64(0), dim):
@@ -35,11 +51,21 @@ def _dots(qs, keys, src, kv, a, b, lo, scores):  # pragma: no cover - jitted
 
 
 @njit(fastmath=True, cache=True, nogil=True, inline="always")
-def _weigh(scores, values, src, kv, a, b, lo, acc):  # pragma: no cover - jitted
-    """acc[g] += scores[g, j - lo] * values[src, kv, j] for positions a..b, in position order."""
+def _weigh(scores, values, kv, src, lo, hi, acc):  # pragma: no cover - jitted
+    """acc[g] += sum_j scores[g, j - lo] * values[src[j - lo], kv, j], 4 positions (from lo) a pass."""
     group, dim = acc.shape[0], np.uint64(acc.shape[1] - 2)
-    for j in range(a, b):
-        v = values[src, kv, j]
+    j = lo
+    while j + 4 <= hi:
+        i = j - lo
+        v0, v1 = values[src[i], kv, j], values[src[i + 1], kv, j + 1]
+        v2, v3 = values[src[i + 2], kv, j + 2], values[src[i + 3], kv, j + 3]
+        for g in range(group):
+            p0, p1, p2, p3 = scores[g, i], scores[g, i + 1], scores[g, i + 2], scores[g, i + 3]
+            for d in range(np.uint64(0), dim):
+                acc[g, d] += (p0 * v0[d] + p1 * v1[d]) + (p2 * v2[d] + p3 * v3[d])
+        j += 4
+    for j in range(j, hi):
+        v = values[src[j - lo], kv, j]
         for g in range(group):
             p = scores[g, j - lo]
             for d in range(np.uint64(0), dim):
@@ -85,12 +111,12 @@ def item(qkv, keys, values, desc, heads, scale, part, i, scores):  # pragma: no 
     for g in range(group):
         for d in range(dim):
             qs[g, d] = qkv[r, (kv * group + g) * dim + d] * scale
-    cut = min(max(desc[r, CUT], lo), hi)  # positions below it are the shared prefix row's
-    _dots(qs, keys, desc[r, SHARED], kv, lo, cut, lo, scores)
-    _dots(qs, keys, desc[r, OWN], kv, cut, hi, lo, scores)
+    src = np.empty(hi - lo, np.int64)  # each position's KV row: the shared prefix row below the cut
+    for j in range(lo, hi):
+        src[j - lo] = desc[r, SHARED] if j < desc[r, CUT] else desc[r, OWN]
+    _dots(qs, keys, kv, src, lo, hi, scores)
     _softmax(scores, hi - lo, acc)
-    _weigh(scores, values, desc[r, SHARED], kv, lo, cut, lo, acc)
-    _weigh(scores, values, desc[r, OWN], kv, cut, hi, lo, acc)
+    _weigh(scores, values, kv, src, lo, hi, acc)
 
 
 @njit(fastmath=True, cache=True, nogil=True)

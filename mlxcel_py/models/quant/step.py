@@ -31,7 +31,7 @@ from .atomics import fetch_add, wait_at_least
 from .kernels import quantize_rows_q8
 from .vector import _row_d, _row_d2
 
-STEP_DIGEST = "944a74b453711536"  # sha256 of vector.py, kernels.py, cpu_decode_kernels.py, atomics.py, cpu_decode_attention.py
+STEP_DIGEST = "3b6e36bc0c428c38"  # sha256 of vector.py, kernels.py, cpu_decode_kernels.py, atomics.py, cpu_decode_attention.py
 INPUTS = ("models/quant/vector.py", "models/quant/kernels.py", "models/cpu_decode_kernels.py", "models/quant/atomics.py",
           "models/cpu_decode_attention.py")
 
