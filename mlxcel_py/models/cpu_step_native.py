@@ -140,7 +140,7 @@ class FusedDecoder(NativeDecoder):
     def _attention(self, rows: int, stop: np.ndarray) -> tuple:
         """(the phases, the partials buffer) for `rows` rows whose last position is below max(stop)."""
         chunks = attention.chunks_for(stop)
-        key = (rows, chunks)
+        key = (rows, chunks, id(self._phases))  # a profile (bench/bench_decode_step.py) swaps the plan
         if key not in self._parts:
             if len(self._parts) > 64:  # contexts grow a chunk at a time: keep the map bounded
                 self._parts.clear()
