@@ -16,7 +16,7 @@ import numba
 import numpy as np
 from numba.typed import List
 
-from . import cpu_decode_attention as attention
+from .cpu_decode_attention import chunks_for
 from .cpu_decode import CpuDecoder
 from .cpu_decode_native import NativeDecoder, Product, native_decoder_for
 from .quant import int8_ir, products, step, vector
@@ -139,7 +139,7 @@ class FusedDecoder(NativeDecoder):
 
     def _attention(self, rows: int, stop: np.ndarray) -> tuple:
         """(the phases, the partials buffer) for `rows` rows whose last position is below max(stop)."""
-        chunks = attention.chunks_for(stop)
+        chunks = chunks_for(stop)
         key = (rows, chunks, id(self._phases))  # a profile (bench/bench_decode_step.py) swaps the plan
         if key not in self._parts:
             if len(self._parts) > 64:  # contexts grow a chunk at a time: keep the map bounded
