@@ -65,11 +65,11 @@ def measure(lm, path, batch: int, threads: int, steps: int, context: int) -> dic
 def _subset(phases, tasks, kinds) -> tuple:
     """The plan's phases of `kinds` only, their tasks renumbered: (phases, tasks)."""
     out_phases, out_tasks = [], []
-    for kind, layer, first, count in phases:
+    for kind, layer, _, count, row in phases:  # an ATTEND phase's count is set per step (step_phases)
         if kind in kinds:
-            out_phases.append((kind, layer, len(out_tasks), count))
-            out_tasks += [tuple(t) for t in tasks[first : first + count]]
-    return np.array(out_phases, np.int64).reshape(-1, 4), np.array(out_tasks, np.int64).reshape(-1, 3)
+            out_phases.append((kind, layer, len(out_tasks), count, len(out_tasks)))
+            out_tasks += [tuple(t) for t in tasks[row : row + count]]
+    return np.array(out_phases, np.int64).reshape(-1, 5), np.array(out_tasks, np.int64).reshape(-1, 3)
 
 
 def profile(lm, path, batch: int, threads: int, steps: int, context: int) -> dict:

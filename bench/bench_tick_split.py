@@ -47,7 +47,7 @@ def install() -> None:
     cpu_tick.attend_rows = _timed("rows attn", cpu_tick.attend_rows)
     cpu_tick.write_kv_rows = _timed("rows attn", cpu_tick.write_kv_rows)
     store = runner_tick._store
-    runner_tick._store = lambda cache: _timed("store", store(cache))
+    runner_tick._store = lambda cache, *rest: _timed("store", store(cache, *rest))
 
 
 def main() -> None:

@@ -65,6 +65,21 @@ def test_fused_step_gives_the_same_bits_on_one_and_two_threads():
 
 
 @avx2
+def test_fused_step_over_contexts_crossing_attention_chunks_equals_native_on_one_and_two_threads():
+    """One row at 600 positions is three 256-position attention items per KV head: the fused step's
+    merge gives NativeDecoder's per-product attention, and the same bits on one and two threads."""
+    lm, path, native = _native_pair("llamaq-q4_k_m")
+    one, two = (FusedDecoder(lm.model, blocks_of(lm.model, path), t) for t in (1, 2))
+    for prompts in ([prompt(600, 0)], [prompt(254, 1), prompt(520, 2)]):
+        want, _ = _run(native, lm, prompts, 3)
+        tokens = [w.argmax(-1).tolist() for w in want]
+        got1, _ = _run(one, lm, prompts, 3, tokens)
+        got2, _ = _run(two, lm, prompts, 3, tokens)
+        assert all(np.array_equal(a, b) for a, b in zip(got1, got2))
+        assert max(float(np.abs(g - w).max()) for g, w in zip(got1, want)) < INT8
+
+
+@avx2
 def test_loader_selects_the_fused_step_for_llama_and_a_forced_candidate_goes_per_product(monkeypatch):
     lm, path, native = _native_pair("llama-q8_0")
     assert type(decoder_for(lm.model, path, 1)) is FusedDecoder

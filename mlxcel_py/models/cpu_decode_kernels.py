@@ -19,6 +19,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from .cpu_decode_attention import attend_desc
+
 # Rows above which OpenBLAS's GEMM (its packing amortized) is as fast as `_stream`.
 MAX_STREAM_ROWS = 16
 
@@ -137,40 +139,18 @@ def write_kv(qkv, keys, values, idx, heads, width=1):  # pragma: no cover - jitt
                 values[b, kv, idx + j, d] = qkv[r, v0 + kv * dim + d]
 
 
-@njit(fastmath=True, cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def attend(qkv, keys, values, end, left_pad, heads, scale, width=1, window=0):  # pragma: no cover - jitted
     """Row r = b * width + j's query against keys/values[b, kv, left_pad[b]:end + j] (causal
     within a verified span; width 1: one query per row); q is the head of qkv. window > 0: only
-    the last `window` positions up to the query's own (a sliding-window layer, as llama.cpp)."""
-    kv_heads, dim = keys.shape[1], keys.shape[3]
-    rows = qkv.shape[0]
-    group = heads // kv_heads
-    out = np.empty((rows, heads * dim), dtype=np.float32)
-    scores = np.empty(end + width, dtype=np.float32)
-    for r in range(rows):
+    the last `window` positions up to the query's own (a sliding-window layer, as llama.cpp).
+    The loops are cpu_decode_attention's, over numba's threads."""
+    desc = np.empty((qkv.shape[0], 5), np.int64)
+    for r in range(qkv.shape[0]):
         b, stop = r // width, end + r % width
-        start = left_pad[b] if window <= 0 else max(left_pad[b], stop - window)
-        for h in range(heads):
-            kv, q0 = h // group, h * dim
-            top = np.float32(-np.inf)
-            for j in range(start, stop):
-                s = np.float32(0.0)
-                for d in range(dim):
-                    s += qkv[r, q0 + d] * keys[b, kv, j, d]
-                s *= scale
-                scores[j] = s
-                top = max(top, s)
-            total = np.float32(0.0)
-            acc = out[r, q0 : q0 + dim]
-            acc[:] = 0.0
-            for j in range(start, stop):
-                p = np.exp(scores[j] - top)
-                total += p
-                for d in range(dim):
-                    acc[d] += p * values[b, kv, j, d]
-            for d in range(dim):
-                acc[d] /= total
-    return out
+        first = left_pad[b] if window <= 0 else max(left_pad[b], stop - window)
+        desc[r, 0], desc[r, 1], desc[r, 2], desc[r, 3], desc[r, 4] = b, b, first, first, stop
+    return attend_desc(qkv, keys, values, desc, heads, np.float32(scale))
 
 
 @njit(fastmath=True, cache=True, nogil=True)

@@ -15,6 +15,7 @@ import numba
 import numpy as np
 from numba import njit
 
+from .cpu_decode_attention import attend_desc
 from .cpu_decode_kernels import product, rms_norm, rope, silu_mul
 
 
@@ -33,56 +34,18 @@ def write_kv_rows(qkv, keys, values, slot, pos, heads, width):  # pragma: no cov
                 values[s, kv, p, d] = qkv[r, v0 + kv * dim + d]
 
 
-@njit(fastmath=True, cache=True, nogil=True, inline="always")
-def _scores(qkv, r, q0, keys, src, kv, lo, hi, scale, scores, top):  # pragma: no cover - jitted
-    """Scores of positions lo..hi of KV row src (into `scores`); the running maximum."""
-    for j in range(lo, hi):
-        acc_s = np.float32(0.0)
-        for d in range(keys.shape[3]):
-            acc_s += qkv[r, q0 + d] * keys[src, kv, j, d]
-        acc_s *= scale
-        scores[j] = acc_s
-        top = max(top, acc_s)
-    return top
-
-
-@njit(fastmath=True, cache=True, nogil=True, inline="always")
-def _weigh(values, src, kv, lo, hi, scores, top, acc, total):  # pragma: no cover - jitted
-    """acc += softmax weights x values over positions lo..hi of KV row src; the running sum of weights."""
-    for j in range(lo, hi):
-        p = np.exp(scores[j] - top)
-        total += p
-        for d in range(values.shape[3]):
-            acc[d] += p * values[src, kv, j, d]
-    return total
-
-
-@njit(fastmath=True, cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def attend_rows(qkv, keys, values, slot, start, pos, heads, scale, width, prefix):  # pragma: no cover - jitted
     """Row r = b * width + j's query against slot slot[b]'s positions start[b] .. pos[b] + j
     (causal within a span); q is the head of qkv. Positions below prefix[b, 1] are read from the
-    shared prefix row prefix[b, 0] (kv_rows.RowKV): two consecutive loops, one position order, so the
-    bits of one loop over a private copy (a branch per position cost 5% here)."""
-    kv_heads, dim = keys.shape[1], keys.shape[3]
-    rows = qkv.shape[0]
-    group = heads // kv_heads
-    out = np.empty((rows, heads * dim), dtype=np.float32)
-    scores = np.empty(keys.shape[2], dtype=np.float32)
-    for r in range(rows):
+    shared prefix row prefix[b, 0] (kv_rows.RowKV), with the bits of a private copy
+    (cpu_decode_attention's loops, over numba's threads)."""
+    desc = np.empty((qkv.shape[0], 5), np.int64)
+    for r in range(qkv.shape[0]):
         b = r // width
-        s, first, stop = slot[b], start[b], pos[b] + r % width + 1
-        shared, cut = prefix[b, 0], min(max(prefix[b, 1], first), stop)
-        for h in range(heads):
-            kv, q0 = h // group, h * dim
-            top = _scores(qkv, r, q0, keys, shared, kv, first, cut, scale, scores, np.float32(-np.inf))
-            top = _scores(qkv, r, q0, keys, s, kv, cut, stop, scale, scores, top)
-            acc = out[r, q0 : q0 + dim]
-            acc[:] = 0.0
-            total = _weigh(values, shared, kv, first, cut, scores, top, acc, np.float32(0.0))
-            total = _weigh(values, s, kv, cut, stop, scores, top, acc, total)
-            for d in range(dim):
-                acc[d] /= total
-    return out
+        desc[r, 0], desc[r, 1], desc[r, 2] = prefix[b, 0], slot[b], prefix[b, 1]
+        desc[r, 3], desc[r, 4] = start[b], pos[b] + r % width + 1
+    return attend_desc(qkv, keys, values, desc, heads, np.float32(scale))
 
 
 def no_prefix(rows: int) -> np.ndarray:

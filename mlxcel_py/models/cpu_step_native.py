@@ -16,6 +16,7 @@ import numba
 import numpy as np
 from numba.typed import List
 
+from .cpu_decode_attention import chunks_for
 from .cpu_decode import CpuDecoder
 from .cpu_decode_native import NativeDecoder, Product, native_decoder_for
 from .quant import int8_ir, products, step, vector
@@ -62,7 +63,7 @@ class _Plan:
             self._add(step.NORM1, i, 1)
             self._product(step.QKV, i, layer.qkv)
             self._add(step.ROPE, i, 1)
-            self._add(step.ATTEND, i, decoder.heads)
+            self._add(step.ATTEND, i, 0)  # its items' count is the step's (step_phases)
             self._add(step.QUANT_ATTN, i, 1)
             self._product(step.O, i, layer.o)
             self._add(step.NORM2, i, 1)
@@ -75,7 +76,7 @@ class _Plan:
     def _add(self, kind: int, layer: int, count: int, tasks: Sequence = ()) -> None:
         first = len(self.tasks)
         self.tasks += list(tasks) or [(0, 0, 0)] * count
-        self.phases.append((kind, layer, first, count))
+        self.phases.append((kind, layer, first, count, first))
 
     def _product(self, kind: int, layer: int, product: Product) -> None:
         tasks, col = [], 0
@@ -93,6 +94,14 @@ class _Plan:
 
     def arrays(self) -> tuple:
         return (np.array(self.phases, np.int64), np.array(self.tasks, np.int64), np.array(self.segs, np.int64))
+
+
+def step_phases(phases: np.ndarray, items: int) -> np.ndarray:
+    """The plan's phases with `items` attention items in each ATTEND phase, the first tasks renumbered."""
+    out = phases.copy()
+    out[out[:, 0] == step.ATTEND, 3] = items
+    out[:, 2] = np.concatenate([[0], np.cumsum(out[:-1, 3])])
+    return out
 
 
 class FusedDecoder(NativeDecoder):
@@ -113,6 +122,7 @@ class FusedDecoder(NativeDecoder):
         self._widths = (self._layers[0].qkv, self._layers[0].gate_up, self._head_product)
         self._floats = (self.heads, self.kv_heads, self.head_dim, self.scale, self.eps)
         self._buffers: dict[int, tuple] = {}
+        self._parts: dict[tuple, tuple] = {}
         self._kv_lists: tuple = ((), None)
 
     def _acts(self, rows: int) -> tuple:
@@ -126,6 +136,18 @@ class FusedDecoder(NativeDecoder):
                          for k in (hidden, attn, gate_up // 2))
             self._buffers[rows] = (acts, sets)  # batch sizes are bounded by the slots
         return self._buffers[rows]
+
+    def _attention(self, rows: int, stop: np.ndarray) -> tuple:
+        """(the phases, the partials buffer) for `rows` rows whose last position is below max(stop)."""
+        chunks = chunks_for(stop)
+        key = (rows, chunks, id(self._phases))  # a profile (bench/bench_decode_step.py) swaps the plan
+        if key not in self._parts:
+            if len(self._parts) > 64:  # contexts grow a chunk at a time: keep the map bounded
+                self._parts.clear()
+            group = self.heads // self.kv_heads
+            part = np.zeros((rows, self.kv_heads, chunks, group, self.head_dim + 2), np.float32)
+            self._parts[key] = (step_phases(self._phases, rows * self.kv_heads * chunks), part)
+        return self._parts[key]
 
     def _kv_lists_of(self, views: list) -> tuple:
         """Per-layer keys and values as numba typed lists, rebuilt only when a buffer changed."""
@@ -151,13 +173,15 @@ class FusedDecoder(NativeDecoder):
         offsets = np.arange(width, dtype=np.int64)
         rows = np.repeat(np.asarray(slot, np.int64), width)
         shared = np.zeros((len(slot), 2), np.int64) if prefix is None else np.asarray(prefix, np.int64)
-        first = np.repeat(np.column_stack([np.asarray(start, np.int64), shared]), width, axis=0)
         at = (np.asarray(pos, np.int64)[:, None] + offsets).reshape(-1)
+        desc = np.column_stack([np.repeat(shared[:, 0], width), rows, np.repeat(shared[:, 1], width),
+                                np.repeat(np.asarray(start, np.int64), width), at + 1])
         cos, sin = self._ropes[0].at(at)
         h = np.ascontiguousarray(self._embed_rows(np.asarray(tokens)), np.float32)
         acts, sets = self._acts(len(tokens))
-        step.run_step(self.threads, self._phases, self._weights, self._kv_lists_of(list(zip(keys, values))),
-                      (rows, first, at, cos, sin), (h, *acts), sets, self._floats)
+        phases, part = self._attention(len(tokens), at + 1)
+        step.run_step(self.threads, phases, self._weights, self._kv_lists_of(list(zip(keys, values))),
+                      (rows, desc, at, cos, sin), (h, *acts, part), sets, self._floats)
         return acts[-1].copy()  # the buffer is reused by the next step of this batch size
 
     def __call__(self, tokens: Sequence[int], caches: list) -> mx.array:
@@ -171,9 +195,11 @@ class FusedDecoder(NativeDecoder):
         h = np.ascontiguousarray(self._embed_rows(np.asarray(tokens)), np.float32)
         acts, sets = self._acts(rows)
         # today's BatchKVCache: row b is KV row b, left-padded, every row at position _idx
-        spans = np.column_stack([np.asarray(left_pad, np.int64), np.zeros((rows, 2), np.int64)])
-        where = (np.arange(rows, dtype=np.int64), spans, np.full(rows, caches[0]._idx, np.int64), cos, sin)
-        step.run_step(self.threads, self._phases, self._weights, self._kv_lists_of(views), where,
-                      (h, *acts), sets, self._floats)
+        own, at = np.arange(rows, dtype=np.int64), np.full(rows, caches[0]._idx, np.int64)
+        pad = np.asarray(left_pad, np.int64)
+        desc = np.column_stack([own, own, pad, pad, at + 1])
+        phases, part = self._attention(rows, at + 1)
+        step.run_step(self.threads, phases, self._weights, self._kv_lists_of(views), (own, desc, at, cos, sin),
+                      (h, *acts, part), sets, self._floats)
         self._kv.end(caches, positions)
         return mx.array(acts[-1])

@@ -5,7 +5,7 @@ region (a fork/join of numba's pool) behind Python glue and an activation quanti
 threads bought 1.2x. Here the step is one parallel region whose threads work through a fixed
 plan of phases (norm, q/k/v product, RoPE + KV write, attention per head, o, norm, gate/up,
 SwiGLU, down, ..., LM head). A phase is split into tasks (a product into runs of whole output
-rows, attention into heads, the small row-wise work into one task); a thread claims the next
+rows, attention into (row, KV head, 256-position chunk) items merged by the next phase, the small row-wise work into one task); a thread claims the next
 task from an atomic counter and, before running it, waits until every task of the earlier
 phases is done (a second counter), as ggml's threadpool does between graph nodes. A thread
 only waits on lower-numbered tasks, all claimed by running threads, so no thread count or
@@ -25,13 +25,15 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from ..cpu_decode_attention import CHUNK, combine, item
 from ..cpu_decode_kernels import rms_norm, rope, silu_mul
 from .atomics import fetch_add, wait_at_least
 from .kernels import quantize_rows_q8
 from .vector import _row_d, _row_d2
 
-STEP_DIGEST = "48af849bd062d625"  # sha256 of vector.py, kernels.py, cpu_decode_kernels.py, atomics.py
-INPUTS = ("models/quant/vector.py", "models/quant/kernels.py", "models/cpu_decode_kernels.py", "models/quant/atomics.py")
+STEP_DIGEST = "2c03d0ad344295c3"  # sha256 of INPUTS: the files whose kernels and IR run_step inlines
+INPUTS = ("models/quant/vector.py", "models/quant/vector_intrinsics.py", "models/quant/kernels.py",
+          "models/cpu_decode_kernels.py", "models/quant/atomics.py", "models/cpu_decode_attention.py")
 
 # Phase kinds, in a layer's order; a product reads the int8 activations the phase before it wrote.
 NORM1, QKV, ROPE, ATTEND, QUANT_ATTN, O, NORM2, GATE_UP, SILU, DOWN, FINAL, HEAD = range(12)
@@ -65,40 +67,6 @@ def _product(raw, qtype, units, col, r0, r1, q, out):  # pragma: no cover - jitt
             _row_d(qtype, raw[n], xq, xd, xs, b, min(4, rows - b), out, col + n, units)
 
 
-@njit(fastmath=True, cache=True, nogil=True)
-def _attend_head(qkv, keys, values, kv_row, span, pos, head, heads, scale, out):  # pragma: no cover - jitted
-    """cpu_decode_kernels.attend's loops for one query head of every row: row b's query against
-    KV row kv_row[b], positions span[b, 0]..pos[b], those below span[b, 2] read from the shared
-    prefix row span[b, 1] (engine/runner/kv_rows.py): each loop split in two at that cut, one
-    position order (cpu_decode_rows.attend_rows' loops, written here for numba's per-file cache)."""
-    kv_heads, dim = keys.shape[1], keys.shape[3]
-    kv, q0 = head // (heads // kv_heads), head * dim
-    for b in range(qkv.shape[0]):
-        stop = pos[b] + 1
-        cut = min(max(span[b, 2], span[b, 0]), stop)
-        scores = np.empty(stop, dtype=np.float32)
-        top = np.float32(-np.inf)
-        for src, lo, hi in ((span[b, 1], span[b, 0], cut), (kv_row[b], cut, stop)):
-            for j in range(lo, hi):
-                s = np.float32(0.0)
-                for d in range(dim):
-                    s += qkv[b, q0 + d] * keys[src, kv, j, d]
-                s *= scale
-                scores[j] = s
-                top = max(top, s)
-        total = np.float32(0.0)
-        acc = out[b, q0 : q0 + dim]
-        acc[:] = 0.0
-        for src, lo, hi in ((span[b, 1], span[b, 0], cut), (kv_row[b], cut, stop)):
-            for j in range(lo, hi):
-                p = np.exp(scores[j] - top)
-                total += p
-                for d in range(dim):
-                    acc[d] += p * values[src, kv, j, d]
-        for d in range(dim):
-            acc[d] /= total
-
-
 @njit(cache=True, nogil=True)
 def _write_kv(qkv, keys, values, kv_row, pos, heads):  # pragma: no cover - jitted
     kv_heads, dim = keys.shape[1], keys.shape[3]
@@ -122,8 +90,8 @@ def _run(kind, layer, local, task, w, kv, rows, acts, q, f):  # pragma: no cover
     """Task `local` (global `task`) of a phase of `kind` for `layer`; see run_step for the arguments."""
     tasks, segs, raws, norms1, norms2, final_norm = w
     keys, values = kv
-    kv_row, start, pos, cos, sin = rows
-    h, qkv, attn, o, gate_up, down, logits = acts
+    kv_row, desc, pos, cos, sin = rows
+    h, qkv, attn, o, gate_up, down, logits, part = acts
     q_hid, q_attn, q_act = q
     heads, kv_heads, dim, scale, eps = f
     if kind == QKV or kind == O or kind == GATE_UP or kind == DOWN or kind == HEAD:
@@ -146,9 +114,12 @@ def _run(kind, layer, local, task, w, kv, rows, acts, q, f):  # pragma: no cover
     elif kind == ROPE:
         rope(qkv, cos, sin, heads + kv_heads, dim)
         _write_kv(qkv, keys[layer], values[layer], kv_row, pos, heads)
-    elif kind == ATTEND:
-        _attend_head(qkv, keys[layer], values[layer], kv_row, start, pos, local, heads, scale, attn)
-    elif kind == QUANT_ATTN:
+    elif kind == ATTEND:  # (row, KV head, chunk) `local`'s partial
+        scores = np.empty((heads // kv_heads, CHUNK), np.float32)
+        item(qkv, keys[layer], values[layer], desc, heads, np.float32(scale), part, local, scores)
+    elif kind == QUANT_ATTN:  # the partials merged in chunk order, then quantized
+        for b in range(attn.shape[0]):
+            combine(part, b, attn)
         _quantize(attn, q_attn)
     elif kind == NORM2:
         _add(h, o)
@@ -171,7 +142,7 @@ def _work(counters, phases, w, kv, rows, acts, q, f):  # pragma: no cover - jitt
         if p >= n_phases:
             return
         wait_at_least(counters, DONE, phases[p, 2])
-        _run(phases[p, 0], phases[p, 1], task - phases[p, 2], task, w, kv, rows, acts, q, f)
+        _run(phases[p, 0], phases[p, 1], task - phases[p, 2], phases[p, 4] + task - phases[p, 2], w, kv, rows, acts, q, f)
         fetch_add(counters, DONE, 1)
 
 
@@ -180,23 +151,24 @@ def run_step(threads, phases, w, kv, rows, acts, q, f):  # pragma: no cover - ji
     """One decode step: acts' h (B, hidden) holds the embedded tokens and ends as the last
     hidden state, acts' logits (B, vocab) the LM head's output, each layer's new k/v written.
 
-    phases (P, 4): kind, layer, first task, task count; w = (tasks (T, 3): segment, first and end
-    row of a product task; segs (S, 3): GGUF type, loop units, output column; raws: each
-    segment's blocks; norms1, norms2 (layers, hidden); final norm); kv = per-layer keys, values
-    (rows, kv_heads, capacity, dim); rows = (kv_row (B,), start (B, 3): first position, shared prefix
-    row and prefix length, pos (B,), cos, sin (B, dim / 2));
-    acts = (h, qkv, attn, o, gate_up, down, logits) float32 buffers; q = three (codes, scales,
-    sums, d * sums) sets for hidden, attention and FFN inputs; f = (heads, kv_heads, head_dim,
+    phases (P, 5): kind, layer, first task, task count, its first row of `tasks`; w = (tasks (T, 3):
+    segment, first and end row of a product task; segs (S, 3): GGUF type, loop units, output column;
+    raws: each segment's blocks; norms1, norms2 (layers, hidden); final norm); kv = per-layer keys,
+    values (rows, kv_heads, capacity, dim); rows = (kv_row (B,), desc (B, 5): each row's
+    cpu_decode_attention descriptor, pos (B,), cos, sin (B, dim / 2)); acts = (h, qkv, attn, o,
+    gate_up, down, logits, part) float32 buffers, part the attention's partials (B, kv_heads, chunks,
+    group, dim + 2), an ATTEND phase's tasks its items; q = three (codes, scales, sums, d * sums)
+    sets for hidden, attention and FFN inputs; f = (heads, kv_heads, head_dim,
     scale, eps)."""
     counters = np.zeros(32, np.int64)
     # a parallel region takes arrays and scalars, not tuples: unpacked here, packed again inside
     tasks, segs, raws, norms1, norms2, final_norm = w
     keys, values = kv
-    kv_row, start, pos, cos, sin = rows
-    h, qkv, attn, o, gate_up, down, logits = acts
+    kv_row, desc, pos, cos, sin = rows
+    h, qkv, attn, o, gate_up, down, logits, part = acts
     (q0, d0, s0, x0), (q1, d1, s1, x1), (q2, d2, s2, x2) = q
     heads, kv_heads, dim, scale, eps = f
     for _ in prange(threads):
         _work(counters, phases, (tasks, segs, raws, norms1, norms2, final_norm), (keys, values),
-              (kv_row, start, pos, cos, sin), (h, qkv, attn, o, gate_up, down, logits),
+              (kv_row, desc, pos, cos, sin), (h, qkv, attn, o, gate_up, down, logits, part),
               ((q0, d0, s0, x0), (q1, d1, s1, x1), (q2, d2, s2, x2)), (heads, kv_heads, dim, scale, eps))

@@ -1,0 +1,161 @@
+"""The decode attention kernel: every CPU decode path's (the fused step quant/step.py, the engine
+rows cpu_decode_rows.attend_rows, BatchKVCache's cpu_decode_kernels.attend) loops in one home.
+
+A query row's positions are cut into CHUNK-position pieces at ABSOLUTE multiples of CHUNK (not
+relative to the row's start, its shared-prefix cut or the thread count). A work item is (query row,
+KV head, chunk): the KV head's GQA group of query heads together (one pass over K and V serves the
+group), scores for the chunk's positions, their max, exp (a degree-6 polynomial, relative error
+~1e-7, as cpu_attention.softmax_ranges) and sum, and the V accumulation: a partial (acc, max, sum).
+`combine` merges a row's partials in chunk order. Each item's bits depend on its absolute positions
+only, so a shared prefix row gives the bits of a private copy, and any thread count the same bits.
+
+A row is described by five int64s (DESC): the KV row positions below `cut` are read from (the shared
+prefix row), the row's own KV row, the cut, and its first and end (exclusive) positions."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+CHUNK = 256  # positions per partial: fixed, so the thread count changes no bit
+SHARED, OWN, CUT, FIRST, STOP = range(5)  # a row descriptor's fields
+
+
+@njit(fastmath=True, cache=True, nogil=True, inline="always")
+def _dots(qs, keys, kv, src, lo, hi, scores):  # pragma: no cover - jitted
+    """scores[g, j - lo] = qs[g] . keys[src[j - lo], kv, j] (qs already scaled), 4 positions a pass
+    (each a dot of its own, so the grouping changes no bit), the rest one at a time."""
+    group, dim = qs.shape[0], np.uint64(qs.shape[1])
+    j = lo
+    while j + 4 <= hi:
+        i = j - lo
+        k0, k1 = keys[src[i], kv, j], keys[src[i + 1], kv, j + 1]
+        k2, k3 = keys[src[i + 2], kv, j + 2], keys[src[i + 3], kv, j + 3]
+        for g in range(group):
+            s0 = s1 = s2 = s3 = np.float32(0.0)
+            for d in range(np.uint64(0), dim):
+                q = qs[g, d]
+                s0 += q * k0[d]
+                s1 += q * k1[d]
+                s2 += q * k2[d]
+                s3 += q * k3[d]
+            scores[g, i], scores[g, i + 1], scores[g, i + 2], scores[g, i + 3] = s0, s1, s2, s3
+        j += 4
+    for j in range(j, hi):
+        k = keys[src[j - lo], kv, j]
+        for g in range(group):
+            s = np.float32(0.0)
+            for d in range(np.uint64(0), dim):
+                s += qs[g, d] * k[d]
+            scores[g, j - lo] = s
+
+
+@njit(fastmath=True, cache=True, nogil=True, inline="always")
+def _weigh(scores, values, kv, src, lo, hi, acc):  # pragma: no cover - jitted
+    """acc[g] += sum_j scores[g, j - lo] * values[src[j - lo], kv, j], 4 positions (from lo) a pass."""
+    group, dim = acc.shape[0], np.uint64(acc.shape[1] - 2)
+    j = lo
+    while j + 4 <= hi:
+        i = j - lo
+        v0, v1 = values[src[i], kv, j], values[src[i + 1], kv, j + 1]
+        v2, v3 = values[src[i + 2], kv, j + 2], values[src[i + 3], kv, j + 3]
+        for g in range(group):
+            p0, p1, p2, p3 = scores[g, i], scores[g, i + 1], scores[g, i + 2], scores[g, i + 3]
+            for d in range(np.uint64(0), dim):
+                acc[g, d] += (p0 * v0[d] + p1 * v1[d]) + (p2 * v2[d] + p3 * v3[d])
+        j += 4
+    for j in range(j, hi):
+        v = values[src[j - lo], kv, j]
+        for g in range(group):
+            p = scores[g, j - lo]
+            for d in range(np.uint64(0), dim):
+                acc[g, d] += p * v[d]
+
+
+@njit(fastmath=True, cache=True, nogil=True, inline="always")
+def _softmax(scores, n, acc):  # pragma: no cover - jitted
+    """scores[g, :n] -> exp(scores - max); acc[g, dim] = the max, acc[g, dim + 1] = the sum."""
+    bits, dim = scores.view(np.int32), acc.shape[1] - 2
+    for g in range(scores.shape[0]):
+        m = np.float32(-np.inf)
+        for j in range(np.uint64(0), np.uint64(n)):
+            m = max(m, scores[g, j])
+        t = np.float32(0.0)
+        for j in range(np.uint64(0), np.uint64(n)):  # 2^i * p(f), |f| <= 1/2: vectorizes, unlike np.exp
+            x = max((scores[g, j] - m) * np.float32(1.4426950408889634), np.float32(-126.0))
+            i = np.floor(x + np.float32(0.5))
+            f = x - i
+            p = np.float32(1.0) + f * (np.float32(0.6931471805599453) + f * (np.float32(0.2402265069591007) + f * (
+                np.float32(0.05550410866482158) + f * (np.float32(0.009618129107628477) + f * (
+                    np.float32(0.0013333558146428443) + f * np.float32(0.00015403530393381606))))))
+            bits[g, j] = (np.int32(i) + np.int32(127)) << 23
+            e = scores[g, j] * p
+            scores[g, j] = e
+            t += e
+        acc[g, dim], acc[g, dim + 1] = m, t
+
+
+@njit(fastmath=True, cache=True, nogil=True)
+def item(qkv, keys, values, desc, heads, scale, part, i, scores):  # pragma: no cover - jitted
+    """Work item i = (row, KV head, chunk) of part's (rows, kv_heads, chunks, group, dim + 2):
+    that chunk's partial (acc, max, sum) for the KV head's group; scores: (group, CHUNK) scratch."""
+    kv_heads, chunks, group, dim = part.shape[1], part.shape[2], part.shape[3], keys.shape[3]
+    r, kv, c = i // (kv_heads * chunks), (i // chunks) % kv_heads, i % chunks
+    acc = part[r, kv, c]
+    acc[:, :dim] = 0.0
+    lo, hi = max(c * CHUNK, desc[r, FIRST]), min((c + 1) * CHUNK, desc[r, STOP])
+    if hi <= lo:
+        acc[:, dim], acc[:, dim + 1] = -np.inf, 0.0  # no positions here: weighs nothing in combine
+        return
+    qs = np.empty((group, dim), np.float32)
+    for g in range(group):
+        for d in range(dim):
+            qs[g, d] = qkv[r, (kv * group + g) * dim + d] * scale
+    src = np.empty(hi - lo, np.int64)  # each position's KV row: the shared prefix row below the cut
+    for j in range(lo, hi):
+        src[j - lo] = desc[r, SHARED] if j < desc[r, CUT] else desc[r, OWN]
+    _dots(qs, keys, kv, src, lo, hi, scores)
+    _softmax(scores, hi - lo, acc)
+    _weigh(scores, values, kv, src, lo, hi, acc)
+
+
+@njit(fastmath=True, cache=True, nogil=True)
+def combine(part, r, out):  # pragma: no cover - jitted
+    """out[r] (heads * dim) = row r's partials merged in chunk order: sum_c acc_c e^(m_c - M) / sum_c l_c e^(m_c - M)."""
+    kv_heads, chunks, group, dim = part.shape[1], part.shape[2], part.shape[3], part.shape[4] - 2
+    for kv in range(kv_heads):
+        for g in range(group):
+            o = out[r, (kv * group + g) * dim:(kv * group + g + 1) * dim]
+            top = np.float32(-np.inf)
+            for c in range(chunks):
+                top = max(top, part[r, kv, c, g, dim])
+            o[:] = 0.0
+            total = np.float32(0.0)
+            for c in range(chunks):
+                if part[r, kv, c, g, dim + 1] > 0.0:
+                    w = np.exp(part[r, kv, c, g, dim] - top)
+                    total += w * part[r, kv, c, g, dim + 1]
+                    for d in range(dim):
+                        o[d] += w * part[r, kv, c, g, d]
+            for d in range(dim):
+                o[d] /= total
+
+
+def chunks_for(stop) -> int:
+    """Chunks that cover positions 0 .. max(stop) - 1 (the part buffer's third axis)."""
+    return (int(np.max(stop)) + CHUNK - 1) // CHUNK
+
+
+@njit(fastmath=True, cache=True, nogil=True, parallel=True)
+def attend_desc(qkv, keys, values, desc, heads, scale):  # pragma: no cover - jitted
+    """(rows, heads * dim) attention of qkv's query heads, row r as desc[r] says, items over numba's threads."""
+    rows, kv_heads, dim = qkv.shape[0], keys.shape[1], keys.shape[3]
+    group = heads // kv_heads
+    chunks = (desc[:, STOP].max() + CHUNK - 1) // CHUNK
+    part = np.empty((rows, kv_heads, chunks, group, dim + 2), np.float32)
+    for i in prange(rows * kv_heads * chunks):
+        item(qkv, keys, values, desc, heads, scale, part, i, np.empty((group, CHUNK), np.float32))
+    out = np.empty((rows, heads * dim), np.float32)
+    for r in prange(rows):
+        combine(part, r, out)
+    return out

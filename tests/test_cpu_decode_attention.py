@@ -1,0 +1,110 @@
+"""The decode attention kernel (models/cpu_decode_attention.py) against a float64 reference: shared
+prefix cuts anywhere, sliding windows, left padding, verify spans, GQA groups, chunk crossings, and
+the same bits on one and two threads."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+
+from mlxcel_py.models import cpu_decode_attention as A
+from mlxcel_py.models.cpu_decode_kernels import attend
+from mlxcel_py.models.cpu_decode_rows import attend_rows
+
+DIM = 16
+
+
+def _kv(rows, kv_heads, capacity, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((rows, kv_heads, capacity, DIM), dtype=np.float32),
+            rng.standard_normal((rows, kv_heads, capacity, DIM), dtype=np.float32))
+
+
+def _reference(qkv, keys, values, desc, heads, scale):
+    """float64 softmax attention of each row over its described positions."""
+    kv_heads = keys.shape[1]
+    group = heads // kv_heads
+    out = np.zeros((qkv.shape[0], heads * DIM))
+    for r, (shared, own, cut, first, stop) in enumerate(desc):
+        for h in range(heads):
+            kv = h // group
+            pos = np.arange(first, stop)
+            src = np.where(pos < cut, shared, own)
+            k = keys[src, kv, pos].astype(np.float64)
+            v = values[src, kv, pos].astype(np.float64)
+            s = k @ qkv[r, h * DIM:(h + 1) * DIM].astype(np.float64) * scale
+            p = np.exp(s - s.max())
+            out[r, h * DIM:(h + 1) * DIM] = p @ v / p.sum()
+    return out
+
+
+def _qkv(rows, heads, kv_heads, seed=1):
+    return np.random.default_rng(seed).standard_normal((rows, (heads + 2 * kv_heads) * DIM), dtype=np.float32)
+
+
+@pytest.mark.parametrize("heads,kv_heads", [(2, 2), (6, 2), (8, 2)])  # GQA groups 1, 3, 4
+def test_kernel_matches_a_float64_reference_across_chunks(heads, kv_heads):
+    keys, values = _kv(3, kv_heads, 3 * A.CHUNK + 40)
+    qkv = _qkv(4, heads, kv_heads)
+    # contexts within one chunk, ending on a boundary, crossing one and two; a start past a boundary
+    desc = np.array([[0, 0, 0, 0, 7], [1, 1, 0, 0, A.CHUNK], [2, 2, 0, 3, A.CHUNK + 9],
+                     [0, 1, 0, A.CHUNK + 5, 3 * A.CHUNK + 40]], np.int64)
+    got = A.attend_desc(qkv, keys, values, desc, heads, np.float32(0.25))
+    np.testing.assert_allclose(got, _reference(qkv, keys, values, desc, heads, 0.25), rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("cut", [0, 1, 100, A.CHUNK - 1, A.CHUNK, A.CHUNK + 1, 2 * A.CHUNK + 3, 600])
+def test_a_shared_prefix_row_gives_the_bits_of_a_private_copy(cut):
+    keys, values = _kv(3, 2, 2 * A.CHUNK + 100)
+    keys[2, :, cut:], values[2, :, cut:] = keys[1, :, cut:], values[1, :, cut:]
+    private_k, private_v = keys.copy(), values.copy()
+    private_k[1, :, :cut], private_v[1, :, :cut] = keys[2, :, :cut], values[2, :, :cut]
+    qkv = _qkv(2, 6, 2)
+    shared = A.attend_desc(qkv, keys, values, np.array([[2, 1, cut, 0, 600]] * 2, np.int64), 6, np.float32(0.3))
+    alone = A.attend_desc(qkv, private_k, private_v, np.array([[1, 1, 0, 0, 600]] * 2, np.int64), 6,
+                          np.float32(0.3))
+    assert np.array_equal(shared, alone)
+
+
+def test_one_and_two_threads_give_the_same_bits():
+    keys, values = _kv(2, 2, 4 * A.CHUNK)
+    qkv = _qkv(3, 6, 2)
+    desc = np.array([[0, 0, 0, 0, 4 * A.CHUNK], [1, 1, 0, 17, 3 * A.CHUNK + 1], [0, 1, 300, 0, 700]], np.int64)
+    before = numba.get_num_threads()
+    try:
+        outs = []
+        for threads in (1, 2):
+            numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+            outs.append(A.attend_desc(qkv, keys, values, desc, 6, np.float32(0.2)))
+    finally:
+        numba.set_num_threads(before)
+    assert np.array_equal(outs[0], outs[1])
+
+
+def test_attend_left_pad_window_and_span_are_the_reference():
+    """cpu_decode_kernels.attend: row b * width + j sees left_pad[b] .. end + j, the last `window` of them."""
+    keys, values = _kv(2, 1, 700)
+    width, end, pad = 3, 520, np.array([0, 9], np.int64)
+    qkv = _qkv(2 * width, 3, 1)
+    for window in (0, 300):
+        got = attend(qkv, keys, values, end, pad, 3, 0.25, width, window)
+        desc = []
+        for r in range(2 * width):
+            b, stop = r // width, end + r % width
+            first = pad[b] if window == 0 else max(pad[b], stop - window)
+            desc.append([b, b, first, first, stop])
+        ref = _reference(qkv, keys, values, np.array(desc, np.int64), 3, 0.25)
+        np.testing.assert_allclose(got, ref, rtol=2e-5, atol=2e-6)
+
+
+def test_attend_rows_spans_read_the_prefix_row_below_its_length():
+    """cpu_decode_rows.attend_rows: a verify span (width 2) causal within it, positions below
+    prefix[b, 1] from the prefix row, each row from its start."""
+    keys, values = _kv(4, 2, 800)
+    slot, start, pos = np.array([1, 3]), np.array([0, 40], np.int64), np.array([300, 610], np.int64)
+    prefix = np.array([[2, 270], [0, 0]], np.int64)
+    qkv = _qkv(4, 4, 2)
+    got = attend_rows(qkv, keys, values, slot, start, pos, 4, 0.5, 2, prefix)
+    desc = np.array([[2, 1, 270, 0, 301], [2, 1, 270, 0, 302], [0, 3, 0, 40, 611], [0, 3, 0, 40, 612]], np.int64)
+    np.testing.assert_allclose(got, _reference(qkv, keys, values, desc, 4, 0.5), rtol=2e-5, atol=2e-6)
