@@ -21,6 +21,7 @@ from .cpu_decode import CpuDecoder
 from .cpu_decode_native import NativeDecoder, Product, native_decoder_for
 from .quant import int8_ir, products, step, vector
 from .quant.blocks import QuantWeight
+from .quant.dispatch import TypedCall, layout
 from .quant.vector_ir import UNITS
 
 log = logging.getLogger("mlxcel_py.models")
@@ -124,6 +125,7 @@ class FusedDecoder(NativeDecoder):
         self._buffers: dict[int, tuple] = {}
         self._parts: dict[tuple, tuple] = {}
         self._kv_lists: tuple = ((), None)
+        self._call = TypedCall(step.run_step)
 
     def _acts(self, rows: int) -> tuple:
         """(activation buffers, int8 input sets) for `rows` batch rows, made once per batch size."""
@@ -158,6 +160,13 @@ class FusedDecoder(NativeDecoder):
             self._kv_lists = (key, lists)
         return lists
 
+    def _run(self, kv: tuple, phases: np.ndarray, where: tuple, h: np.ndarray, acts: tuple, part: np.ndarray,
+             sets: tuple) -> None:
+        """step.run_step through its compiled entry point (dispatch.TypedCall), keyed by what its
+        argument types can vary in: the per-call arrays' layouts and the KV lists' element type."""
+        key = (layout(phases, *where, h), kv[0]._numba_type_, kv[1]._numba_type_)
+        self._call(key, self.threads, phases, self._weights, kv, where, (h, *acts, part), sets, self._floats)
+
     def step_rows(self, tokens: Sequence[int], keys: Sequence[np.ndarray], values: Sequence[np.ndarray],
                   slot: np.ndarray, start: np.ndarray, pos: np.ndarray, width: int = 1,
                   prefix: Optional[np.ndarray] = None) -> Optional[np.ndarray]:
@@ -180,8 +189,7 @@ class FusedDecoder(NativeDecoder):
         h = np.ascontiguousarray(self._embed_rows(np.asarray(tokens)), np.float32)
         acts, sets = self._acts(len(tokens))
         phases, part = self._attention(len(tokens), at + 1)
-        step.run_step(self.threads, phases, self._weights, self._kv_lists_of(list(zip(keys, values))),
-                      (rows, desc, at, cos, sin), (h, *acts, part), sets, self._floats)
+        self._run(self._kv_lists_of(list(zip(keys, values))), phases, (rows, desc, at, cos, sin), h, acts, part, sets)
         return acts[-1].copy()  # the buffer is reused by the next step of this batch size
 
     def __call__(self, tokens: Sequence[int], caches: list) -> mx.array:
@@ -199,7 +207,6 @@ class FusedDecoder(NativeDecoder):
         pad = np.asarray(left_pad, np.int64)
         desc = np.column_stack([own, own, pad, pad, at + 1])
         phases, part = self._attention(rows, at + 1)
-        step.run_step(self.threads, phases, self._weights, self._kv_lists_of(views), (own, desc, at, cos, sin),
-                      (h, *acts, part), sets, self._floats)
+        self._run(self._kv_lists_of(views), phases, (own, desc, at, cos, sin), h, acts, part, sets)
         self._kv.end(caches, positions)
         return mx.array(acts[-1])
