@@ -13,6 +13,7 @@ import contextlib
 from typing import Any, Callable, ContextManager, Optional
 
 import mlx.core as mx
+import numpy as np
 
 from . import slot_io
 from .constraints import ConstraintCompiler
