@@ -50,56 +50,52 @@ def _log_softmax(row: np.ndarray) -> np.ndarray:
     return row - (top + np.log(np.exp(row - top, dtype=np.float32).sum(dtype=np.float32)))
 
 
-def _nucleus_threshold(lp: np.ndarray, top_p: float, best: Optional[np.ndarray] = None) -> float:
-    """mlx-lm's apply_top_p: the lowest logprob kept, i.e. of the smallest best-first set whose mass
-    reaches top_p (of the whole mass). `best`: the top-k's values, when a top-k cuts the set anyway
-    (-inf then if the nucleus is wider than they are)."""
-    total = float(np.exp(lp, dtype=np.float32).sum(dtype=np.float64))
-    tops = [best] if best is not None else [np.partition(lp, lp.size - c)[lp.size - c:]
-                                             for c in (min(NUCLEUS_CANDIDATES, lp.size), lp.size)]
+def _nucleus_threshold(x: np.ndarray, top: float, top_p: float, best: Optional[np.ndarray] = None) -> float:
+    """mlx-lm's apply_top_p on the biased logits x (max `top`): the lowest value kept, that of the
+    smallest best-first set whose mass reaches top_p of the whole. `best`: the top-k's values, when a
+    top-k cuts the set anyway (-inf then if the nucleus is wider than they are)."""
+    shift = np.float32(top)
+    total = float(np.exp(x - shift, dtype=np.float32).sum(dtype=np.float64))
+    tops = [best] if best is not None else [np.partition(x, x.size - c)[x.size - c:]
+                                             for c in (min(NUCLEUS_CANDIDATES, x.size), x.size)]
     for values in tops:
         values = np.sort(values)[::-1]
-        mass = np.cumsum(np.exp(values, dtype=np.float32), dtype=np.float64)
+        mass = np.cumsum(np.exp(values - shift, dtype=np.float32), dtype=np.float64)
         reached = np.nonzero(mass >= top_p * total)[0]
         if reached.size:
             return float(values[reached[0]])
-    return float("-inf") if best is not None else float(lp.min())
+    return float("-inf") if best is not None else float(x.min())
 
 
-def kept_logprobs(row: np.ndarray, sampler: "SequenceSampler") -> np.ndarray:
-    """The float32 log-softmax of the biased row with mlx-lm's top-p, min-p and top-k filters as -inf
-    (each keeps a best-first prefix, so their order does not matter)."""
+def _floor(x: np.ndarray, sampler: "SequenceSampler") -> np.float32:
+    """The lowest biased logit mlx-lm's top-p, min-p and top-k filters keep: each keeps a best-first
+    prefix, so together they keep the tokens >= the highest of their floors, in any order."""
     p = sampler.params
-    lp = _log_softmax(_biased(row, p.logit_bias))
-    keep = np.ones(lp.shape, np.bool_)
-    if 0.0 < p.top_p < 1.0:
-        keep &= lp >= _nucleus_threshold(lp, p.top_p)
-    if p.min_p > 0.0:
-        keep &= lp >= lp.max() + math.log(p.min_p)
-    if 0 < p.top_k < lp.size:
-        mask = np.zeros(lp.shape, np.bool_)
-        mask[np.argpartition(-lp, p.top_k - 1)[: p.top_k]] = True
-        keep &= mask
-    return np.where(keep, lp, np.float32(-np.inf))
-
-
-def sample_row(row: np.ndarray, sampler: "SequenceSampler") -> int:
-    """One token of a (V,) float32 row for a sampler numpy_sampler_ok accepted."""
-    p = sampler.params
-    x = _biased(row, p.logit_bias)
-    if sampler.greedy:
-        return int(np.argmax(x))
-    # softmax is shift-invariant: the draw reads (x - max) / T, the filters a floor on x
     top, floor, best = float(x.max()), float("-inf"), None
     if p.min_p > 0.0:
-        floor = top + math.log(p.min_p)
+        floor = top + math.log(p.min_p)  # log-softmax's shift cancels: p >= min_p * p_max
     if 0 < p.top_k < x.size:
         best = np.partition(x, x.size - p.top_k)[x.size - p.top_k:]
         floor = max(floor, float(best.min()))
     if 0.0 < p.top_p < 1.0:
-        shift = np.float32(top)
-        floor = max(floor, _nucleus_threshold(x - shift, p.top_p, None if best is None else best - shift) + top)
-    return _draw(x, np.float32(top), np.float32(floor), np.float32(1.0 / p.temperature), generator(sampler).random())
+        floor = max(floor, _nucleus_threshold(x, top, p.top_p, best))
+    return np.float32(floor)
+
+
+def kept_logprobs(row: np.ndarray, sampler: "SequenceSampler") -> np.ndarray:
+    """The float32 log-softmax of the biased row with the tokens sample_row's draw leaves out as -inf."""
+    x = _biased(row, sampler.params.logit_bias)
+    return np.where(x >= _floor(x, sampler), _log_softmax(x), np.float32(-np.inf))
+
+
+def sample_row(row: np.ndarray, sampler: "SequenceSampler") -> int:
+    """One token of a (V,) float32 row for a sampler numpy_sampler_ok accepted."""
+    x = _biased(row, sampler.params.logit_bias)
+    if sampler.greedy:
+        return int(np.argmax(x))
+    # softmax is shift-invariant: the draw reads (x - max) / T over the tokens >= the filters' floor
+    inv_t = np.float32(1.0 / sampler.params.temperature)
+    return _draw(x, np.float32(x.max()), _floor(x, sampler), inv_t, generator(sampler).random())
 
 
 @njit(cache=True, nogil=True, fastmath=False)
