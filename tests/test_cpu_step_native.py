@@ -139,3 +139,40 @@ def test_default_model_fused_greedy_tokens_equal_native_and_float32():
     native = NativeDecoder(lm.model, blocks_of(lm.model, Path(default_model_path())), 2)
     f32 = load_model(None, threads=1, cpu_weights="f32")
     assert _greedy(lm, lm.cpu_decode, ids, 16) == _greedy(lm, native, ids, 16) == _greedy(f32, f32.cpu_decode, ids, 16)
+
+
+_NAN_STEP = """
+import sys, numpy as np
+sys.path.insert(0, sys.argv[2])
+from mlxcel_py.models import load_model
+from mlxcel_py.models.cpu_decode_native import blocks_of
+from mlxcel_py.models.cpu_step_native import FusedDecoder
+from test_cpu_decode import make_batch, prompt
+from pathlib import Path
+import mlx.core as mx
+lm = load_model(sys.argv[1], threads=2)
+decoder = FusedDecoder(lm.model, blocks_of(lm.model, Path(sys.argv[1])), 2)
+caches = make_batch(lm.model, [prompt(9, 0), prompt(20, 1), prompt(3, 2)])
+for c in caches:  # an overflowed prompt: every score NaN, so every chunk's softmax sums to nothing
+    c.keys = mx.full(c.keys.shape, float("nan"))
+logits = np.array(decoder([1, 2, 3], caches))
+print("returned", logits.shape)
+"""
+
+
+@avx2
+def test_a_step_over_nan_keys_returns_instead_of_hanging_its_threads(tmp_path):
+    """NaN keys (a prompt whose activations overflowed) leave every softmax empty, a 0/0 in the
+    partials' merge: with Python's error model the raising thread never counted its task done and the
+    other waited forever. The step returns on two threads; a child process runs it, so
+    that a regression fails instead of hanging the suite."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "nan_step.py"
+    script.write_text(_NAN_STEP)
+    tests = str(Path(__file__).parent)
+    done = subprocess.run([sys.executable, str(script), str(FIXTURES / "llama-q8_0.gguf"), tests],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "returned (3, 400)"  # three rows of the fixture vocabulary's logits

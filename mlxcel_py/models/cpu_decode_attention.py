@@ -21,7 +21,7 @@ CHUNK = 256  # positions per partial: fixed, so the thread count changes no bit
 SHARED, OWN, CUT, FIRST, STOP = range(5)  # a row descriptor's fields
 
 
-@njit(fastmath=True, cache=True, nogil=True, inline="always")
+@njit(fastmath=True, cache=True, nogil=True, error_model="numpy", inline="always")
 def _dots(qs, keys, kv, src, lo, hi, scores):  # pragma: no cover - jitted
     """scores[g, j - lo] = qs[g] . keys[src[j - lo], kv, j] (qs already scaled), 4 positions a pass
     (each a dot of its own, so the grouping changes no bit), the rest one at a time."""
@@ -50,7 +50,7 @@ def _dots(qs, keys, kv, src, lo, hi, scores):  # pragma: no cover - jitted
             scores[g, j - lo] = s
 
 
-@njit(fastmath=True, cache=True, nogil=True, inline="always")
+@njit(fastmath=True, cache=True, nogil=True, error_model="numpy", inline="always")
 def _weigh(scores, values, kv, src, lo, hi, acc):  # pragma: no cover - jitted
     """acc[g] += sum_j scores[g, j - lo] * values[src[j - lo], kv, j], 4 positions (from lo) a pass."""
     group, dim = acc.shape[0], np.uint64(acc.shape[1] - 2)
@@ -72,7 +72,7 @@ def _weigh(scores, values, kv, src, lo, hi, acc):  # pragma: no cover - jitted
                 acc[g, d] += p * v[d]
 
 
-@njit(fastmath=True, cache=True, nogil=True, inline="always")
+@njit(fastmath=True, cache=True, nogil=True, error_model="numpy", inline="always")
 def _softmax(scores, n, acc):  # pragma: no cover - jitted
     """scores[g, :n] -> exp(scores - max); acc[g, dim] = the max, acc[g, dim + 1] = the sum."""
     bits, dim = scores.view(np.int32), acc.shape[1] - 2
@@ -95,7 +95,7 @@ def _softmax(scores, n, acc):  # pragma: no cover - jitted
         acc[g, dim], acc[g, dim + 1] = m, t
 
 
-@njit(fastmath=True, cache=True, nogil=True)
+@njit(fastmath=True, cache=True, nogil=True, error_model="numpy")
 def item(qkv, keys, values, desc, heads, scale, part, i, scores):  # pragma: no cover - jitted
     """Work item i = (row, KV head, chunk) of part's (rows, kv_heads, chunks, group, dim + 2):
     that chunk's partial (acc, max, sum) for the KV head's group; scores: (group, CHUNK) scratch."""
@@ -119,7 +119,7 @@ def item(qkv, keys, values, desc, heads, scale, part, i, scores):  # pragma: no 
     _weigh(scores, values, kv, src, lo, hi, acc)
 
 
-@njit(fastmath=True, cache=True, nogil=True)
+@njit(fastmath=True, cache=True, nogil=True, error_model="numpy")
 def combine(part, r, out):  # pragma: no cover - jitted
     """out[r] (heads * dim) = row r's partials merged in chunk order: sum_c acc_c e^(m_c - M) / sum_c l_c e^(m_c - M)."""
     kv_heads, chunks, group, dim = part.shape[1], part.shape[2], part.shape[3], part.shape[4] - 2
@@ -146,7 +146,7 @@ def chunks_for(stop) -> int:
     return (int(np.max(stop)) + CHUNK - 1) // CHUNK
 
 
-@njit(fastmath=True, cache=True, nogil=True, parallel=True)
+@njit(fastmath=True, cache=True, nogil=True, error_model="numpy", parallel=True)
 def attend_desc(qkv, keys, values, desc, heads, scale):  # pragma: no cover - jitted
     """(rows, heads * dim) attention of qkv's query heads, row r as desc[r] says, items over numba's threads."""
     rows, kv_heads, dim = qkv.shape[0], keys.shape[1], keys.shape[3]

@@ -25,7 +25,7 @@ from .cpu_decode_attention import attend_desc
 MAX_STREAM_ROWS = 16
 
 
-@njit(fastmath=True, cache=True, nogil=True)
+@njit(fastmath=True, cache=True, nogil=True, error_model="numpy")
 def _tile4(x, w, out, b, n):  # pragma: no cover - jitted
     a00 = a01 = a02 = a03 = a10 = a11 = a12 = a13 = np.float32(0.0)
     a20 = a21 = a22 = a23 = a30 = a31 = a32 = a33 = np.float32(0.0)
@@ -54,7 +54,7 @@ def _tile4(x, w, out, b, n):  # pragma: no cover - jitted
     out[b + 3, n], out[b + 3, n + 1], out[b + 3, n + 2], out[b + 3, n + 3] = a30, a31, a32, a33
 
 
-@njit(fastmath=True, cache=True, nogil=True)
+@njit(fastmath=True, cache=True, nogil=True, error_model="numpy")
 def _row4(x, w, out, b, n):  # pragma: no cover - jitted
     a0 = a1 = a2 = a3 = np.float32(0.0)
     for k in range(x.shape[1]):
@@ -66,7 +66,7 @@ def _row4(x, w, out, b, n):  # pragma: no cover - jitted
     out[b, n], out[b, n + 1], out[b, n + 2], out[b, n + 3] = a0, a1, a2, a3
 
 
-@njit(fastmath=True, cache=True, nogil=True)
+@njit(fastmath=True, cache=True, nogil=True, error_model="numpy")
 def _row1(x, w, out, b, n):  # pragma: no cover - jitted
     acc = np.float32(0.0)
     for k in range(x.shape[1]):
@@ -74,7 +74,7 @@ def _row1(x, w, out, b, n):  # pragma: no cover - jitted
     out[b, n] = acc
 
 
-@njit(fastmath=True, cache=True, nogil=True, parallel=True)
+@njit(fastmath=True, cache=True, nogil=True, error_model="numpy", parallel=True)
 def _stream(x, w, out):  # pragma: no cover - jitted
     rows, n_dim = x.shape[0], w.shape[0]
     rows4, n4 = rows - rows % 4, n_dim - n_dim % 4
@@ -99,7 +99,7 @@ def linear(x: np.ndarray, w: np.ndarray, out: np.ndarray | None = None) -> np.nd
     return out
 
 
-@njit(fastmath=True, cache=True, nogil=True)
+@njit(fastmath=True, cache=True, nogil=True, error_model="numpy")
 def rms_norm(h, weight, eps):  # pragma: no cover - jitted
     out = np.empty_like(h)
     for b in range(h.shape[0]):
@@ -112,7 +112,7 @@ def rms_norm(h, weight, eps):  # pragma: no cover - jitted
     return out
 
 
-@njit(fastmath=True, cache=True, nogil=True)
+@njit(fastmath=True, cache=True, nogil=True, error_model="numpy")
 def rope(qkv, cos, sin, num_heads, head_dim):  # pragma: no cover - jitted
     """Rotate-half RoPE, in place, of the first `num_heads` heads of each row (q, then k)."""
     half = head_dim // 2
@@ -125,7 +125,7 @@ def rope(qkv, cos, sin, num_heads, head_dim):  # pragma: no cover - jitted
                 qkv[b, base + half + i] = x1 * sin[b, i] + x2 * cos[b, i]
 
 
-@njit(fastmath=True, cache=True, nogil=True)
+@njit(fastmath=True, cache=True, nogil=True, error_model="numpy")
 def write_kv(qkv, keys, values, idx, heads, width=1):  # pragma: no cover - jitted
     """Store row r = b * width + j's new k and v (the parts of qkv after the q heads) at
     position idx + j of cache row b (width 1: one new token per row)."""
@@ -139,7 +139,7 @@ def write_kv(qkv, keys, values, idx, heads, width=1):  # pragma: no cover - jitt
                 values[b, kv, idx + j, d] = qkv[r, v0 + kv * dim + d]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def attend(qkv, keys, values, end, left_pad, heads, scale, width=1, window=0):  # pragma: no cover - jitted
     """Row r = b * width + j's query against keys/values[b, kv, left_pad[b]:end + j] (causal
     within a verified span; width 1: one query per row); q is the head of qkv. window > 0: only
@@ -153,7 +153,7 @@ def attend(qkv, keys, values, end, left_pad, heads, scale, width=1, window=0):  
     return attend_desc(qkv, keys, values, desc, heads, np.float32(scale))
 
 
-@njit(fastmath=True, cache=True, nogil=True)
+@njit(fastmath=True, cache=True, nogil=True, error_model="numpy")
 def silu_mul(gate_up):  # pragma: no cover - jitted
     """SwiGLU of a fused (B, 2F) gate|up product: silu(gate) * up."""
     ffn = gate_up.shape[1] // 2
@@ -165,14 +165,14 @@ def silu_mul(gate_up):  # pragma: no cover - jitted
     return out
 
 
-@njit(fastmath=True, cache=True, nogil=True)
+@njit(fastmath=True, cache=True, nogil=True, error_model="numpy")
 def product(x, w):  # pragma: no cover - jitted
     out = np.empty((x.shape[0], w.shape[0]), dtype=np.float32)
     _stream(x, w, out)
     return out
 
 
-@njit(fastmath=True, cache=True, nogil=True)
+@njit(fastmath=True, cache=True, nogil=True, error_model="numpy")
 def layer_step(h, norm1, wqkv, wo, norm2, wgu, wd, keys, values, idx, left_pad, cos, sin,
                heads, scale, eps, width=1):  # pragma: no cover - jitted
     """One llama layer for `width` new tokens per row: h (B * width, hidden) updated in place,

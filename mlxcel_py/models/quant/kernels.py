@@ -99,7 +99,7 @@ def stream_float(qtype, x, raw, out, threads, lanes):  # pragma: no cover - jitt
             _dots(x, w, out, n)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def quantize_rows_q8(x, xq, xd, xsum):  # pragma: no cover - jitted
     """x (B, K) -> int8 codes xq (B, K), scales xd (B, K/32), code sums xsum (B, K/16) (int32).
 

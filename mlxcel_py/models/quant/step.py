@@ -9,9 +9,11 @@ rows, attention into (row, KV head, 256-position chunk) items merged by the next
 task from an atomic counter and, before running it, waits until every task of the earlier
 phases is done (a second counter), as ggml's threadpool does between graph nodes. A thread
 only waits on lower-numbered tasks, all claimed by running threads, so no thread count or
-scheduling can deadlock, and one thread alone runs the plan in order.
+scheduling can deadlock, and one thread alone runs the plan in order. No kernel the plan runs may
+raise (a raising thread never counts its task done, so the others would wait forever): they compile
+with numpy's error model, where a division by zero (a NaN activation's empty softmax) gives inf/NaN.
 
-Each output row is computed whole by one thread with NativeDecoder's own kernels (vector._row_d,
+Each output row is computed whole by one thread with NativeDecoder's own kernels (vector.product_rows,
 quantize_rows_q8, cpu_decode_kernels' norm/RoPE/SwiGLU, the same attention loops), so the
 logits do not depend on the thread count, and equal NativeDecoder's up to the 1-ulp rounding
 that numba's cached and freshly compiled builds of the same IR already differ by (measured:
@@ -29,9 +31,9 @@ from ..cpu_decode_attention import CHUNK, combine, item
 from ..cpu_decode_kernels import rms_norm, rope, silu_mul
 from .atomics import fetch_add, wait_at_least
 from .kernels import quantize_rows_q8
-from .vector import _row_d, _row_d2
+from .vector import product_rows
 
-STEP_DIGEST = "2c03d0ad344295c3"  # sha256 of INPUTS: the files whose kernels and IR run_step inlines
+STEP_DIGEST = "42588a2ee581048e"  # sha256 of INPUTS: the files whose kernels and IR run_step inlines
 INPUTS = ("models/quant/vector.py", "models/quant/vector_intrinsics.py", "models/quant/kernels.py",
           "models/cpu_decode_kernels.py", "models/quant/atomics.py", "models/cpu_decode_attention.py")
 
@@ -41,7 +43,7 @@ PRODUCTS = (QKV, O, GATE_UP, DOWN, HEAD)
 CLAIMED, DONE = 0, 16  # counter slots, 128 bytes apart (one cache line each)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _quantize(x, q):  # pragma: no cover - jitted
     """x (B, K) -> q = (codes, scales, code sums, d * sums), as vector.quantize_x computes them."""
     xq, xd, xsum, xs = q
@@ -51,23 +53,14 @@ def _quantize(x, q):  # pragma: no cover - jitted
             xs[b, g] = xd[b, g >> 1] * np.float32(xsum[b, g])
 
 
-@njit(fastmath=True, cache=True, nogil=True)
+@njit(fastmath=True, cache=True, nogil=True, error_model="numpy")
 def _product(raw, qtype, units, col, r0, r1, q, out):  # pragma: no cover - jitted
     """Output columns col + r0 .. col + r1 of out = x @ W.T (rows r0..r1 of W's blocks raw)."""
     xq, xd, _, xs = q
-    rows = xq.shape[0]
-    if rows == 1:  # two weight rows a call: their FMA chains interleave, each sum's bits unchanged
-        for n in range(r0, r1 - 1, 2):
-            _row_d2(qtype, raw, n, xq, xd, xs, 0, out, col + n, units)
-        if (r1 - r0) % 2:
-            _row_d(qtype, raw[r1 - 1], xq, xd, xs, 0, 1, out, col + r1 - 1, units)
-        return
-    for n in range(r0, r1):
-        for b in range(0, rows, 4):
-            _row_d(qtype, raw[n], xq, xd, xs, b, min(4, rows - b), out, col + n, units)
+    product_rows(qtype, raw, r0, r1, xq, xd, xs, out, col, units)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _write_kv(qkv, keys, values, kv_row, pos, heads):  # pragma: no cover - jitted
     kv_heads, dim = keys.shape[1], keys.shape[3]
     k0, v0 = heads * dim, (heads + kv_heads) * dim
@@ -78,14 +71,14 @@ def _write_kv(qkv, keys, values, kv_row, pos, heads):  # pragma: no cover - jitt
                 values[kv_row[b], kv, pos[b], d] = qkv[b, v0 + kv * dim + d]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _add(h, y):  # pragma: no cover - jitted
     for b in range(h.shape[0]):
         for i in range(h.shape[1]):
             h[b, i] += y[b, i]
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _run(kind, layer, local, task, w, kv, rows, acts, q, f):  # pragma: no cover - jitted
     """Task `local` (global `task`) of a phase of `kind` for `layer`; see run_step for the arguments."""
     tasks, segs, raws, norms1, norms2, final_norm = w
@@ -131,7 +124,7 @@ def _run(kind, layer, local, task, w, kv, rows, acts, q, f):  # pragma: no cover
         _quantize(rms_norm(h, final_norm, eps), q_hid)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _work(counters, phases, w, kv, rows, acts, q, f):  # pragma: no cover - jitted
     """One thread's share of the plan: claim a task, wait for the phases before it, run it."""
     p, n_phases = 0, phases.shape[0]
@@ -146,7 +139,7 @@ def _work(counters, phases, w, kv, rows, acts, q, f):  # pragma: no cover - jitt
         fetch_add(counters, DONE, 1)
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@njit(cache=True, nogil=True, error_model="numpy", parallel=True)
 def run_step(threads, phases, w, kv, rows, acts, q, f):  # pragma: no cover - jitted
     """One decode step: acts' h (B, hidden) holds the embedded tokens and ends as the last
     hidden state, acts' logits (B, vocab) the LM head's output, each layer's new k/v written.
