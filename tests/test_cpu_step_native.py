@@ -12,7 +12,7 @@ from mlxcel_py.models import load_model
 from mlxcel_py.models.cpu_decode_native import NativeDecoder, blocks_of, native_decoder_for
 from mlxcel_py.models.cpu_step_native import FusedDecoder, decoder_for
 from mlxcel_py.models.quant import int8_ir, products, step
-from mlxcel_py.models.quant.atomics import fetch_add, load_acquire, wait_at_least
+from mlxcel_py.models.quant.atomics import FUTEX, count_done, fetch_add, load_acquire, wait_at_least
 
 from test_cpu_decode import make_batch, prompt
 from test_cpu_decode_native import INT8, _greedy
@@ -101,24 +101,44 @@ def test_float32_parts_keep_the_per_product_step(tmp_path):
 
 
 @njit(parallel=True, cache=False)
-def _chain(n, threads):  # pragma: no cover - jitted
-    """Task i waits for task i - 1 to finish: every claimed task runs once, in order."""
-    counters, order = np.zeros(32, np.int64), np.full(n, -1, np.int64)
+def _chain(n, threads, busy):  # pragma: no cover - jitted
+    """Task i waits for task i - 1 to finish: every claimed task runs once, in order. Each task first
+    spins `busy` iterations, so that with a large `busy` the waiter outlasts its spins and sleeps."""
+    counters, order, work = np.zeros(32, np.int64), np.full(n, -1, np.int64), np.zeros(n, np.int64)
     for _ in prange(threads):
         while True:
             i = fetch_add(counters, 0, 1)
             if i >= n:
                 break
-            wait_at_least(counters, 16, i)
+            wait_at_least(counters, 16, i, 8)
+            for k in range(busy):
+                work[i] = (work[i] * 31 + k) % 1000003
             order[i] = fetch_add(counters, 24, 1)
-            fetch_add(counters, 16, 1)
-    return order, load_acquire(counters, 16)
+            count_done(counters, 16, 8)
+    return order, load_acquire(counters, 16), load_acquire(counters, 9), load_acquire(counters, 8)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_atomic_counters_claim_each_task_once_and_wait_in_order(threads):
-    order, done = _chain(2000, threads)
-    assert done == 2000 and order.tolist() == list(range(2000))
+    import numba
+
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    order, done, _, asleep = _chain(2000, threads, 0)
+    assert done == 2000 and order.tolist() == list(range(2000)) and asleep == 0
+
+
+@pytest.mark.skipif(not FUTEX, reason="waiters sleep on a futex on Linux only")
+def test_a_long_wait_sleeps_on_the_counter_and_is_woken_in_order():
+    """Tasks of ~2 ms: the other thread's wait outlasts its spins, so it sleeps (futex) and the
+    count_done of the task it waits on wakes it; each task still runs once, in order."""
+    import numba
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("needs two numba threads")
+    numba.set_num_threads(2)  # an earlier test's one-thread decoder may have set one
+    order, done, sleeps, asleep = _chain(40, 2, 2_000_000)
+    assert done == 40 and order.tolist() == list(range(40))
+    assert sleeps > 0 and asleep == 0
 
 
 def test_the_step_digest_follows_the_kernels_it_inlines():

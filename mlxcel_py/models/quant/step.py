@@ -7,7 +7,7 @@ plan of phases (norm, q/k/v product, RoPE + KV write, attention per head, o, nor
 SwiGLU, down, ..., LM head). A phase is split into tasks (a product into runs of whole output
 rows, attention into (row, KV head, 256-position chunk) items merged by the next phase, the small row-wise work into one task); a thread claims the next
 task from an atomic counter and, before running it, waits until every task of the earlier
-phases is done (a second counter), as ggml's threadpool does between graph nodes. A thread
+phases is done (a second counter; a long wait sleeps on it, atomics.py), as ggml's threadpool does between graph nodes. A thread
 only waits on lower-numbered tasks, all claimed by running threads, so no thread count or
 scheduling can deadlock, and one thread alone runs the plan in order. No kernel the plan runs may
 raise (a raising thread never counts its task done, so the others would wait forever): they compile
@@ -29,18 +29,18 @@ from numba import njit, prange
 
 from ..cpu_decode_attention import CHUNK, combine, item
 from ..cpu_decode_kernels import rms_norm, rope, silu_mul
-from .atomics import fetch_add, wait_at_least
+from .atomics import count_done, fetch_add, wait_at_least
 from .kernels import quantize_rows_q8
 from .vector import product_rows
 
-STEP_DIGEST = "42588a2ee581048e"  # sha256 of INPUTS: the files whose kernels and IR run_step inlines
+STEP_DIGEST = "e93ed5ef3b999c63"  # sha256 of INPUTS: the files whose kernels and IR run_step inlines
 INPUTS = ("models/quant/vector.py", "models/quant/vector_intrinsics.py", "models/quant/kernels.py",
           "models/cpu_decode_kernels.py", "models/quant/atomics.py", "models/cpu_decode_attention.py")
 
 # Phase kinds, in a layer's order; a product reads the int8 activations the phase before it wrote.
 NORM1, QKV, ROPE, ATTEND, QUANT_ATTN, O, NORM2, GATE_UP, SILU, DOWN, FINAL, HEAD = range(12)
 PRODUCTS = (QKV, O, GATE_UP, DOWN, HEAD)
-CLAIMED, DONE = 0, 16  # counter slots, 128 bytes apart (one cache line each)
+CLAIMED, SLEEPERS, DONE = 0, 8, 16  # counter slots, 64 bytes apart or more (lines of their own); 9: sleeps
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -134,9 +134,9 @@ def _work(counters, phases, w, kv, rows, acts, q, f):  # pragma: no cover - jitt
             p += 1
         if p >= n_phases:
             return
-        wait_at_least(counters, DONE, phases[p, 2])
+        wait_at_least(counters, DONE, phases[p, 2], SLEEPERS)
         _run(phases[p, 0], phases[p, 1], task - phases[p, 2], phases[p, 4] + task - phases[p, 2], w, kv, rows, acts, q, f)
-        fetch_add(counters, DONE, 1)
+        count_done(counters, DONE, SLEEPERS)
 
 
 @njit(cache=True, nogil=True, error_model="numpy", parallel=True)
