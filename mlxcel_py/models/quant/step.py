@@ -5,10 +5,11 @@ region (a fork/join of numba's pool) behind Python glue and an activation quanti
 threads bought 1.2x. Here the step is one parallel region whose threads work through a fixed
 plan of phases (norm, q/k/v product, RoPE + KV write, attention per head, o, norm, gate/up,
 SwiGLU, down, ..., LM head). A phase is split into tasks (a product into runs of whole output
-rows, attention into (row, KV head, 256-position chunk) items merged by the next phase, the small row-wise work into one task); a thread claims the next
-task from an atomic counter and, before running it, waits until every task of the earlier
-phases is done (a second counter; a long wait sleeps on it, atomics.py), as ggml's threadpool does between graph nodes. A thread
-only waits on lower-numbered tasks, all claimed by running threads, so no thread count or
+rows, attention into (row, KV head, 256-position chunk) items merged by the next phase, the small
+row-wise work into one task); a thread claims the next task from an atomic counter and, before
+running it, waits until every task of the earlier phases is done (a second counter; a long wait
+sleeps on it, atomics.py), as ggml's threadpool does between graph nodes. A thread only waits on
+lower-numbered tasks, all claimed by running threads, so no thread count or
 scheduling can deadlock, and one thread alone runs the plan in order. No kernel the plan runs may
 raise (a raising thread never counts its task done, so the others would wait forever): they compile
 with numpy's error model, where a division by zero (a NaN activation's empty softmax) gives inf/NaN.
@@ -33,7 +34,7 @@ from .atomics import count_done, fetch_add, wait_at_least
 from .kernels import quantize_rows_q8
 from .vector import product_rows
 
-STEP_DIGEST = "a7ce407db8295123"  # sha256 of INPUTS: the files whose kernels and IR run_step inlines
+STEP_DIGEST = "e6cc43a06c1ba2be"  # sha256 of INPUTS: the files whose kernels and IR run_step inlines
 INPUTS = ("models/quant/vector.py", "models/quant/vector_intrinsics.py", "models/quant/kernels.py",
           "models/cpu_decode_kernels.py", "models/quant/atomics.py", "models/cpu_decode_attention.py")
 
