@@ -95,16 +95,23 @@ def best(runs) -> str:
     return f"{min(r[0] for r in runs) * 1000:7.1f} / {min(r[1] for r in runs) * 1000:7.1f}"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def tick_setup(description: str, sizes: str) -> tuple[argparse.Namespace, ModelRunner]:
+    """The tick benchmarks' shared arguments (`sizes`: the default piece sizes) and a ModelRunner over
+    the default model with its CPU decode step and kernels; prints the model line."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--rows", type=int, default=4)
     ap.add_argument("--contexts", default="0,2048,6000")
-    ap.add_argument("--sizes", default="16,32,64,128,256")
+    ap.add_argument("--sizes", default=sizes)
     args = ap.parse_args()
     lm = load_model(None)
     runner = ModelRunner(lm.model, decode=lm.cpu_decode, kernels=lm.cpu_kernels, verify=lm.cpu_decode.verify)
     print(f"model: {lm.description}; BLAS {BLAS.name}; load average {os.getloadavg()[0]:.1f}", flush=True)
+    return args, runner
+
+
+def main() -> None:
+    args, runner = tick_setup(__doc__.splitlines()[0], "16,32,64,128,256")
     t = Ticks(runner, args.rows)
     for n in (16, 128):  # first-call compiles and allocations, untimed
         t.tick(0, n, "fused"), t.tick(0, n, "separate")

@@ -12,7 +12,6 @@ bench_tick_fused.py (random K/V). Per shape the tick with the least wall time of
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -20,11 +19,10 @@ from collections import defaultdict
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from bench_tick_fused import BLAS, Ticks  # noqa: E402
+from bench_tick_fused import Ticks, tick_setup  # noqa: E402
 
 from mlxcel_py.engine.runner import tick as runner_tick  # noqa: E402
-from mlxcel_py.engine.runner.model_runner import ModelRunner  # noqa: E402
-from mlxcel_py.models import cpu_tick, load_model  # noqa: E402
+from mlxcel_py.models import cpu_tick  # noqa: E402
 
 PARTS = ("products", "piece attn", "rows attn", "store")
 _acc: dict[str, float] = defaultdict(float)
@@ -51,15 +49,7 @@ def install() -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--rows", type=int, default=4)
-    ap.add_argument("--contexts", default="0,2048,6000")
-    ap.add_argument("--sizes", default="16,32,64")
-    args = ap.parse_args()
-    lm = load_model(None)
-    runner = ModelRunner(lm.model, decode=lm.cpu_decode, kernels=lm.cpu_kernels, verify=lm.cpu_decode.verify)
-    print(f"model: {lm.description}; BLAS {BLAS.name}; load average {os.getloadavg()[0]:.1f}", flush=True)
+    args, runner = tick_setup(__doc__.splitlines()[0], "16,32,64")
     install()
     t = Ticks(runner, args.rows)
     for n in (16, 64):
