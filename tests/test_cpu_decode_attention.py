@@ -13,19 +13,21 @@ from mlxcel_py.models.cpu_decode_kernels import attend
 from mlxcel_py.models.cpu_decode_rows import attend_rows
 
 DIM = 16
+# the head dimensions of attention_ir's paths: 8-lane blocks (16), 64-lane (64), 64 + 32 (96), numba's (12)
+DIMS = (16, 64, 96, 12)
 
 
-def _kv(rows, kv_heads, capacity, seed=0):
+def _kv(rows, kv_heads, capacity, seed=0, dim=DIM):
     rng = np.random.default_rng(seed)
-    return (rng.standard_normal((rows, kv_heads, capacity, DIM), dtype=np.float32),
-            rng.standard_normal((rows, kv_heads, capacity, DIM), dtype=np.float32))
+    return (rng.standard_normal((rows, kv_heads, capacity, dim), dtype=np.float32),
+            rng.standard_normal((rows, kv_heads, capacity, dim), dtype=np.float32))
 
 
 def _reference(qkv, keys, values, desc, heads, scale):
     """float64 softmax attention of each row over its described positions."""
-    kv_heads = keys.shape[1]
+    kv_heads, dim = keys.shape[1], keys.shape[3]
     group = heads // kv_heads
-    out = np.zeros((qkv.shape[0], heads * DIM))
+    out = np.zeros((qkv.shape[0], heads * dim))
     for r, (shared, own, cut, first, stop) in enumerate(desc):
         for h in range(heads):
             kv = h // group
@@ -33,20 +35,21 @@ def _reference(qkv, keys, values, desc, heads, scale):
             src = np.where(pos < cut, shared, own)
             k = keys[src, kv, pos].astype(np.float64)
             v = values[src, kv, pos].astype(np.float64)
-            s = k @ qkv[r, h * DIM:(h + 1) * DIM].astype(np.float64) * scale
+            s = k @ qkv[r, h * dim:(h + 1) * dim].astype(np.float64) * scale
             p = np.exp(s - s.max())
-            out[r, h * DIM:(h + 1) * DIM] = p @ v / p.sum()
+            out[r, h * dim:(h + 1) * dim] = p @ v / p.sum()
     return out
 
 
-def _qkv(rows, heads, kv_heads, seed=1):
-    return np.random.default_rng(seed).standard_normal((rows, (heads + 2 * kv_heads) * DIM), dtype=np.float32)
+def _qkv(rows, heads, kv_heads, seed=1, dim=DIM):
+    return np.random.default_rng(seed).standard_normal((rows, (heads + 2 * kv_heads) * dim), dtype=np.float32)
 
 
+@pytest.mark.parametrize("dim", DIMS)
 @pytest.mark.parametrize("heads,kv_heads", [(2, 2), (6, 2), (8, 2)])  # GQA groups 1, 3, 4
-def test_kernel_matches_a_float64_reference_across_chunks(heads, kv_heads):
-    keys, values = _kv(3, kv_heads, 3 * A.CHUNK + 40)
-    qkv = _qkv(4, heads, kv_heads)
+def test_kernel_matches_a_float64_reference_across_chunks(heads, kv_heads, dim):
+    keys, values = _kv(3, kv_heads, 3 * A.CHUNK + 40, dim=dim)
+    qkv = _qkv(4, heads, kv_heads, dim=dim)
     # contexts within one chunk, ending on a boundary, crossing one and two; a start past a boundary
     desc = np.array([[0, 0, 0, 0, 7], [1, 1, 0, 0, A.CHUNK], [2, 2, 0, 3, A.CHUNK + 9],
                      [0, 1, 0, A.CHUNK + 5, 3 * A.CHUNK + 40]], np.int64)
@@ -54,13 +57,14 @@ def test_kernel_matches_a_float64_reference_across_chunks(heads, kv_heads):
     np.testing.assert_allclose(got, _reference(qkv, keys, values, desc, heads, 0.25), rtol=2e-5, atol=2e-6)
 
 
+@pytest.mark.parametrize("dim", DIMS)
 @pytest.mark.parametrize("cut", [0, 1, 100, A.CHUNK - 1, A.CHUNK, A.CHUNK + 1, 2 * A.CHUNK + 3, 600])
-def test_a_shared_prefix_row_gives_the_bits_of_a_private_copy(cut):
-    keys, values = _kv(3, 2, 2 * A.CHUNK + 100)
+def test_a_shared_prefix_row_gives_the_bits_of_a_private_copy(cut, dim):
+    keys, values = _kv(3, 2, 2 * A.CHUNK + 100, dim=dim)
     keys[2, :, cut:], values[2, :, cut:] = keys[1, :, cut:], values[1, :, cut:]
     private_k, private_v = keys.copy(), values.copy()
     private_k[1, :, :cut], private_v[1, :, :cut] = keys[2, :, :cut], values[2, :, :cut]
-    qkv = _qkv(2, 6, 2)
+    qkv = _qkv(2, 6, 2, dim=dim)
     shared = A.attend_desc(qkv, keys, values, np.array([[2, 1, cut, 0, 600]] * 2, np.int64), 6, np.float32(0.3))
     alone = A.attend_desc(qkv, private_k, private_v, np.array([[1, 1, 0, 0, 600]] * 2, np.int64), 6,
                           np.float32(0.3))
@@ -108,3 +112,44 @@ def test_attend_rows_spans_read_the_prefix_row_below_its_length():
     got = attend_rows(qkv, keys, values, slot, start, pos, 4, 0.5, 2, prefix)
     desc = np.array([[2, 1, 270, 0, 301], [2, 1, 270, 0, 302], [0, 3, 0, 40, 611], [0, 3, 0, 40, 612]], np.int64)
     np.testing.assert_allclose(got, _reference(qkv, keys, values, desc, 4, 0.5), rtol=2e-5, atol=2e-6)
+
+
+def test_the_ir_digest_follows_the_ir_sources():
+    """numba caches the attention loops by cpu_decode_attention.py's source: a stale digest would keep
+    kernels built from an old attention_ir.py (or the vector_ir helpers it uses)."""
+    import hashlib
+    from pathlib import Path
+
+    root = Path(A.__file__).parent
+    text = b"".join((root / name).read_bytes() for name in ("attention_ir.py", "quant/vector_ir.py"))
+    assert A.IR_DIGEST == hashlib.sha256(text).hexdigest()[:16], "update IR_DIGEST in models/cpu_decode_attention.py"
+
+
+@pytest.mark.parametrize("dim", (8, 64, 96, 200))
+def test_the_ir_loops_give_a_position_the_same_bits_in_any_pass(dim):
+    """attention_ir.dots: a position's score alone == in a pass of 8 or 4; weigh: a range cut anywhere
+    == the range whole; both against float64."""
+    from numba import njit
+
+    from mlxcel_py.models.attention_ir import dots, weigh
+
+    run_dots, run_weigh = njit(lambda q, k, out: dots(q, k, out)), njit(lambda p, v, acc: weigh(p, v, acc))
+    rng = np.random.default_rng(dim)
+    n = 29  # three passes of 8, one of 4, one alone
+    q, k = rng.standard_normal(dim, dtype=np.float32), rng.standard_normal((n, dim), dtype=np.float32)
+    out = np.empty(n, np.float32)
+    run_dots(q, k, out)
+    np.testing.assert_allclose(out, k.astype(np.float64) @ q, rtol=1e-5, atol=1e-5)
+    for j in range(n):
+        alone = np.empty(1, np.float32)
+        run_dots(q, k[j:j + 1], alone)
+        assert alone[0] == out[j]
+    p, acc0 = rng.random(n, dtype=np.float32), rng.standard_normal(dim, dtype=np.float32)
+    whole = acc0.copy()
+    run_weigh(p, k, whole)
+    np.testing.assert_allclose(whole, acc0 + p.astype(np.float64) @ k, rtol=1e-5, atol=1e-5)
+    for cut in (0, 1, 7, 8, 13, n):
+        parts = acc0.copy()
+        run_weigh(p[:cut], k[:cut], parts)
+        run_weigh(p[cut:], k[cut:], parts)
+        assert np.array_equal(parts, whole)

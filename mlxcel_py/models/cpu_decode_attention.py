@@ -10,66 +10,62 @@ group), scores for the chunk's positions, their max, exp (a degree-6 polynomial,
 only, so a shared prefix row gives the bits of a private copy, and any thread count the same bits.
 
 A row is described by five int64s (DESC): the KV row positions below `cut` are read from (the shared
-prefix row), the row's own KV row, the cut, and its first and end (exclusive) positions."""
+prefix row), the row's own KV row, the cut, and its first and end (exclusive) positions.
+
+The scores and the V accumulation are attention_ir's explicit vectors (a head dimension that is a
+multiple of 8; numba's loops otherwise). numba caches these kernels by this file's source only:
+IR_DIGEST holds the digest of attention_ir.py and quant/vector_ir.py (tests/test_cpu_decode_attention.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit, prange
 
+from .attention_ir import LANES, dots, weigh
+
 CHUNK = 256  # positions per partial: fixed, so the thread count changes no bit
 SHARED, OWN, CUT, FIRST, STOP = range(5)  # a row descriptor's fields
+IR_DIGEST = "165f6c1912d89ef4"
+SUB_BYTES = 16384  # K or V rows a pass of the group's queries (half of a 32 KB L1)
 
 
 @njit(fastmath=True, cache=True, nogil=True, error_model="numpy", inline="always")
-def _dots(qs, keys, kv, src, lo, hi, scores):  # pragma: no cover - jitted
-    """scores[g, j - lo] = qs[g] . keys[src[j - lo], kv, j] (qs already scaled), 4 positions a pass
-    (each a dot of its own, so the grouping changes no bit), the rest one at a time."""
-    group, dim = qs.shape[0], np.uint64(qs.shape[1])
-    j = lo
-    while j + 4 <= hi:
-        i = j - lo
-        k0, k1 = keys[src[i], kv, j], keys[src[i + 1], kv, j + 1]
-        k2, k3 = keys[src[i + 2], kv, j + 2], keys[src[i + 3], kv, j + 3]
-        for g in range(group):
-            s0 = s1 = s2 = s3 = np.float32(0.0)
-            for d in range(np.uint64(0), dim):
-                q = qs[g, d]
-                s0 += q * k0[d]
-                s1 += q * k1[d]
-                s2 += q * k2[d]
-                s3 += q * k3[d]
-            scores[g, i], scores[g, i + 1], scores[g, i + 2], scores[g, i + 3] = s0, s1, s2, s3
-        j += 4
-    for j in range(j, hi):
-        k = keys[src[j - lo], kv, j]
-        for g in range(group):
-            s = np.float32(0.0)
-            for d in range(np.uint64(0), dim):
-                s += qs[g, d] * k[d]
-            scores[g, j - lo] = s
+def _dots_any(q, k, out):  # pragma: no cover - jitted
+    """out[j] = q . k[j]: attention_ir.dots for a head dimension that is not a multiple of 8."""
+    for j in range(k.shape[0]):
+        s = np.float32(0.0)
+        for d in range(q.shape[0]):
+            s += q[d] * k[j, d]
+        out[j] = s
 
 
 @njit(fastmath=True, cache=True, nogil=True, error_model="numpy", inline="always")
-def _weigh(scores, values, kv, src, lo, hi, acc):  # pragma: no cover - jitted
-    """acc[g] += sum_j scores[g, j - lo] * values[src[j - lo], kv, j], 4 positions (from lo) a pass."""
-    group, dim = acc.shape[0], np.uint64(acc.shape[1] - 2)
-    j = lo
-    while j + 4 <= hi:
-        i = j - lo
-        v0, v1 = values[src[i], kv, j], values[src[i + 1], kv, j + 1]
-        v2, v3 = values[src[i + 2], kv, j + 2], values[src[i + 3], kv, j + 3]
-        for g in range(group):
-            p0, p1, p2, p3 = scores[g, i], scores[g, i + 1], scores[g, i + 2], scores[g, i + 3]
-            for d in range(np.uint64(0), dim):
-                acc[g, d] += (p0 * v0[d] + p1 * v1[d]) + (p2 * v2[d] + p3 * v3[d])
-        j += 4
-    for j in range(j, hi):
-        v = values[src[j - lo], kv, j]
-        for g in range(group):
-            p = scores[g, j - lo]
-            for d in range(np.uint64(0), dim):
-                acc[g, d] += p * v[d]
+def _weigh_any(p, v, acc):  # pragma: no cover - jitted
+    """acc += p @ v, positions in order: attention_ir.weigh for a dimension not a multiple of 8."""
+    for j in range(v.shape[0]):
+        for d in range(acc.shape[0]):
+            acc[d] += p[j] * v[j, d]
+
+
+@njit(fastmath=True, cache=True, nogil=True, error_model="numpy", inline="always")
+def _segment(qs, keys, values, row, kv, a, b, lo, scores, acc, weigh_now):  # pragma: no cover - jitted
+    """Positions a..b (from KV row `row`) of every query of the group: their scores (scores[:, a - lo:]),
+    or with weigh_now their weighted values added to acc[:, :dim]. The group's queries take the
+    positions SUB_BYTES of K (or V) at a time, so that all but the first read them from L1."""
+    dim = keys.shape[3]
+    step = max(LANES, SUB_BYTES // (4 * dim) // LANES * LANES)
+    for s in range(a, b, step):
+        e = min(s + step, b)
+        for g in range(qs.shape[0]):
+            if weigh_now:
+                if dim % LANES == 0:
+                    weigh(scores[g, s - lo:e - lo], values[row, kv, s:e], acc[g, :dim])
+                else:
+                    _weigh_any(scores[g, s - lo:e - lo], values[row, kv, s:e], acc[g, :dim])
+            elif dim % LANES == 0:
+                dots(qs[g], keys[row, kv, s:e], scores[g, s - lo:e - lo])
+            else:
+                _dots_any(qs[g], keys[row, kv, s:e], scores[g, s - lo:e - lo])
 
 
 @njit(fastmath=True, cache=True, nogil=True, error_model="numpy", inline="always")
@@ -111,12 +107,12 @@ def item(qkv, keys, values, desc, heads, scale, part, i, scores):  # pragma: no 
     for g in range(group):
         for d in range(dim):
             qs[g, d] = qkv[r, (kv * group + g) * dim + d] * scale
-    src = np.empty(hi - lo, np.int64)  # each position's KV row: the shared prefix row below the cut
-    for j in range(lo, hi):
-        src[j - lo] = desc[r, SHARED] if j < desc[r, CUT] else desc[r, OWN]
-    _dots(qs, keys, kv, src, lo, hi, scores)
+    cut, shared, own = min(max(desc[r, CUT], lo), hi), desc[r, SHARED], desc[r, OWN]  # below the cut: the shared row
+    _segment(qs, keys, values, shared, kv, lo, cut, lo, scores, acc, False)
+    _segment(qs, keys, values, own, kv, cut, hi, lo, scores, acc, False)
     _softmax(scores, hi - lo, acc)
-    _weigh(scores, values, kv, src, lo, hi, acc)
+    _segment(qs, keys, values, shared, kv, lo, cut, lo, scores, acc, True)
+    _segment(qs, keys, values, own, kv, cut, hi, lo, scores, acc, True)
 
 
 @njit(fastmath=True, cache=True, nogil=True, error_model="numpy")
