@@ -155,13 +155,23 @@ def attend(qkv, keys, values, end, left_pad, heads, scale, width=1, window=0):  
 
 @njit(fastmath=True, cache=True, nogil=True, error_model="numpy")
 def silu_mul(gate_up):  # pragma: no cover - jitted
-    """SwiGLU of a fused (B, 2F) gate|up product: silu(gate) * up."""
+    """SwiGLU of a fused (B, 2F) gate|up product: silu(gate) * up, exp(-gate) as 2^n * p(f) (the
+    decode attention's degree-6 polynomial, relative error ~1e-7): it vectorizes, where np.exp is a
+    scalar libm call an element (7.2 ns an element on Zen 1)."""
     ffn = gate_up.shape[1] // 2
     out = np.empty((gate_up.shape[0], ffn), dtype=np.float32)
+    bits = out.view(np.int32)
     for b in range(gate_up.shape[0]):
         for i in range(ffn):
             g = gate_up[b, i]
-            out[b, i] = g / (np.float32(1.0) + np.exp(-g)) * gate_up[b, ffn + i]
+            x = min(max(-g * np.float32(1.4426950408889634), np.float32(-126.0)), np.float32(126.0))
+            n = np.floor(x + np.float32(0.5))
+            f = x - n
+            p = np.float32(1.0) + f * (np.float32(0.6931471805599453) + f * (np.float32(0.2402265069591007) + f * (
+                np.float32(0.05550410866482158) + f * (np.float32(0.009618129107628477) + f * (
+                    np.float32(0.0013333558146428443) + f * np.float32(0.00015403530393381606))))))
+            bits[b, i] = (np.int32(n) + np.int32(127)) << 23
+            out[b, i] = g / (np.float32(1.0) + out[b, i] * p) * gate_up[b, ffn + i]
     return out
 
 
