@@ -153,3 +153,23 @@ def test_the_ir_loops_give_a_position_the_same_bits_in_any_pass(dim):
         run_weigh(p[:cut], k[:cut], parts)
         run_weigh(p[cut:], k[cut:], parts)
         assert np.array_equal(parts, whole)
+
+
+def test_strided_kv_views_give_the_bits_of_contiguous_arrays():
+    """K/V that are views (rows padded past the head dimension; a last axis that is not contiguous)
+    take the same loops' bits as their contiguous copies, or numba's loops where the last axis strides."""
+    dim, heads, kv_heads = 64, 6, 2
+    rng = np.random.default_rng(5)
+    wide = rng.standard_normal((2, kv_heads, 300, dim + 8), dtype=np.float32)
+    padded_k, padded_v = wide[..., :dim], wide[..., 8:]  # row stride dim + 8 floats
+    qkv = _qkv(2, heads, kv_heads, dim=dim)
+    desc = np.array([[0, 0, 0, 0, 300], [1, 1, 0, 5, 290]], np.int64)
+    got = A.attend_desc(qkv, padded_k, padded_v, desc, heads, np.float32(0.125))
+    same = A.attend_desc(qkv, np.ascontiguousarray(padded_k), np.ascontiguousarray(padded_v), desc, heads,
+                         np.float32(0.125))
+    assert np.array_equal(got, same)
+    tall = rng.standard_normal((2, kv_heads, dim, 300), dtype=np.float32)
+    strided_k = tall.transpose(0, 1, 3, 2)  # the last axis strides by 300 floats: numba's loops
+    ref = _reference(qkv, strided_k, padded_v, desc, heads, 0.125)
+    np.testing.assert_allclose(A.attend_desc(qkv, strided_k, padded_v, desc, heads, np.float32(0.125)), ref,
+                               rtol=2e-5, atol=2e-6)

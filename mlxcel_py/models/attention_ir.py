@@ -90,9 +90,9 @@ def _loop(builder, name, start, stop, step, carried, body):
     return phis
 
 
-def _emit_dots(builder, q, k, out, n, dim):
-    """out[j] = q . k[j * dim : (j + 1) * dim] for j < n (float* all three): 8 positions a pass (8
-    independent FMA chains hide the FMA latency), then 4, then one at a time."""
+def _emit_dots(builder, q, k, out, n, dim, stride):
+    """out[j] = q . k[j * stride : j * stride + dim] for j < n (float* all three): 8 positions a pass
+    (8 independent FMA chains hide the FMA latency), then 4, then one at a time."""
     zero = ir.Constant(V8F, None)
     slices = builder.udiv(dim, _i64(LANES))
 
@@ -105,7 +105,7 @@ def _emit_dots(builder, q, k, out, n, dim):
 
     def group(width):
         def body(j, _):
-            accs = slice_loop([builder.mul(builder.add(j, _i64(p)), dim) for p in range(width)])
+            accs = slice_loop([builder.mul(builder.add(j, _i64(p)), stride) for p in range(width)])
             if width == 1:
                 builder.store(reduce_sum(builder, accs[0]), builder.gep(out, [j]))
             else:
@@ -120,8 +120,8 @@ def _emit_dots(builder, q, k, out, n, dim):
         first = builder.mul(builder.udiv(n, _i64(width)), _i64(width))  # where the next width starts
 
 
-def _emit_weigh(builder, p, v, acc, n, dim):
-    """acc[d] += sum_j p[j] * v[j * dim + d] for j < n, d < dim (float* all three), j in order."""
+def _emit_weigh(builder, p, v, acc, n, dim, stride):
+    """acc[d] += sum_j p[j] * v[j * stride + d] for j < n, d < dim (float* all three), j in order."""
     first = _i64(0)
     for lanes in BLOCKS:
         vtype = ir.VectorType(F32, lanes)
@@ -132,7 +132,7 @@ def _emit_weigh(builder, p, v, acc, n, dim):
                 weight = builder.load(builder.gep(p, [j]))
                 splat = builder.insert_element(ir.Constant(vtype, None), weight, ir.Constant(I32, 0))
                 splat = _shuffle(builder, splat, splat, [0] * lanes)
-                return [_fma(builder, splat, _vload(builder, v, builder.add(builder.mul(j, dim), d), vtype), values[0])]
+                return [_fma(builder, splat, _vload(builder, v, builder.add(builder.mul(j, stride), d), vtype), values[0])]
 
             (total,) = _loop(builder, f"weigh{lanes}_j", _i64(0), n, 1, [_vload(builder, acc, d, vtype)], position)
             builder.store(total, builder.bitcast(builder.gep(acc, [d]), vtype.as_pointer()), align=4)
@@ -147,19 +147,27 @@ def _arrays(context, builder, signature, args):
 
 
 def _ok(*arrays) -> bool:
-    return all(isinstance(a, types.Array) and a.dtype == types.float32 and a.layout == "C" for a in arrays)
+    """float32 arrays, C-contiguous or any ("A": rows at their stride; the caller checks that the last
+    axis of each is contiguous, cpu_decode_attention._segment)."""
+    return all(isinstance(a, types.Array) and a.dtype == types.float32 and a.layout in "CA" for a in arrays)
+
+
+def _row_stride(builder, a):
+    """The element stride between rows of a 2-D float32 array (its byte stride / 4)."""
+    return builder.sdiv(cgutils.unpack_tuple(builder, a.strides, 2)[0], _i64(4))
 
 
 @intrinsic
 def dots(typingctx, q, k, out):
-    """out[j] = q . k[j] for the rows j of k (n, dim), q (dim,), out (n,); dim a multiple of 8."""
+    """out[j] = q . k[j] for the rows j of k (n, dim), q (dim,), out (n,); dim a multiple of 8, each
+    array's last axis contiguous."""
     if not (_ok(q, k, out) and k.ndim == 2 and q.ndim == out.ndim == 1):
         return None
 
     def codegen(context, builder, signature, args):
         q_a, k_a, out_a = _arrays(context, builder, signature, args)
         n, dim = cgutils.unpack_tuple(builder, k_a.shape, 2)
-        _emit_dots(builder, q_a.data, k_a.data, out_a.data, n, dim)
+        _emit_dots(builder, q_a.data, k_a.data, out_a.data, n, dim, _row_stride(builder, k_a))
         return context.get_dummy_value()
 
     return types.void(q, k, out), codegen
@@ -167,14 +175,14 @@ def dots(typingctx, q, k, out):
 
 @intrinsic
 def weigh(typingctx, p, v, acc):
-    """acc += p @ v for p (n,), v (n, dim), acc (dim,); dim a multiple of 8."""
+    """acc += p @ v for p (n,), v (n, dim), acc (dim,); dim a multiple of 8, last axes contiguous."""
     if not (_ok(p, v, acc) and v.ndim == 2 and p.ndim == acc.ndim == 1):
         return None
 
     def codegen(context, builder, signature, args):
         p_a, v_a, acc_a = _arrays(context, builder, signature, args)
         n, dim = cgutils.unpack_tuple(builder, v_a.shape, 2)
-        _emit_weigh(builder, p_a.data, v_a.data, acc_a.data, n, dim)
+        _emit_weigh(builder, p_a.data, v_a.data, acc_a.data, n, dim, _row_stride(builder, v_a))
         return context.get_dummy_value()
 
     return types.void(p, v, acc), codegen

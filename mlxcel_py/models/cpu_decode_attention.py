@@ -25,7 +25,7 @@ from .attention_ir import LANES, dots, weigh
 
 CHUNK = 256  # positions per partial: fixed, so the thread count changes no bit
 SHARED, OWN, CUT, FIRST, STOP = range(5)  # a row descriptor's fields
-IR_DIGEST = "165f6c1912d89ef4"
+IR_DIGEST = "857d05c7f70a6fa7"
 SUB_BYTES = 16384  # K or V rows a pass of the group's queries (half of a 32 KB L1)
 
 
@@ -53,16 +53,17 @@ def _segment(qs, keys, values, row, kv, a, b, lo, scores, acc, weigh_now):  # pr
     or with weigh_now their weighted values added to acc[:, :dim]. The group's queries take the
     positions SUB_BYTES of K (or V) at a time, so that all but the first read them from L1."""
     dim = keys.shape[3]
+    vector = dim % LANES == 0 and keys.strides[3] == 4 and values.strides[3] == 4  # attention_ir's loops
     step = max(LANES, SUB_BYTES // (4 * dim) // LANES * LANES)
     for s in range(a, b, step):
         e = min(s + step, b)
         for g in range(qs.shape[0]):
             if weigh_now:
-                if dim % LANES == 0:
+                if vector:
                     weigh(scores[g, s - lo:e - lo], values[row, kv, s:e], acc[g, :dim])
                 else:
                     _weigh_any(scores[g, s - lo:e - lo], values[row, kv, s:e], acc[g, :dim])
-            elif dim % LANES == 0:
+            elif vector:
                 dots(qs[g], keys[row, kv, s:e], scores[g, s - lo:e - lo])
             else:
                 _dots_any(qs[g], keys[row, kv, s:e], scores[g, s - lo:e - lo])
