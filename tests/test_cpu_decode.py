@@ -125,6 +125,12 @@ def test_layer_kernels_match_numpy():
     gu = rng.standard_normal((3, 40), dtype=np.float32)
     silu = gu[:, :20] / (1 + np.exp(-gu[:, :20])) * gu[:, 20:]
     np.testing.assert_allclose(K.silu_mul(gu), silu, rtol=1e-5, atol=1e-6)
+    # the polynomial exp's clamps: silu saturates to 0 and to the gate without inf or NaN
+    edge = np.array([[-200.0, -90.0, -30.0, 0.0, 30.0, 200.0] + [2.0] * 6], np.float32)
+    g64 = edge[:, :6].astype(np.float64)
+    got = K.silu_mul(edge)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, g64 / (1 + np.exp(-g64)) * 2.0, rtol=1e-5, atol=1e-30)
 
 
 def test_attention_kernel_masks_each_rows_left_padding():
@@ -204,3 +210,17 @@ def test_verify_span_matches_mlx_lms_forward_and_survives_a_trim(width):
     got = np.array(lm.cpu_decode(tokens, ours))
     want = np.array(lm.model(mx.array(tokens)[:, None], cache=theirs)[:, -1, :])
     np.testing.assert_allclose(got, want, atol=ATOL)
+
+
+@pytest.mark.parametrize("name", ["cpu_decode_kernels", "cpu_decode_arch_kernels", "cpu_decode_rows"])
+def test_the_inlines_digest_follows_the_kernels_a_module_inlines(name):
+    """numba caches a module's kernels by its own source: after a change to the attention loops, a cached
+    `attend` built against the old ones segfaulted. INLINES_DIGEST makes such a change change the source."""
+    import hashlib
+    import importlib
+    from pathlib import Path
+
+    module = importlib.import_module(f"mlxcel_py.models.{name}")
+    root = Path(module.__file__).parents[1]
+    text = b"".join((root / f).read_bytes() for f in module.INLINES)
+    assert module.INLINES_DIGEST == hashlib.sha256(text).hexdigest()[:16], f"update INLINES_DIGEST in models/{name}.py"

@@ -18,6 +18,11 @@ from numba import njit
 from .cpu_decode_attention import attend_desc
 from .cpu_decode_kernels import product, rms_norm, rope, silu_mul
 
+# numba caches these kernels by this file's source only, not by the kernels they inline from the files in
+# INLINES (a stale cache of them segfaulted): INLINES_DIGEST follows those (tests/test_cpu_decode.py)
+INLINES = ("models/cpu_decode_attention.py", "models/cpu_decode_kernels.py")
+INLINES_DIGEST = "b13d6232659e7359"
+
 
 @njit(fastmath=True, cache=True, nogil=True)
 def write_kv_rows(qkv, keys, values, slot, pos, heads, width):  # pragma: no cover - jitted
