@@ -5,7 +5,7 @@ import mlx.nn as nn
 import numpy as np
 import pytest
 
-from mlxcel_py.models.blas import coretype_for
+from mlxcel_py.models.blas import coretype_for, narrower_coretype
 from mlxcel_py.models.cpu_kernels import causal_attention, make_sdpa, make_swiglu
 
 
@@ -96,3 +96,13 @@ def test_numpy_swiglu_matches_mlx():
 )
 def test_openblas_kernel_family_follows_the_cpu_flags(flags, machine, expected):
     assert coretype_for(flags, machine) == expected
+
+
+@pytest.mark.parametrize(
+    "env_value, best, narrower",
+    [("Haswell", "SkylakeX", True), ("prescott", "Haswell", True), ("Zen", "SkylakeX", True),
+     ("SkylakeX", "SkylakeX", False), ("Cooperlake", "SkylakeX", False), ("SkylakeX", "Haswell", False),
+     ("Haswell", None, False), ("NEOVERSEN1", "Haswell", False)],
+)
+def test_an_environment_kernel_family_narrower_than_the_cpus_is_flagged(env_value, best, narrower):
+    assert narrower_coretype(env_value, best) is narrower

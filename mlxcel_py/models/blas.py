@@ -71,6 +71,18 @@ def coretype_for(flags: set[str], machine: str) -> Optional[str]:
     return None
 
 
+# OpenBLAS's x86 kernel families, narrowest first (the ones coretype_for picks, and those at their level).
+_FAMILY_RANK = {"prescott": 0, "nehalem": 0, "sandybridge": 1, "haswell": 2, "zen": 2, "skylakex": 3,
+                "cooperlake": 3, "sapphirerapids": 3}
+
+
+def narrower_coretype(env_value: str, best: Optional[str]) -> bool:
+    """Whether OPENBLAS_CORETYPE=`env_value` names a narrower kernel family than `best`, the one this CPU
+    runs (e.g. Haswell on an AVX-512 CPU: half the SGEMM of SkylakeX on a Zen 5, measured)."""
+    rank = _FAMILY_RANK.get(env_value.strip().lower())
+    return best is not None and rank is not None and rank < _FAMILY_RANK[best.lower()]
+
+
 def _corename() -> str:
     try:
         lib = ctypes.CDLL(None)
@@ -99,10 +111,13 @@ def preload_blas(choice: str = "auto") -> BlasInfo:
     if path is None:
         _loaded = BlasInfo("reference", note="no OpenBLAS found (apt-get install libopenblas0-pthread)")
         return _loaded
+    coretype = coretype_for(_cpu_flags(), platform.machine())
     if "OPENBLAS_CORETYPE" not in os.environ:  # read by OpenBLAS once, when it loads
-        coretype = coretype_for(_cpu_flags(), platform.machine())
         if coretype is not None:
             os.environ["OPENBLAS_CORETYPE"] = coretype
+    elif narrower_coretype(os.environ["OPENBLAS_CORETYPE"], coretype):  # respected, but said
+        log.warning("OPENBLAS_CORETYPE=%s is set: this CPU runs OpenBLAS's %s kernels (about twice the "
+                    "prefill's SGEMM); unset it to let mlxcel-py choose", os.environ["OPENBLAS_CORETYPE"], coretype)
     try:
         ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
     except OSError as exc:

@@ -26,7 +26,7 @@ from .vector import quantize_x
 from .vector_intrinsics import _contiguous, _emit_rows
 from .vector_ir import UNITS
 
-IR_DIGEST = "b28c1c7b4ef7dc5d"  # = vector.IR_DIGEST
+IR_DIGEST = "e0a2e47fc3b118d6"  # = vector.IR_DIGEST
 XROWS = 8  # most input rows per pass
 MIN_ROWS = 5  # products of fewer input rows stay on vector.stream_int8 (measured: docs/SPECULATIVE.md)
 SPAN_TYPES = tuple(int(t) for t in (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K))  # the types `_tile` has; others stay on stream_int8

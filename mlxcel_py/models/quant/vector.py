@@ -21,7 +21,7 @@ from .kernels import quantize_rows_q8
 from .vector_intrinsics import _dequant_intrinsic, _float_intrinsic, _int8_intrinsic, _int8_pair_intrinsic
 
 # sha256 of affine_ir.py, float_ir.py, int8_ir.py, kquant2.py, vector_ir.py, vector_intrinsics.py, first 16 hex digits
-IR_DIGEST = "b28c1c7b4ef7dc5d"
+IR_DIGEST = "e0a2e47fc3b118d6"
 from .affine_ir import A8
 from .unpack import BF16, F16, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
 
