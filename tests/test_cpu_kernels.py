@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mlxcel_py.models.blas import coretype_for, narrower_coretype
-from mlxcel_py.models.cpu_kernels import causal_attention, make_sdpa, make_swiglu
+from mlxcel_py.models.cpu_kernels import causal_attention, make_sdpa, make_swiglu, numpy_swiglu, silu_mul_rows
 
 
 @pytest.mark.parametrize("heads, kv, num_q, num_k", [(9, 3, 512, 2048), (4, 4, 300, 300), (8, 2, 37, 1000), (6, 3, 600, 600)])
@@ -77,6 +77,25 @@ def test_openblas_workers_sleep_soon_unless_the_environment_says_otherwise():
     assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout.strip() == "4"
     env["OPENBLAS_THREAD_TIMEOUT"] = "20"
     assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout.strip() == "20"
+
+
+def test_the_one_pass_swiglu_matches_numpys_passes_from_tiny_to_overflowing_gates():
+    """silu_mul_rows' polynomial exp against numpy's exp, gates from -200 to 200 (both clamps: exp(-g)
+    overflows float32 past |g| ~ 88), rows of odd widths, and the (1, L, F) prefill shape."""
+    rng = np.random.default_rng(3)
+    gate = np.concatenate([np.linspace(-200, 200, 4001, dtype=np.float32), rng.standard_normal(4001).astype(np.float32) * 6])
+    gate = gate.reshape(2, -1)  # 4001 a row: no vector-width multiple
+    up = rng.standard_normal(gate.shape).astype(np.float32)
+    got, want = silu_mul_rows(gate, up), numpy_swiglu(gate, up)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, want, rtol=5e-6, atol=1e-20)  # 3.4e-6 measured, at g ~ -55
+    swiglu = make_swiglu(lambda g, y: nn.silu(g) * y)
+    g3, x3 = mx.array(gate.reshape(1, 2, -1)), mx.array(up.reshape(1, 2, -1))
+    g3 = mx.concatenate([g3] * 8, axis=1)  # 16 rows: the numpy path (MIN_QUERIES)
+    x3 = mx.concatenate([x3] * 8, axis=1)
+    out = np.asarray(swiglu(g3, x3))
+    assert out.shape == (1, 16, 4001)
+    np.testing.assert_allclose(out, numpy_swiglu(np.asarray(g3), np.asarray(x3)), rtol=5e-6, atol=1e-20)
 
 
 def test_numpy_swiglu_matches_mlx():
