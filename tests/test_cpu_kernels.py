@@ -125,3 +125,20 @@ def test_openblas_kernel_family_follows_the_cpu_flags(flags, machine, expected):
 )
 def test_an_environment_kernel_family_narrower_than_the_cpus_is_flagged(env_value, best, narrower):
     assert narrower_coretype(env_value, best) is narrower
+
+
+def test_the_cpu_path_lets_mlx_cache_the_prefills_widest_buffers_and_never_lowers_its_limit():
+    from types import SimpleNamespace
+
+    from mlxcel_py.models.loader import PREFILL_ROWS, _cache_prefill_buffers
+
+    before = mx.set_cache_limit(32 << 20)
+    try:
+        _cache_prefill_buffers(SimpleNamespace(args=SimpleNamespace(intermediate_size=8192, hidden_size=2048)))
+        assert mx.set_cache_limit(8 << 30) == 3 * PREFILL_ROWS * 8192 * 4  # raised to three 64 MiB buffers
+        _cache_prefill_buffers(SimpleNamespace(args=SimpleNamespace(intermediate_size=8192, hidden_size=2048)))
+        assert mx.set_cache_limit(32 << 20) == 8 << 30  # a larger limit stays
+        _cache_prefill_buffers(SimpleNamespace())  # no args: nothing to size by, nothing changes
+        assert mx.set_cache_limit(32 << 20) == 32 << 20
+    finally:
+        mx.set_cache_limit(before)
