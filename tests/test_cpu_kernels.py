@@ -127,18 +127,26 @@ def test_an_environment_kernel_family_narrower_than_the_cpus_is_flagged(env_valu
     assert narrower_coretype(env_value, best) is narrower
 
 
-def test_the_cpu_path_lets_mlx_cache_the_prefills_widest_buffers_and_never_lowers_its_limit():
+def test_a_wide_models_prefill_scope_lets_mlx_cache_its_widest_buffers_and_frees_them_after():
     from types import SimpleNamespace
 
-    from mlxcel_py.models.loader import PREFILL_ROWS, _cache_prefill_buffers
+    from mlxcel_py.models.cpu_kernels import PREFILL_ROWS, PrefillKernels, prefill_cache_bytes
 
+    wide = SimpleNamespace(args=SimpleNamespace(intermediate_size=8192, hidden_size=2048))
+    assert prefill_cache_bytes(wide) == 3 * PREFILL_ROWS * 8192 * 4
+    assert prefill_cache_bytes(SimpleNamespace(args=SimpleNamespace(intermediate_size=1536, hidden_size=576))) == 0
+    assert prefill_cache_bytes(SimpleNamespace()) == 0
+    module = SimpleNamespace(__name__="test_wide_scope", swiglu=lambda g, x: g * x)
+    kernels = PrefillKernels(module, {"swiglu": module.swiglu}, prefill_cache_bytes(wide))
     before = mx.set_cache_limit(32 << 20)
     try:
-        _cache_prefill_buffers(SimpleNamespace(args=SimpleNamespace(intermediate_size=8192, hidden_size=2048)))
-        assert mx.set_cache_limit(8 << 30) == 3 * PREFILL_ROWS * 8192 * 4  # raised to three 64 MiB buffers
-        _cache_prefill_buffers(SimpleNamespace(args=SimpleNamespace(intermediate_size=8192, hidden_size=2048)))
-        assert mx.set_cache_limit(32 << 20) == 8 << 30  # a larger limit stays
-        _cache_prefill_buffers(SimpleNamespace())  # no args: nothing to size by, nothing changes
-        assert mx.set_cache_limit(32 << 20) == 32 << 20
+        with kernels:
+            with kernels:  # nested scopes: the outermost raises and restores
+                ys = [mx.zeros((PREFILL_ROWS, 8192)) for _ in range(2)]
+                mx.eval(ys)
+                del ys
+            assert mx.get_cache_memory() >= 2 * PREFILL_ROWS * 8192 * 4  # kept for the next layer
+        assert mx.get_cache_memory() < 32 << 20  # freed once the forward is over
+        assert mx.set_cache_limit(32 << 20) == 32 << 20  # the limit as it was
     finally:
         mx.set_cache_limit(before)

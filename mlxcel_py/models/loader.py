@@ -124,26 +124,6 @@ def _local_path(spec: str) -> tuple[Path, Optional[str]]:
     return resolve_hub_id(hub), spec
 
 
-PREFILL_ROWS = 2048  # the alone chunk (engine/chunking/fixed.py): the prefill's widest transient buffers' rows
-
-
-def _cache_prefill_buffers(model: Any) -> None:
-    """Let MLX's CPU allocator keep three of the prefill's widest buffers when freed (rows x FFN width
-    of float32: a 1B's gate, up and SwiGLU). Its default cache, 32 MiB, keeps none of a 64 MiB buffer,
-    so every layer's were allocated afresh, and each fresh page faulted: `mx.array` of a 2,048 x 8,192
-    numpy array took 28-35 ms, 4 ms from the cache (Zen 5 VM, session 38). Never lowered."""
-    import mlx.core as mx
-
-    args = getattr(model, "args", None)
-    width = max(int(getattr(args, "intermediate_size", 0) or 0), 4 * int(getattr(args, "hidden_size", 0) or 0))
-    want = 3 * PREFILL_ROWS * width * 4
-    if not want:
-        return
-    current = mx.set_cache_limit(want)  # returns the limit it replaces (MLX has no getter)
-    if current >= want:
-        mx.set_cache_limit(current)
-
-
 def _install_cpu_kernels(loaded: LoadedModel, threads: int, native: Optional[Path] = None) -> LoadedModel:
     """numpy prefill attention/SwiGLU (gemma3: GELU) and the numba decode step on `threads` threads (docs/CPU_FAST_PATH.md);
     the decode step reads the blocks of the GGUF at `native` when given."""
@@ -156,7 +136,6 @@ def _install_cpu_kernels(loaded: LoadedModel, threads: int, native: Optional[Pat
 
     set_blas_threads(threads)
     set_attention_threads(threads)
-    _cache_prefill_buffers(loaded.model)
     notes = [f"{threads} CPU thread{'s' if threads > 1 else ''}"]
     kernels = kernels_for(loaded.model)
     if kernels is not None:
