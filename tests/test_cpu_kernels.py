@@ -148,5 +148,12 @@ def test_a_wide_models_prefill_scope_lets_mlx_cache_its_widest_buffers_and_frees
             assert mx.get_cache_memory() >= 2 * PREFILL_ROWS * 8192 * 4  # kept for the next layer
         assert mx.get_cache_memory() < 32 << 20  # freed once the forward is over
         assert mx.set_cache_limit(32 << 20) == 32 << 20  # the limit as it was
+        other = PrefillKernels(SimpleNamespace(__name__="test_wide_scope_2", swiglu=module.swiglu),
+                               {"swiglu": module.swiglu}, 2 * prefill_cache_bytes(wide))
+        with kernels:  # two models' scopes overlapping: the larger limit while both are open, then back
+            with other:
+                assert mx.set_cache_limit(2 * prefill_cache_bytes(wide)) == 2 * prefill_cache_bytes(wide)
+            assert mx.set_cache_limit(prefill_cache_bytes(wide)) == prefill_cache_bytes(wide)
+        assert mx.set_cache_limit(32 << 20) == 32 << 20
     finally:
         mx.set_cache_limit(before)

@@ -216,7 +216,10 @@ class PrefillKernels:
 
     _lock = threading.Lock()
     _depth: dict[str, int] = {}  # module name -> scopes open over it, across instances
-    _saved_limit: dict[str, int] = {}  # module name -> MLX's cache limit before the outermost scope raised it
+    # MLX's cache limit is the process's: the scopes that raise it (one per model module, e.g. two models
+    # behind one server) count together, and the last to leave puts back the limit the first found.
+    _raising: dict[str, int] = {}  # module name -> the limit its open scopes asked for
+    _saved_limit: list[int] = []
 
     def __init__(self, module, originals: dict[str, Callable], cache_bytes: int = 0):
         self.module = module
@@ -237,7 +240,7 @@ class PrefillKernels:
                 for name, fn in self._wrapped.items():
                     setattr(self.module, name, fn)
                 if self.cache_bytes:
-                    self._saved_limit[key] = mx.set_cache_limit(self.cache_bytes)
+                    self._raise_cache(key)
             self._depth[key] = self._depth.get(key, 0) + 1
         return self
 
@@ -248,8 +251,18 @@ class PrefillKernels:
             if self._depth[key] == 0:
                 for name, fn in self._originals.items():
                     setattr(self.module, name, fn)
-                if key in self._saved_limit:  # lowering it frees what the cache holds: RSS back after the forward
-                    mx.set_cache_limit(self._saved_limit.pop(key))
+                if self._raising.pop(key, None) is not None:
+                    self._lower_cache()
+
+    def _raise_cache(self, key: str) -> None:
+        self._raising[key] = self.cache_bytes
+        before = mx.set_cache_limit(max(self._raising.values()))
+        if not self._saved_limit:
+            self._saved_limit.append(before)
+
+    def _lower_cache(self) -> None:
+        """Lowering the limit frees what the cache holds (measured): resident memory as it was after the forward."""
+        mx.set_cache_limit(max(self._raising.values()) if self._raising else self._saved_limit.pop())
 
 
 PREFILL_ROWS = 2048  # the alone chunk (engine/chunking/fixed.py): the rows of the prefill's widest buffers
@@ -262,7 +275,7 @@ def prefill_cache_bytes(model) -> int:
     the default a 1B's 64 MiB buffers were allocated afresh every layer, each fresh page faulting:
     `mx.array` of a 2,048 x 8,192 numpy array 28-35 ms, 4 ms from the cache (Zen 5 VM, session 38)."""
     args = getattr(model, "args", None)
-    width = max(int(getattr(args, "intermediate_size", 0) or 0), 4 * int(getattr(args, "hidden_size", 0) or 0))
+    width = int(getattr(args, "intermediate_size", 0) or 0) or 4 * int(getattr(args, "hidden_size", 0) or 0)
     widest = PREFILL_ROWS * width * 4
     return 3 * widest if widest > MLX_CPU_CACHE else 0
 
