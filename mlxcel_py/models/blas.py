@@ -115,8 +115,8 @@ def preload_blas(choice: str = "auto") -> BlasInfo:
     if "OPENBLAS_CORETYPE" not in os.environ:  # read by OpenBLAS once, when it loads
         if coretype is not None:
             os.environ["OPENBLAS_CORETYPE"] = coretype
-    elif narrower_coretype(os.environ["OPENBLAS_CORETYPE"], coretype):  # respected, but said
-        log.warning("OPENBLAS_CORETYPE=%s is set: this CPU runs OpenBLAS's %s kernels (about twice the "
+    elif narrower_coretype(os.environ["OPENBLAS_CORETYPE"], coretype):  # respected, but said in the startup log
+        log.info("OPENBLAS_CORETYPE=%s is set: this CPU runs OpenBLAS's %s kernels (about twice the "
                     "prefill's SGEMM); unset it to let mlxcel-py choose", os.environ["OPENBLAS_CORETYPE"], coretype)
     try:
         ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
