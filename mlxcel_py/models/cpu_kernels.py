@@ -18,9 +18,9 @@ from typing import Callable, Optional
 
 import mlx.core as mx
 import numpy as np
-from numba import njit, prange
 
 from .cpu_attention import causal_tiles, range_tiles, run_tiles
+from .cpu_decode_kernels import silu_mul_rows
 
 log = logging.getLogger("mlxcel_py.models")
 
@@ -121,8 +121,10 @@ def make_swiglu(original: Callable) -> Callable:
         if g.shape != up.shape:  # broadcasting: numpy's passes
             return mx.array(numpy_swiglu(g, up))
         width = g.shape[-1]
-        out = silu_mul_rows(np.ascontiguousarray(g).reshape(-1, width), np.ascontiguousarray(up).reshape(-1, width))
-        return mx.array(out.reshape(g.shape))
+        out = np.empty(g.shape, np.float32)
+        silu_mul_rows(np.ascontiguousarray(g).reshape(-1, width), np.ascontiguousarray(up).reshape(-1, width),
+                      out.reshape(-1, width))
+        return mx.array(out)
 
     swiglu.mlxcel_numpy = True  # type: ignore[attr-defined]
     swiglu.__wrapped__ = original  # type: ignore[attr-defined]
@@ -136,34 +138,6 @@ def numpy_swiglu(g: np.ndarray, x: np.ndarray) -> np.ndarray:
     out += 1.0
     np.divide(g, out, out=out)
     out *= x
-    return out
-
-
-@njit(fastmath=True, cache=True, nogil=True, error_model="numpy")
-def _silu_mul_row(g, x, out, b):  # pragma: no cover - jitted
-    """Row b of silu(g) * x, exp(-g) as 2^n * p(f) (cpu_decode_kernels.silu_mul's polynomial, relative
-    error ~1e-7). A function of its own: inlined into silu_mul_rows' parallel loop, numba's parfor
-    passes moved the read of `out` above the write of its exponent bits (NaN)."""
-    bits = out.view(np.int32)
-    for i in range(g.shape[1]):
-        v = g[b, i]
-        t = min(max(-v * np.float32(1.4426950408889634), np.float32(-126.0)), np.float32(126.0))
-        n = np.floor(t + np.float32(0.5))
-        f = t - n
-        p = np.float32(1.0) + f * (np.float32(0.6931471805599453) + f * (np.float32(0.2402265069591007) + f * (
-            np.float32(0.05550410866482158) + f * (np.float32(0.009618129107628477) + f * (
-                np.float32(0.0013333558146428443) + f * np.float32(0.00015403530393381606))))))
-        bits[b, i] = (np.int32(n) + np.int32(127)) << 23
-        out[b, i] = v / (np.float32(1.0) + out[b, i] * p) * x[b, i]
-
-
-@njit(fastmath=True, cache=True, nogil=True, error_model="numpy", parallel=True)
-def silu_mul_rows(g, x):  # pragma: no cover - jitted
-    """silu(g) * x of two (R, F) float32 arrays in one pass, rows over numba's threads: a 2,048 x 8,192
-    gate 26 -> 7.5 ms against numpy's five passes (Zen 5, 2 threads; docs/CPU_FAST_PATH.md)."""
-    out = np.empty_like(g)
-    for b in prange(g.shape[0]):
-        _silu_mul_row(g, x, out, b)
     return out
 
 

@@ -34,7 +34,7 @@ from .atomics import count_done, fetch_add, wait_at_least
 from .kernels import quantize_rows_q8
 from .vector import product_rows
 
-STEP_DIGEST = "a6f6590dab8343a1"  # sha256 of INPUTS: the files whose kernels and IR run_step inlines
+STEP_DIGEST = "eeca51d9d3fabe33"  # sha256 of INPUTS: the files whose kernels and IR run_step inlines
 INPUTS = ("models/quant/vector.py", "models/quant/vector_intrinsics.py", "models/quant/kernels.py",
           "models/cpu_decode_kernels.py", "models/quant/atomics.py", "models/cpu_decode_attention.py")
 
