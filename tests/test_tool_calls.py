@@ -123,7 +123,9 @@ def test_forced_choices_build_the_call_grammar(lm):
     assert [s["properties"]["name"]["const"] for s in spec["schema"]["anyOf"]] == ["get_weather", "get_time"]
     named = json.loads(call_constraint(
         tool_request([WEATHER, TIME], {"type": "function", "function": {"name": "get_weather"}}), fmt).text)
-    assert named["parallel"] is False and named["schema"]["properties"]["arguments"] == WEATHER["function"]["parameters"]
+    assert named["parallel"] is False and named["schema"]["properties"]["arguments"] == {
+        "$id": "urn:mlxcel:tool:get_weather:parameters", **WEATHER["function"]["parameters"],
+        "additionalProperties": False}  # closed: only the listed keys (tool_calls/closed.py)
     pythonic = fmt.__class__("pythonic", "<|tool_call_start|>", "<|tool_call_end|>", fmt.parse, True)
     with pytest.raises(ToolCallError, match="needs a JSON tool-call format") as info:
         call_constraint(tool_request([WEATHER], "required"), pythonic)

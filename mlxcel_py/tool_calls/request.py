@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 from ..engine import ConstraintSpec
 from ..errors import RequestError
+from .closed import closed_parameters
 
 MAX_TOOLS = 128  # OpenAI's limit
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -94,20 +95,36 @@ def tool_request(tools: Any, tool_choice: Any = None, parallel_tool_calls: Any =
 
 
 def call_schema(tool: dict) -> dict:
-    """JSON schema of one call in the Hermes format: {"name": <const>, "arguments": <parameters>}."""
+    """JSON schema of one call in the Hermes format: {"name": <const>, "arguments": <parameters>}.
+
+    The parameters are closed (tool_calls/closed.py): only the keys they list, each once, and a
+    tool without parameters takes exactly `{}`. They get an `$id` of their own, so that their
+    `#/$defs/...` and `#` references resolve inside them rather than at the call's root."""
     fn = tool["function"]
+    return _call(fn["name"], _own_document(fn["name"], closed_parameters(fn["parameters"])))
+
+
+def _call(name: str, arguments: dict) -> dict:
     return {
         "type": "object",
-        "properties": {"name": {"const": fn["name"]}, "arguments": fn["parameters"]},
+        "properties": {"name": {"const": name}, "arguments": arguments},
         "required": ["name", "arguments"],
         "additionalProperties": False,
     }
 
 
+def _own_document(name: str, schema: Any) -> Any:
+    """The schema as a resource of its own (JSON Schema's embedded `$id`), unless it names one."""
+    if not isinstance(schema, dict) or "$id" in schema or "id" in schema:
+        return schema
+    return {"$id": f"urn:mlxcel:tool:{name}:parameters", **schema}
+
+
 def tool_constraint(request: ToolRequest, start: str, end: str) -> Optional[ConstraintSpec]:
     """The constraint for a forced choice, or None (auto and none leave the model free).
 
-    Parallel calls are allowed only for `required` with parallel_tool_calls; a named function is one call."""
+    Several calls are allowed only for `required` with parallel_tool_calls; a named function is
+    one call, and so is `required` with parallel_tool_calls false: EOS must follow the call."""
     if not request.forced:
         return None
     tools = request.tools if request.choice == "required" else [t for t in request.tools
@@ -120,9 +137,9 @@ def tool_constraint(request: ToolRequest, start: str, end: str) -> Optional[Cons
 
 def lazy_tool_constraint(request: ToolRequest, strict: frozenset[str], start: str, end: str) -> ConstraintSpec:
     """`auto` with strict tools: free text until the model opens a call (`start`), then a call
-    whose arguments follow the schema of a `strict` tool (any object for the others)."""
-    schemas = [call_schema(t) if t["function"]["name"] in strict
-               else call_schema({"function": {**t["function"], "parameters": {"type": "object"}}})
+    whose arguments follow the (closed) schema of a `strict` tool, any object for the others.
+    With parallel_tool_calls false, one call and then EOS."""
+    schemas = [call_schema(t) if t["function"]["name"] in strict else _call(t["function"]["name"], {"type": "object"})
                for t in request.tools]
     schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
     text = json.dumps({"start": start, "end": end, "schema": schema, "parallel": request.parallel})

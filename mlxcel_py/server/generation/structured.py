@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from ...engine import ConstraintSpec
 from ...errors import FieldError, RequestError
 from ...tool_calls import ToolFormat, ToolRequest, call_constraint, tool_request
+from ...tool_calls.closed import closed_schema
 from .schemas import GenerationRequest
 
 
@@ -30,8 +31,10 @@ class OutputPlan:
 
 
 def schema_spec(schema: Any) -> ConstraintSpec:
-    """The constraint of a JSON schema (a dict)."""
-    return ConstraintSpec("json_schema", json.dumps(schema))
+    """The constraint of a JSON schema (a dict), its objects closed where they list their properties
+    and say nothing of others: OpenAI's strict reading and llama.cpp's, in every dialect
+    (docs/STRUCTURED_OUTPUT.md, "Closed objects")."""
+    return ConstraintSpec("json_schema", json.dumps(closed_schema(schema)))
 
 
 def _response_format(body: GenerationRequest) -> Optional[ConstraintSpec]:

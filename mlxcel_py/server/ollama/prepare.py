@@ -29,7 +29,7 @@ from ..generation.reasoning import reply_reasoning
 from ..generation.sampling import sampling_params
 from ..generation.thinking import with_thinking
 from ..generation.schemas import GenerationRequest
-from ..generation.structured import compile_constraint
+from ..generation.structured import compile_constraint, schema_spec
 from ..http.body import parse_body
 from .fields import CHAT_NOT_SUPPORTED, GENERATE_NOT_SUPPORTED, OPTIONS_NOT_SUPPORTED, think_options
 from .schemas import OllamaChatRequest, OllamaGenerateRequest, OllamaMessage, OllamaOptions, OllamaRequest
@@ -71,12 +71,13 @@ def openai_messages(body: OllamaChatRequest) -> list[dict]:
 
 
 def _constraint(rt: "Runtime", body: OllamaRequest) -> Optional[ConstraintSpec]:
-    """`format`: "json" is any JSON object, an object is a JSON schema; compiled now (a 400 if it cannot be)."""
+    """`format`: "json" is any JSON object, an object is a JSON schema (closed objects, as Ollama's
+    llama.cpp grammar has them); compiled now (a 400 if it cannot be)."""
     fmt = body.format
     if fmt is None or fmt == "":
         return None
     try:
-        spec = ConstraintSpec("json_object") if fmt == "json" else ConstraintSpec("json_schema", json.dumps(fmt))
+        spec = ConstraintSpec("json_object") if fmt == "json" else schema_spec(fmt)
     except RequestError as exc:
         raise FieldError(str(exc), param="format") from None
     compile_constraint(rt.worker.compiler, spec, "format")
