@@ -1,8 +1,9 @@
 """The model's output -> OpenAI content and `tool_calls`, streamed as OpenAI-shaped deltas.
 
 Text between the format's start and end markers is handed to mlx-lm's tool parser; text
-outside is content. Whitespace next to a call is dropped. A call that does not parse is
-returned as content rather than lost."""
+outside is content. Whitespace next to a call is dropped. A closed call that does not parse is
+returned as content rather than lost. A call cut short (max_tokens, or the reply ending before
+its end marker) is still a call, never markup: see `ToolCallStream.finish`."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from .partial import cut_call
 from .render import ToolFormat
 
 log = logging.getLogger(__name__)
@@ -25,7 +27,8 @@ def new_call_id() -> str:
 class ToolCall:
     id: str
     name: str
-    arguments: str  # JSON text, as OpenAI sends it
+    arguments: str  # JSON text, as OpenAI sends it; cut short when `partial`
+    partial: bool = False  # cut before its arguments were complete
 
     def to_openai(self, index: Optional[int] = None) -> dict:
         out: dict[str, Any] = {"id": self.id, "type": "function",
@@ -42,9 +45,11 @@ def _held_prefix(text: str, marker: str) -> int:
 
 
 class ToolCallStream:
-    """Feed generated text; get OpenAI chat deltas ({"content"} or {"tool_calls": [...]}).
+    """Feed generated text; get OpenAI chat deltas ({"content"} or {"tool_calls": [...]}, with
+    `"partial": True` beside a call cut short).
 
-    With parallel_tool_calls false only the first call is returned."""
+    With parallel_tool_calls false only the first call is returned. A format whose end marker is
+    empty (Mistral's) writes its calls up to the end of the reply."""
 
     def __init__(self, fmt: ToolFormat, tools: Optional[list] = None, parallel: bool = True,
                  new_id: Callable[[], str] = new_call_id):
@@ -62,7 +67,7 @@ class ToolCallStream:
     def feed(self, text: str) -> list[dict]:
         self._buffer += text
         deltas: list[dict] = []
-        while True:
+        while not (self._in_call and not self.fmt.end):
             marker = self.fmt.end if self._in_call else self.fmt.start
             at = self._buffer.find(marker)
             if at < 0:
@@ -81,13 +86,41 @@ class ToolCallStream:
             self._buffer = ready[len(body) :] + self._buffer[len(ready) :]
         return deltas
 
-    def finish(self) -> list[dict]:
-        """Release what is held at the end of generation (an unterminated call is parsed if it can be)."""
+    def finish(self, cut: bool = False) -> list[dict]:
+        """Release what is held at the end of generation; `cut`: max_tokens (or an error) ended it.
+
+        An unterminated call is a call: parsed whole if only its end marker is missing, else read
+        by `_cut`. Text held as the possible start of a call is dropped at a cut (it was markup
+        being written) and released as content when the reply really ended with it."""
         rest, self._buffer = self._buffer, ""
         if self._in_call:
             self._in_call = False
-            return self._call(rest, closed=False)
+            return self._unterminated(rest)
+        if cut:
+            rest = rest[: len(rest) - _held_prefix(rest, self.fmt.start)].rstrip()
         return self._content(rest)
+
+    def _unterminated(self, body: str) -> list[dict]:
+        if self.fmt.end:  # the end marker's first characters, written before the cut
+            body = body[: len(body) - _held_prefix(body, self.fmt.end)]
+        try:
+            return self._calls(self._parsed(body))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return self._cut(body)
+
+    def _cut(self, body: str) -> list[dict]:
+        """A call cut before its end, as far as it goes: the name and the arguments text so far.
+
+        Only the JSON format can be read part-way. A call whose name is not complete, or not one of
+        the request's tools, names no function and is dropped (logged); so is a cut call in a
+        format whose parser cannot read it. Nothing of it becomes content."""
+        found = cut_call(body) if self.fmt.json_calls else None
+        names = {t.get("function", {}).get("name") for t in self.tools or ()}
+        if found is None or (self.tools and found.name not in names):
+            log.warning("a tool call cut short names no function it can be returned as; dropped: %r", body[:200])
+            self._after_call = True
+            return []
+        return self._calls([(None, found.name, found.arguments)], partial=not found.whole)
 
     def _content(self, text: str) -> list[dict]:
         if self._after_call:
@@ -97,21 +130,29 @@ class ToolCallStream:
         self._after_call = False
         return [{"content": text}]
 
-    def _call(self, body: str, closed: bool = True) -> list[dict]:
-        self._after_call = True
+    def _parsed(self, body: str) -> list[tuple[Optional[str], str, str]]:
+        """The calls in a call body, by the format's parser; raises when it does not parse."""
+        parsed = self.fmt.parse(body.strip(), self.tools)
+        return [_as_call(item) for item in (parsed if isinstance(parsed, list) else [parsed])]
+
+    def _call(self, body: str) -> list[dict]:
         try:
-            parsed = self.fmt.parse(body.strip(), self.tools)
-            items = [_as_call(item) for item in (parsed if isinstance(parsed, list) else [parsed])]
+            items = self._parsed(body)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             log.warning("tool call did not parse (%s); returned as content", exc)
             self._after_call = False
-            return [{"content": f"{self.fmt.start}{body}{self.fmt.end if closed else ''}"}]
+            return [{"content": f"{self.fmt.start}{body}{self.fmt.end}"}]
+        return self._calls(items)
+
+    def _calls(self, items: list[tuple[Optional[str], str, str]], partial: bool = False) -> list[dict]:
+        self._after_call = True
         deltas = []
         for call_id, name, arguments in items:
             if self.calls and not self.parallel:
                 break
-            call = ToolCall(call_id or self.new_id(), name, arguments)
-            deltas.append({"tool_calls": [call.to_openai(index=len(self.calls))]})
+            call = ToolCall(call_id or self.new_id(), name, arguments, partial)
+            delta: dict[str, Any] = {"tool_calls": [call.to_openai(index=len(self.calls))]}
+            deltas.append({**delta, "partial": True} if partial else delta)
             self.calls.append(call)
         return deltas
 

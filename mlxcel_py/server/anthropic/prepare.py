@@ -44,6 +44,12 @@ def _text(blocks: Union[str, list[TextBlock], None]) -> str:
     return "\n".join(b.text for b in blocks)
 
 
+def _result_text(text: str, is_error: Optional[bool]) -> str:
+    """A tool result's text; an error's says so once ("Error: " unless it already starts with
+    it, after leading whitespace, in any case)."""
+    return f"Error: {text}" if is_error and not text.lstrip().lower().startswith("error:") else text
+
+
 def _system(text: str) -> dict:
     return {"role": "system", "content": _BILLING_STAMP.sub(r"\g<1>fffff;", text)}
 
@@ -62,7 +68,7 @@ def _turns(i: int, msg: Message) -> list[dict]:
     if msg.role == "system":
         return [_system(text)]
     results = [{"role": "tool", "tool_call_id": b.tool_use_id,
-                "content": ("Error: " if b.is_error else "") + _text(b.content)}
+                "content": _result_text(_text(b.content), b.is_error)}
                for b in msg.content if b.type == "tool_result"]
     calls = [{"id": b.id, "type": "function", "function": {"name": b.name, "arguments": json.dumps(b.input)}}
              for b in msg.content if b.type == "tool_use"]

@@ -49,7 +49,7 @@ class ToolResultBlock(Body):
     type: Literal["tool_result"]
     tool_use_id: str
     content: Union[str, list[TextBlock], None] = None
-    is_error: Optional[bool] = None  # rendered as an "Error: " prefix on the result
+    is_error: Optional[bool] = None  # rendered as an "Error: " prefix on the result, unless it starts with one
     cache_control: Optional[Object] = None
 
 

@@ -3,7 +3,8 @@
 
 Tool calls are read out of the text by mlxcel_py.tool_calls (the model's own format) and
 become `tool_use` blocks; streamed, each call is one block whose `input` arrives as one
-`input_json_delta` once the call is complete.
+`input_json_delta` once the call is complete. A call cut by max_tokens is still a `tool_use`
+block (stop_reason `max_tokens`): its input as far as it was written (see `_tool_use`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ...engine import Finished, PromptProgress, TokenDelta
-from ...tool_calls import ToolCall, ToolCallStream, ToolFormat, ToolRequest
+from ...tool_calls import ToolCall, ToolCallStream, ToolFormat, ToolRequest, arguments_object
 from ..generation.reasoning import ReasoningSplit, ReasoningStart, split_whole
 from ..generation.submit import failure
 from ..http.errors import APIError, anthropic_error_body
@@ -55,22 +56,20 @@ def stop_reason(reply: AnthropicReply, f: Finished, called: bool) -> tuple[str, 
 
 
 def _tool_use(call: ToolCall) -> dict:
-    try:
-        arguments = json.loads(call.arguments)
-    except json.JSONDecodeError:
-        arguments = None
-    return {"type": "tool_use", "id": call.id, "name": call.name,
-            "input": arguments if isinstance(arguments, dict) else {}}
+    """`input` must be an object: a call cut short has its JSON closed as far as it was written
+    (a cut string value kept, a key without its value dropped), or {} when nothing of it parses."""
+    return {"type": "tool_use", "id": call.id, "name": call.name, "input": arguments_object(call.arguments)}
 
 
-def content_blocks(reply: AnthropicReply, text: str) -> list[dict]:
-    """The reply's text as content blocks, in the order the model wrote them: text, tool_use, ..."""
+def content_blocks(reply: AnthropicReply, text: str, cut: bool = False) -> list[dict]:
+    """The reply's text as content blocks, in the order the model wrote them: text, tool_use, ...
+    `cut`: max_tokens ended it (a half-written call marker is dropped)."""
     tools = reply.tools
     if tools is None or reply.fmt is None:
         return [{"type": "text", "text": text}] if text else []
     stream = ToolCallStream(reply.fmt, tools.as_openai(), tools.parallel, new_tool_use_id)
     blocks: list[dict] = []
-    for delta in stream.feed(text) + stream.finish():
+    for delta in stream.feed(text) + stream.finish(cut):
         if "content" in delta and blocks and blocks[-1]["type"] == "text":
             blocks[-1]["text"] += delta["content"]
         elif "content" in delta:
@@ -88,7 +87,8 @@ def thinking_block(text: str) -> dict:
 def message_json(reply: AnthropicReply, text: str, f: Finished) -> dict:
     """The non-streaming reply: the thinking first, then the answer's blocks."""
     thought, answer = split_whole(reply.reasoning, text)
-    blocks = ([thinking_block(thought)] if thought else []) + content_blocks(reply, answer)
+    answer_blocks = content_blocks(reply, answer, f.finish_reason != "stop")
+    blocks = ([thinking_block(thought)] if thought else []) + answer_blocks
     reason, sequence = stop_reason(reply, f, any(b["type"] == "tool_use" for b in blocks))
     return {"id": reply.id, "type": "message", "role": "assistant", "model": reply.model, "content": blocks,
             "stop_reason": reason, "stop_sequence": sequence, "usage": usage_json(f)}
@@ -135,7 +135,7 @@ class AnthropicFramer:
         if self.split is not None:
             out += self._split(*self.split.finish())
         if self.calls is not None:
-            out += self._apply(self.calls.finish())
+            out += self._apply(self.calls.finish(cut=item.finish_reason != "stop"))
         out += self._close()
         reason, sequence = stop_reason(self.reply, item, self.called)
         return out + [event("message_delta", delta={"stop_reason": reason, "stop_sequence": sequence},

@@ -46,6 +46,7 @@ class Part:
     tool_calls: list[dict] = field(default_factory=list)  # whole calls, OpenAI delta shape (with index)
     rows: list[TokenRow] = field(default_factory=list)
     reasoning: Optional[str] = None  # the model's thinking, apart from the answer
+    partial: bool = False  # its (last) tool call was cut short: arguments as far as they were written
 
 
 class Assembler:
@@ -99,8 +100,8 @@ class Assembler:
         parts = self._text(event.text)
         if self.split is not None:
             parts += self._answer(*self.split.finish())
-        if self.calls is not None:
-            parts += self._deltas(self.calls.finish())
+        if self.calls is not None:  # a cut drops a held half-written marker (markup, not text)
+            parts += self._deltas(self.calls.finish(cut=event.finish_reason != "stop"))
         if self._rows:  # tokens whose text never came out (held, or a stop string's)
             parts.append(Part(text="", rows=self._take()))
         return parts
@@ -134,10 +135,12 @@ class Assembler:
         return self._deltas(self.calls.feed(text))
 
     def _deltas(self, deltas: list[dict]) -> list[Part]:
-        return [Part(text=d.get("content"), tool_calls=d.get("tool_calls", []), rows=self._take()) for d in deltas]
+        return [Part(text=d.get("content"), tool_calls=d.get("tool_calls", []), rows=self._take(),
+                     partial=d.get("partial", False)) for d in deltas]
 
 
 def merge(parts: list[Part]) -> Part:
-    """A whole reply as one part."""
+    """A whole reply as one part (a cut call is always the last one)."""
     return Part("".join(p.text or "" for p in parts), [c for p in parts for c in p.tool_calls],
-                [r for p in parts for r in p.rows], "".join(p.reasoning or "" for p in parts) or None)
+                [r for p in parts for r in p.rows], "".join(p.reasoning or "" for p in parts) or None,
+                any(p.partial for p in parts))

@@ -2,7 +2,8 @@
 pieces, then the final object with `done_reason` and the statistics), or the final object alone.
 
 /api/chat pieces carry `message` (`content`, a reasoning model's `thinking`, and `tool_calls`
-with arguments as objects), /api/generate pieces `response` (and `thinking`); generate's final
+with arguments as objects; a call cut by num_predict has its arguments as far as they were
+written, `done_reason: "length"`), /api/generate pieces `response` (and `thinking`); generate's final
 object adds `context` (the prompt's and the reply's token ids). Durations are nanoseconds from the engine's own timings.
 """
 
@@ -15,6 +16,7 @@ from datetime import datetime, timezone
 from typing import Any, Literal
 
 from ...engine import Finished, PromptProgress, TokenDelta
+from ...tool_calls import arguments_object
 from ..generation.assembler import Assembler, Part, Shape, merge
 from ..generation.logprobs import TokenRow
 from ..generation.submit import failure
@@ -60,13 +62,11 @@ def stats_json(reply: OllamaReply, f: Finished) -> dict:
 
 
 def _tool_call(call: dict) -> dict:
-    """An OpenAI-form call -> Ollama's, whose arguments are an object."""
-    try:
-        arguments = json.loads(call["function"]["arguments"])
-    except json.JSONDecodeError:
-        arguments = None
-    return {"id": call["id"], "function": {"index": call.get("index", 0), "name": call["function"]["name"],
-                                           "arguments": arguments if isinstance(arguments, dict) else {}}}
+    """An OpenAI-form call -> Ollama's, whose arguments are an object (a cut call's JSON closed as
+    far as it was written, as tool_calls.arguments_object does; {} when nothing of it parses)."""
+    fn = call["function"]
+    return {"id": call["id"], "function": {"index": call.get("index", 0), "name": fn["name"],
+                                           "arguments": arguments_object(fn["arguments"])}}
 
 
 def _logprobs(rows: list[TokenRow]) -> list[dict]:

@@ -4,7 +4,8 @@ a stream sends as they are written.
 
 `Output` is fed the parts an Assembler makes of engine events (text, whole tool calls) and
 returns the item events; a non-streaming reply feeds the same parts and keeps only the items,
-so both paths build the same output.
+so both paths build the same output. A call cut by max_output_tokens is a `function_call` item
+with `status: "incomplete"` and its arguments as far as they were written.
 """
 
 from __future__ import annotations
@@ -89,8 +90,9 @@ class Output:
     def add(self, part: Part) -> list[dict]:
         events = self._think(part.reasoning) if part.reasoning else []
         events += self._text(part.text) if part.text else []
-        for call in part.tool_calls:
-            events += self._close("completed") + self._call(call)
+        for i, call in enumerate(part.tool_calls):
+            cut = part.partial and i == len(part.tool_calls) - 1
+            events += self._close("completed") + self._call(call, "incomplete" if cut else "completed")
         return events
 
     def finish(self, status: str) -> list[dict]:
@@ -159,12 +161,12 @@ class Output:
                 {"type": "response.content_part.done", **where, "content_index": 0, "part": dict(part)},
                 {"type": "response.output_item.done", "output_index": where["output_index"], "item": _copy(item)}]
 
-    def _call(self, call: dict) -> list[dict]:
+    def _call(self, call: dict, status: str) -> list[dict]:
         fn = call["function"]
         item = {"id": new_id("fc"), "type": "function_call", "status": "in_progress", "call_id": call["id"],
                 "name": fn["name"], "arguments": ""}
         added = {"type": "response.output_item.added", "output_index": self._append(item), "item": dict(item)}
-        item.update(arguments=fn["arguments"], status="completed")
+        item.update(arguments=fn["arguments"], status=status)
         where = self._where(item)
         return [added, {"type": "response.function_call_arguments.delta", **where, "delta": fn["arguments"]},
                 {"type": "response.function_call_arguments.done", **where, "name": fn["name"],
