@@ -2,7 +2,7 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-PROMPT ?= What is the capital of France?
+PROMPT ?= Name the capital of France.
 ARGS ?=
 
 .PHONY: setup test chromium stress test-distributed test-webui webui-screenshots generate serve chat bench blas clean

@@ -1,7 +1,10 @@
-"""One forward per tick over GGUF blocks (models/cpu_tick.py, the default model's path): the piece's
-attention runs on one numpy BLAS thread, with the tokens numpy's own thread count gives.
+"""One forward per tick over GGUF blocks where the decoder has no fused step (models/cpu_tick.py: a
+plain llama whose products go one by one, e.g. F16 matrices; here the fused step is turned off by
+forcing a product candidate): the piece's attention runs on one numpy BLAS thread, with the tokens
+numpy's own thread count gives. With the fused step (the default model's path) the pieces are rows of
+the step itself (engine/runner/row_prefill.py; tests/test_exact_routes.py).
 
-(Over blocks a fused piece's tokens may differ from the separate forward's: the piece goes through
+(On this path a fused piece's tokens may differ from the separate forward's: the piece goes through
 the decode kernels' int8 activations, the separate piece through float tiles; on this fixture the
 64-token piece's first token does: within the quantized path's tolerance, not bit for bit.)"""
 
@@ -24,7 +27,16 @@ def blocks():
     return load_model(str(Path(__file__).parent / "fixtures" / "gguf" / "llama-q8_0.gguf"), threads=1)
 
 
+@pytest.fixture(autouse=True)
+def per_product(monkeypatch):
+    """No fused step (FusedDecoder.runs_rows is false with another product candidate forced)."""
+    from mlxcel_py.models.quant import products
+
+    monkeypatch.setattr(products, "linear", products.linear_int8_vector)
+
+
 def runner_for(lm, fuse):
+    assert not lm.cpu_decode.runs_rows()
     runner = ModelRunner(lm.model, decode=lm.cpu_decode, kernels=lm.cpu_kernels, verify=lm.cpu_decode.verify)
     runner.fuse_max_tokens = fuse
     return runner

@@ -33,19 +33,20 @@ def begin(runner, sid, ids, params=None, chunk=512):
     return out.first_token
 
 
-def scenario(runner):
-    """Ragged joins and leaves, a reorder, a verified draft: every step's tokens and last logprobs."""
-    trace = [begin(runner, 1, prompt(40, 1)), begin(runner, 2, prompt(9, 2))]
+def scenario(runner, chunk=512):
+    """Ragged joins and leaves, a reorder, a verified draft: every step's tokens and last logprobs
+    (prompts in `chunk`-token pieces; the 300-token one in 128-token ones, or `chunk` if smaller)."""
+    trace = [begin(runner, 1, prompt(40, 1), chunk=chunk), begin(runner, 2, prompt(9, 2), chunk=chunk)]
     for _ in range(3):
         trace.extend(runner.execute(Step(decode=(1, 2))).decoded)
-    trace.append(begin(runner, 3, prompt(300, 3), greedy(8, logprobs=True, top_logprobs=2), chunk=128))
+    trace.append(begin(runner, 3, prompt(300, 3), greedy(8, logprobs=True, top_logprobs=2), chunk=min(chunk, 128)))
     for _ in range(2):
         out = runner.execute(Step(decode=(3, 1, 2)))
         trace.extend(out.decoded)
         trace.append([(lp.token_id, round(lp.logprob, 4)) for lp in out.decoded_logprobs if lp is not None])
     out = runner.execute(Step(retire=(Retire(1),), decode=(2, 3), drafts=((5, 6, 7), ())))
     trace.extend(out.decoded + tuple(out.decoded_extra))
-    trace.append(begin(runner, 4, prompt(20, 4)))
+    trace.append(begin(runner, 4, prompt(20, 4), chunk=chunk))
     for _ in range(3):
         trace.extend(runner.execute(Step(decode=(4, 3, 2))).decoded)
     return trace
@@ -107,9 +108,10 @@ def test_a_snapshot_of_a_row_is_a_private_copy(lm):
         runner._extract(0, 99)
 
 
-def test_the_fused_native_step_runs_over_the_rows_token_exact(monkeypatch):
+def test_the_fused_native_step_runs_over_the_rows_and_its_prompts_too(monkeypatch):
     """The default CPU path (a llama GGUF's blocks, cpu_step_native.FusedDecoder): the rows' decode
-    steps go through its one-call step, with the same tokens as the fused step over BatchKVCache."""
+    steps and verifies go through its one-call step, and so do the prompts' pieces (a row per
+    position: engine/runner/row_prefill.py), so the tokens do not depend on how a prompt is cut."""
     from pathlib import Path
 
     from mlxcel_py.models import load_model
@@ -121,16 +123,20 @@ def test_the_fused_native_step_runs_over_the_rows_token_exact(monkeypatch):
     fixture = load_model(str(Path(__file__).parent / "fixtures" / "gguf" / "llama-q8_0.gguf"), threads=1)
     decoder = fixture.cpu_decode
     assert type(decoder) is FusedDecoder and decoder.fused
-    calls = []
-    step_rows = decoder.step_rows
+    calls, prompts = [], []
+    step_rows, run_rows = decoder.step_rows, decoder.run_rows
     monkeypatch.setattr(decoder, "step_rows", lambda *a: calls.append((len(a[0]), a[6])) or step_rows(*a))
+    # a prompt piece asks for some rows' logits (a[6]); step_rows' decode and verify for every row's
+    monkeypatch.setattr(decoder, "run_rows", lambda *a: (a[6] is not None and prompts.append(len(a[0]))) or run_rows(*a))
     ours = ModelRunner(fixture.model, decode=decoder, verify=decoder.verify, kv_rows=None)
-    theirs = ModelRunner(fixture.model, decode=decoder, verify=decoder.verify, kv_rows=False)
-    assert scenario(ours) == scenario(theirs)
+    trace = scenario(ours)
     assert isinstance(ours._batch, RowKV)  # chosen by default for a plain llama step
-    # every rows step went through the fused call: the width-1 steps of 2 and 3 rows, and the verify
-    # of 2 rows x (1 + 3 drafted) positions
+    # every decode step went through the fused call: the width-1 steps of 2 and 3 rows, and the verify
+    # of 2 rows x (1 + 3 drafted) positions; every prompt piece as rows (scenario's 128-token pieces)
     assert set(calls) == {(2, 1), (3, 1), (8, 4)}
+    assert sorted(set(prompts)) == [9, 20, 40, 44, 128]
+    cut = ModelRunner(fixture.model, decode=decoder, verify=decoder.verify, kv_rows=None)
+    assert scenario(cut, chunk=7) == trace  # pieces of 7 tokens: the same rows, the same tokens
 
 
 def test_other_architectures_keep_the_batch_layout():

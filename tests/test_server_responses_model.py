@@ -70,7 +70,7 @@ def test_a_forced_call_answered_through_previous_response_id(oai):
 
 
 def test_json_object_and_json_schema_output(oai):
-    as_object = oai.responses.create(model="m", input='Return {"ok": true} as JSON.', max_output_tokens=40,
+    as_object = oai.responses.create(model="m", input='Give me a JSON object with the key "ok" set to true.', max_output_tokens=40,
                                      temperature=0, text={"format": {"type": "json_object"}})
     assert as_object.status == "completed" and isinstance(json.loads(as_object.output_text), dict)
     common = {"model": "m", "input": "Describe a cat as JSON with its name and age.", "max_output_tokens": 96,

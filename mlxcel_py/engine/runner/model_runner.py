@@ -20,6 +20,7 @@ from .constraints import ConstraintCompiler
 from .draft_model import DraftModel
 from .kv import KVLayout, arrays, bytes_per_token, snapshot
 from .prompt_side import PromptSide, SequenceState
+from .row_prefill import RowPrefill
 from .sampling import SampledToken, sample_step
 from .shift import ContextShifter, shift_support
 from .tick import FusedTick
@@ -52,7 +53,7 @@ def kv_bytes_per_token(model, layout: Optional[KVLayout] = None) -> int:
     return bytes_per_token(model, layout)
 
 
-class ModelRunner(PromptSide, FusedTick, Runner):
+class ModelRunner(PromptSide, RowPrefill, FusedTick, Runner):
     """Executes steps; owns every KV array and sampler, keyed by the ids the records carry.
 
     `decode`: the loader's CPU decode step (models/cpu_decode.py; None: mlx-lm's forward);
@@ -217,7 +218,9 @@ class ModelRunner(PromptSide, FusedTick, Runner):
             self._shifter = ContextShifter(self.model, self._kernels, self.shift_mode)
         for shift in shifts:
             row = self._rows.index(shift.seq_id)
-            if self._owned:
+            if self._rebuild_row(row, shift):  # the decode step's own rows (engine/runner/row_prefill.py)
+                pass
+            elif self._owned:
                 self._shifter.apply_rows(self._batch, row, shift)
             else:
                 self._shifter.apply(self._batch, row, shift)

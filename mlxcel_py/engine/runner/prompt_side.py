@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 import mlx.core as mx
+import numpy as np
 
 from ..core.events import TokenLogprobs
 from ..core.step import PrefillPiece
@@ -58,11 +59,19 @@ class PromptSide:
         cache = state.prefill_cache
         state.sampler.extend_prompt(piece.tokens)
         prompt: tuple = ()
-        with self._kernels, numpy_blas_threads(1 if len(piece.tokens) <= SMALL_PIECE else None):
+        if self._by_rows(piece):  # the decode step's rows: one kernel family (engine/runner/row_prefill.py)
             if state.sampler.params.prompt_logprobs:
-                logits, prompt = self._score_piece(piece, state)
+                logits, prompt = self._score_piece(piece, state, self._prefill_rows(
+                    piece, state, np.arange(len(piece.tokens), dtype=np.int64)))
             else:
-                logits = self._forward_prefill(mx.array(piece.tokens)[None], cache, piece.terminal)
+                wanted = np.array([len(piece.tokens) - 1], np.int64) if piece.terminal else None
+                logits = self._prefill_rows(piece, state, wanted)
+        else:
+            with self._kernels, numpy_blas_threads(1 if len(piece.tokens) <= SMALL_PIECE else None):
+                if state.sampler.params.prompt_logprobs:
+                    logits, prompt = self._score_piece(piece, state)
+                else:
+                    logits = self._forward_prefill(mx.array(piece.tokens)[None], cache, piece.terminal)
         if self.draft is not None:
             self.draft.prefill(piece.seq_id, piece.tokens, piece.terminal)
         if piece.snapshot_id is not None:
@@ -98,10 +107,13 @@ class PromptSide:
         self._release_prefix(self._seqs.pop(piece.seq_id))
         return state.pooler.result()
 
-    def _score_piece(self, piece: PrefillPiece, state: SequenceState) -> tuple[mx.array, tuple[Optional[TokenLogprobs], ...]]:
-        """Forward a piece with logits at every position: each prompt token's logprob given the
-        tokens before it (the first token of the prompt has none). Returns the last row too."""
-        logits = self.model(mx.array(piece.tokens)[None], cache=state.prefill_cache)[0]
+    def _score_piece(self, piece: PrefillPiece, state: SequenceState, logits: Optional[mx.array] = None
+                     ) -> tuple[mx.array, tuple[Optional[TokenLogprobs], ...]]:
+        """Forward a piece with logits at every position (or take them, computed as rows): each prompt
+        token's logprob given the tokens before it (the first token of the prompt has none). Returns
+        the last row too."""
+        if logits is None:
+            logits = self.model(mx.array(piece.tokens)[None], cache=state.prefill_cache)[0]
         previous, state.prompt_row = state.prompt_row, None
         rows = logits[:-1] if previous is None else mx.concatenate([previous, logits[:-1]], axis=0)
         scored = piece.tokens[1:] if previous is None else piece.tokens

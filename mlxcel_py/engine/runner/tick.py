@@ -64,16 +64,19 @@ class FusedTick:
             raise RuntimeError(f"piece of seq {piece.seq_id} starts at {piece.start}, its KV holds {cache[0].offset}")
         state.sampler.extend_prompt(piece.tokens)
         kv = self._batch
-        if state.staged is None:
-            state.staged = kv.stage(piece.end)
-        kv.reserve(piece.end)
-        slots, starts, positions, prefix = kv.step_arrays(1)
         last = [self._seqs[s].last_token for s in seq_ids]
-        logits = forward_tick(self._fast_decode, last, kv.keys, kv.values, slots, starts, positions,
-                              piece.tokens, piece.start, _store(cache, kv, state.staged, piece.start),
-                              piece.terminal, prefix)
+        if self._by_rows(piece):  # the decode step's own rows: its bits (engine/runner/row_prefill.py)
+            logits = self._tick_rows(last, piece, state)
+        else:
+            if state.staged is None:
+                state.staged = kv.stage(piece.end)
+            kv.reserve(piece.end)
+            slots, starts, positions, prefix = kv.step_arrays(1)
+            logits = forward_tick(self._fast_decode, last, kv.keys, kv.values, slots, starts, positions,
+                                  piece.tokens, piece.start, _store(cache, kv, state.staged, piece.start),
+                                  piece.terminal, prefix)
+            kv.staged_written(state.staged, piece.start, piece.end)
         kv.advance(1)
-        kv.staged_written(state.staged, piece.start, piece.end)
         logits = mx.array(logits)
         decoded = self._sample(logits[: len(seq_ids)], seq_ids)
         for seq_id, s in zip(seq_ids, decoded):

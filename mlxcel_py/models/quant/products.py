@@ -119,6 +119,11 @@ def linear_int8(x: np.ndarray, w: QuantWeight, out=None, threads: int | None = N
     return out
 
 
+def linear_float_activations(x: np.ndarray, w: QuantWeight, out=None, threads: int | None = None) -> np.ndarray:
+    """x @ W.T with x kept in float32: candidate c where the vector IR reads W, else a."""
+    return (linear_vector if _vector_reads(w.qtype, w.shape[1]) else linear_float)(x, w, out, threads)
+
+
 def linear(x: np.ndarray, w: QuantWeight, out=None, threads: int | None = None) -> np.ndarray:
     """x @ W.T (B, N) float32 with the candidate chosen for W's type."""
     if span.reads(w.qtype, x.shape[0]):
