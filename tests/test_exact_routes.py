@@ -134,3 +134,36 @@ def test_a_context_shift_rebuilds_the_row_as_a_fresh_prefill_of_the_kept_tokens(
     assert len(shifted) == len(fresh) and shifted[0][0].shape[1] == len(kept)
     for (k, v), (fk, fv) in zip(shifted, fresh):
         assert np.array_equal(k, fk) and np.array_equal(v, fv)
+
+
+def test_the_server_answers_each_chat_the_same_three_times_alone_and_four_at_once(lm):
+    """The acceptance as a user sees it: the default serve configuration over HTTP, temperature 0; a
+    miss (cache_prompt false), hits, and four requests at once all give byte-identical texts."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from server_helpers import start_server, stop_server
+
+    running = start_server(model=lm, parallel=4)
+    try:
+        with running.client() as client:
+            def ask(text, cache=True):
+                body = {"messages": [{"role": "user", "content": text}], "temperature": 0, "max_tokens": TOKENS}
+                if not cache:
+                    body["cache_prompt"] = False
+                reply = client.post("/v1/chat/completions", json=body)
+                assert reply.status_code == 200, reply.text
+                data = reply.json()
+                return data["choices"][0]["message"]["content"], data["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+            cold = {p: ask(p, cache=False) for p in PROMPTS}
+            assert all(c == 0 for _, c in cold.values())
+            for _ in range(2):
+                again = {p: ask(p) for p in PROMPTS}
+                assert {p: t for p, (t, _) in again.items()} == {p: t for p, (t, _) in cold.items()}
+            assert all(c > 0 for _, c in again.values())  # the repeats were hits
+            with ThreadPoolExecutor(4) as pool:
+                for _ in range(2):
+                    together = list(pool.map(ask, PROMPTS[:4]))
+                    assert [t for t, _ in together] == [cold[p][0] for p in PROMPTS[:4]]
+    finally:
+        stop_server(running)
