@@ -7,8 +7,8 @@ if [ "$(id -u)" != "0" ] || ! command -v apt-get >/dev/null 2>&1; then
     echo "note: no /usr/bin/chromium; the browser tests will skip (apt-get install chromium as root)" >&2
     exit 0
 fi
-export DEBIAN_FRONTEND=noninteractive
-apt-get install -y -q chromium >/dev/null 2>&1 \
-    || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1; } \
-    || echo "note: could not install chromium; the browser tests will skip" >&2
+if ! bash "$(dirname "$0")/apt_install.sh" chromium; then
+    echo "WARNING: could not install chromium (above); the browser tests will skip. Run 'make chromium'" \
+         "again once apt is free." >&2
+fi
 exit 0

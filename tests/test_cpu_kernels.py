@@ -159,3 +159,16 @@ def test_a_wide_models_prefill_scope_lets_mlx_cache_its_widest_buffers_and_frees
         assert mx.set_cache_limit(32 << 20) == 32 << 20
     finally:
         mx.set_cache_limit(before)
+
+
+@pytest.mark.parametrize("name, platform, said", [("reference", "linux", True), ("openblas", "linux", False),
+                                                   ("off", "linux", False), ("reference", "darwin", False)])
+def test_the_reference_blas_is_said_with_its_cost(monkeypatch, name, platform, said):
+    from mlxcel_py.models import blas
+
+    monkeypatch.setattr(blas, "_loaded", blas.BlasInfo(name, note="no OpenBLAS found (apt-get install x)"))
+    monkeypatch.setattr(blas.sys, "platform", platform)
+    note = blas.slow_blas_note()
+    assert (note is not None) == said
+    if said:
+        assert note.startswith("the reference BLAS is in use (no OpenBLAS found") and "make blas" in note

@@ -144,6 +144,16 @@ def loaded_blas() -> BlasInfo:
     return _loaded or BlasInfo("reference", note="no preload")
 
 
+def slow_blas_note() -> Optional[str]:
+    """What running on the wheel's reference BLAS costs, for the start-up log and generate's statistics
+    (None where OpenBLAS, Accelerate, or the user's MLXCEL_BLAS=off is in use)."""
+    info = loaded_blas()
+    if info.name != "reference" or sys.platform != "linux":
+        return None
+    return (f"the reference BLAS is in use ({info.note}): MLX's CPU matmuls (prefill outside the fused CPU step, "
+            "--cpu-weights f32) run several times slower; install libopenblas0-pthread (make blas)")
+
+
 _sgemm: Optional[object] = None
 
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .blas import loaded_blas
+from .blas import loaded_blas, slow_blas_note
 from ..errors import ModelLoadError
 from .types import LoadedModel
 
@@ -152,6 +152,12 @@ def _describe(base: str, weights: str) -> str:
     path = {"dense-float32": "dense float32", "quantized": "quantized (MLX kernels)",
             "gguf-blocks": "GGUF blocks (no float32 copy)", "mlx-blocks": "affine blocks (no float32 copy)"}.get(weights, weights)
     kernels = f" ({blas.note.removeprefix('kernels ')})" if blas.note.startswith("kernels ") else ""
+    slow = slow_blas_note()
+    if slow is not None:
+        import mlx.core as mx  # loaded by now (the model is): only after the BLAS preload
+
+        if mx.default_device() == mx.cpu:
+            log.warning("%s", slow)
     return f"{base} -> {path}, BLAS {blas.name}{kernels}"
 
 
