@@ -12,7 +12,7 @@ from server_helpers import start_server, stop_server
 
 pytestmark = pytest.mark.slow
 
-ASK = [{"role": "user", "content": "What is the capital of France?"}]
+ASK = [{"role": "user", "content": "Name the capital of France."}]
 SCHEMA = {"type": "object", "additionalProperties": False, "required": ["country", "capital"],
           "properties": {"country": {"type": "string", "maxLength": 20}, "capital": {"type": "string", "maxLength": 20}}}
 

@@ -132,6 +132,7 @@ class FusedDecoder(NativeDecoder):
         self._buffers: dict[int, tuple] = {}
         self._parts: dict[tuple, tuple] = {}
         self._kv_lists: tuple = ((), None)
+        self._wide_held: Optional[tuple] = None  # run_rows' buffers for a prompt's spans (`_wide`)
         self._call = TypedCall(step.run_step)
 
     def _acts(self, rows: int) -> tuple:
@@ -225,6 +226,7 @@ class FusedDecoder(NativeDecoder):
             phases = step_phases(self._phases, part.shape[0] * part.shape[1] * part.shape[2])[:-2]
             self._run(kv, phases, (kv_row[a:b], desc[a:b], at[a:b], cos[a:b], sin[a:b]), h[a:b], acts, part, sets)
             down[a:b] = acts[4]
+        self._wide_held = None  # freed (up to ~100 MiB): resident memory after a prompt stays the model's
         decoded = self._logits_of(kv, np.asarray(logits_rows, np.int64), h, down, (kv_row, desc, at, cos, sin))
         if not len(prompt_rows):
             return decoded
@@ -280,10 +282,10 @@ class FusedDecoder(NativeDecoder):
 
     def _wide(self, rows: int, stop: np.ndarray) -> tuple:
         """Views of `rows` rows of the wide buffers (activations without the LM head's, int8 input
-        sets, attention partials), grown to the largest span asked and kept (one set per decoder)."""
+        sets, attention partials), grown to the largest span of a call and kept until its end."""
         group, dim = self.heads // self.kv_heads, self.head_dim
         shape = (rows, self.kv_heads, chunks_for(stop), group, dim + 2)
-        held = getattr(self, "_wide_held", None)
+        held = self._wide_held
         if held is None or held[0] < rows or held[3].size < np.prod(shape):
             capacity = max(rows, held[0] if held else 0)
             hidden, attn, qkv, gate_up, _ = self._sizes()
