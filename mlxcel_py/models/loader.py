@@ -138,9 +138,11 @@ def _install_cpu_kernels(loaded: LoadedModel, threads: int, native: Optional[Pat
     set_attention_threads(threads)
     notes = [f"{threads} CPU thread{'s' if threads > 1 else ''}"]
     kernels = kernels_for(loaded.model)
-    if kernels is not None:
-        notes.append(kernels.describe())
     decoder = native_decoder_for(loaded.model, native, threads) if native else decoder_for(loaded.model, threads)
+    if decoder is not None and getattr(decoder, "runs_rows", lambda: False)():
+        notes.append("prefill as rows of the decode step")  # engine/runner/row_prefill.py
+    elif kernels is not None:
+        notes.append(kernels.describe())
     if decoder is not None:
         notes.append("decode over GGUF blocks" if isinstance(decoder, NativeDecoder) else "decode in numpy")
     return replace(loaded, description=", ".join([loaded.description, *notes]), cpu_decode=decoder,
