@@ -16,3 +16,8 @@ _os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 _os.environ.setdefault("GOMP_SPINCOUNT", "20000")
 
 __version__ = "0.1.0"
+
+# numba's on-disk cache keyed by the kernel sources, before any kernel module is imported (kernel_cache.py).
+from . import kernel_cache as _kernel_cache  # noqa: E402
+
+_kernel_cache.install()

@@ -1,7 +1,6 @@
 """The fused native decode step (models/cpu_step_native.py, quant/step.py) against NativeDecoder's
 per-product step, and its atomic counters."""
 
-import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -139,13 +138,6 @@ def test_a_long_wait_sleeps_on_the_counter_and_is_woken_in_order():
     order, done, sleeps, asleep = _chain(40, 2, 2_000_000)
     assert done == 40 and order.tolist() == list(range(40))
     assert sleeps > 0 and asleep == 0
-
-
-def test_the_step_digest_follows_the_kernels_it_inlines():
-    """numba caches run_step by step.py's source alone: a stale digest would keep old kernels."""
-    root = Path(step.__file__).parents[2]
-    text = b"".join((root / name).read_bytes() for name in step.INPUTS)
-    assert step.STEP_DIGEST == hashlib.sha256(text).hexdigest()[:16], "update STEP_DIGEST in models/quant/step.py"
 
 
 @pytest.mark.slow

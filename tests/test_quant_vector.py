@@ -111,18 +111,6 @@ def test_linear_runs_the_fastest_candidate_for_this_cpu():
     assert np.array_equal(products.linear(x, w), expected)
 
 
-def test_the_ir_digest_follows_the_ir_sources():
-    """numba's cache keys on vector.py's source: a stale digest would keep kernels built from old IR."""
-    import hashlib
-    from pathlib import Path
-
-    from mlxcel_py.models.quant import vector
-
-    folder = Path(vector.__file__).parent
-    text = b"".join((folder / name).read_bytes() for name in ("affine_ir.py", "float_ir.py", "int8_ir.py", "kquant2.py", "vector_ir.py", "vector_intrinsics.py"))
-    assert vector.IR_DIGEST == hashlib.sha256(text).hexdigest()[:16], "update IR_DIGEST in models/quant/vector.py"
-
-
 @needs_avx2
 @pytest.mark.parametrize("qtype", VECTOR, ids=lambda t: t.name)
 def test_the_fused_steps_tiles_give_each_sum_the_one_row_kernels_bits(qtype):

@@ -13,10 +13,6 @@ from numba import njit
 
 from .cpu_decode_kernels import attend, product, rms_norm, rope, silu_mul, write_kv
 
-# numba caches these kernels by this file's source only, not by the kernels they inline from the files in
-# INLINES (a stale cache of them segfaulted): INLINES_DIGEST follows those (tests/test_cpu_decode.py)
-INLINES = ("models/cpu_decode_kernels.py",)
-INLINES_DIGEST = "7296d37c7b653bd3"
 
 SQRT_2_OVER_PI = np.float32(np.sqrt(2.0 / np.pi))
 

@@ -13,8 +13,7 @@ A row is described by five int64s (DESC): the KV row positions below `cut` are r
 prefix row), the row's own KV row, the cut, and its first and end (exclusive) positions.
 
 The scores and the V accumulation are attention_ir's explicit vectors (a head dimension that is a
-multiple of 8; numba's loops otherwise). numba caches these kernels by this file's source only:
-IR_DIGEST holds the digest of attention_ir.py and quant/vector_ir.py (tests/test_cpu_decode_attention.py)."""
+multiple of 8; numba's loops otherwise)."""
 
 from __future__ import annotations
 
@@ -25,7 +24,6 @@ from .attention_ir import LANES, dots, weigh
 
 CHUNK = 256  # positions per partial: fixed, so the thread count changes no bit
 SHARED, OWN, CUT, FIRST, STOP = range(5)  # a row descriptor's fields
-IR_DIGEST = "857d05c7f70a6fa7"
 SUB_BYTES = 16384  # K or V rows a pass of the group's queries (half of a 32 KB L1)
 
 

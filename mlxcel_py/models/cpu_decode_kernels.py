@@ -21,10 +21,6 @@ from numba import njit, prange
 
 from .cpu_decode_attention import attend_desc
 
-# numba caches these kernels by this file's source only, not by the kernels they inline from the files in
-# INLINES (a stale cache of them segfaulted): INLINES_DIGEST follows those (tests/test_cpu_decode.py)
-INLINES = ("models/cpu_decode_attention.py",)
-INLINES_DIGEST = "28eb9127a7fcde0a"
 
 # Rows above which OpenBLAS's GEMM (its packing amortized) is as fast as `_stream`.
 MAX_STREAM_ROWS = 16

@@ -18,10 +18,6 @@ from numba import njit
 from .cpu_decode_attention import attend_desc
 from .cpu_decode_kernels import product, rms_norm, rope, silu_mul
 
-# numba caches these kernels by this file's source only, not by the kernels they inline from the files in
-# INLINES (a stale cache of them segfaulted): INLINES_DIGEST follows those (tests/test_cpu_decode.py)
-INLINES = ("models/cpu_decode_attention.py", "models/cpu_decode_kernels.py")
-INLINES_DIGEST = "7bbfb8179bef6090"
 
 
 @njit(fastmath=True, cache=True, nogil=True)

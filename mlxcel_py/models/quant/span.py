@@ -7,11 +7,7 @@ row its own accumulator), in balanced passes (9 rows: 5 + 4, not 8 + 1). Tiles o
 (2x3, 2x4, 2x8) and 1x6 measured no better (docs/SPECULATIVE.md). The arithmetic per pair is
 emit_dots', as in `vector.stream_int8`: sums agree with it to float rounding (Q8_0 bit for bit;
 the types with an offset or a bias to 1e-6 of the largest, LLVM fusing their FMAs otherwise;
-tested), so a verify's logits are plain decoding's. AVX2 only (int8_ir.HAS_AVX2).
-
-numba caches a kernel by this file's source only: IR_DIGEST must equal vector.IR_DIGEST (the
-digest of the IR sources vector.py inlines; tests/test_quant_span.py checks it), so that editing the
-IR means editing this file too, which recompiles its kernels."""
+tested), so a verify's logits are plain decoding's. AVX2 only (int8_ir.HAS_AVX2)."""
 
 from __future__ import annotations
 
@@ -26,7 +22,6 @@ from .vector import quantize_x
 from .vector_intrinsics import _contiguous, _emit_rows
 from .vector_ir import UNITS
 
-IR_DIGEST = "e0a2e47fc3b118d6"  # = vector.IR_DIGEST
 XROWS = 8  # most input rows per pass
 MIN_ROWS = 5  # products of fewer input rows stay on vector.stream_int8 (measured: docs/SPECULATIVE.md)
 SPAN_TYPES = tuple(int(t) for t in (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K))  # the types `_tile` has; others stay on stream_int8

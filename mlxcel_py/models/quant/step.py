@@ -18,10 +18,7 @@ Each output row is computed whole by one thread with NativeDecoder's own kernels
 quantize_rows_q8, cpu_decode_kernels' norm/RoPE/SwiGLU, the same attention loops), so the
 logits do not depend on the thread count, and equal NativeDecoder's up to the 1-ulp rounding
 that numba's cached and freshly compiled builds of the same IR already differ by (measured:
-the same product run from a cold and a warm cache differs by 1e-6).
-
-numba caches a kernel by its own file only: STEP_DIGEST holds the digest of the files whose
-kernels this one inlines (tests/test_cpu_step_native.py checks it); update it when they change."""
+the same product run from a cold and a warm cache differs by 1e-6)."""
 
 from __future__ import annotations
 
@@ -34,9 +31,6 @@ from .atomics import count_done, fetch_add, wait_at_least
 from .kernels import quantize_rows_q8
 from .vector import product_rows
 
-STEP_DIGEST = "eeca51d9d3fabe33"  # sha256 of INPUTS: the files whose kernels and IR run_step inlines
-INPUTS = ("models/quant/vector.py", "models/quant/vector_intrinsics.py", "models/quant/kernels.py",
-          "models/cpu_decode_kernels.py", "models/quant/atomics.py", "models/cpu_decode_attention.py")
 
 # Phase kinds, in a layer's order; a product reads the int8 activations the phase before it wrote.
 NORM1, QKV, ROPE, ATTEND, QUANT_ATTN, O, NORM2, GATE_UP, SILU, DOWN, FINAL, HEAD = range(12)

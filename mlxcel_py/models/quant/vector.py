@@ -5,11 +5,7 @@ straight from the file's blocks (scales included: f16, Q4_K's 6-bit pairs, Q6_K'
 c (vector_ir) dequantizes them in registers and takes float FMA dot products with the input
 rows, and d (int8_ir, AVX2) takes integer dot products with the rows quantized to int8.
 Types: VECTOR_TYPES. Output rows are split over the threads in contiguous ranges. The intrinsics'
-IR is built in vector_intrinsics.py; here each is dispatched on its type and driven.
-
-numba caches a kernel by this file's source only, so IR_DIGEST holds the digest of the files whose
-IR it inlines (tests/test_quant_vector.py checks it): editing one means updating it here, which
-changes this file and so every cached kernel."""
+IR is built in vector_intrinsics.py; here each is dispatched on its type and driven."""
 
 from __future__ import annotations
 
@@ -20,8 +16,6 @@ from . import affine_ir, float_ir, kquant2, vector_ir  # these register Q5_0 .. 
 from .kernels import quantize_rows_q8
 from .vector_intrinsics import _dequant_intrinsic, _float_intrinsic, _int8_intrinsic, _int8_pair_intrinsic
 
-# sha256 of affine_ir.py, float_ir.py, int8_ir.py, kquant2.py, vector_ir.py, vector_intrinsics.py, first 16 hex digits
-IR_DIGEST = "e0a2e47fc3b118d6"
 from .affine_ir import A8
 from .unpack import BF16, F16, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
 

@@ -1,10 +1,7 @@
 """The intrinsics of the explicit-vector decode products (vector.py): one numba call's LLVM IR per
 block type, built from vector_ir / int8_ir's emitters. c: a weight row against up to MAX_ROWS
 float input rows; d: against int8-quantized rows (one weight row, or two at one input row);
-dequant: a weight row to float32. vector.py dispatches on the type and drives the threads.
-
-Not jitted itself: numba's cache of vector.py's kernels cannot see this file, so vector.IR_DIGEST
-covers it with the IR sources (tests/test_quant_vector.py checks it)."""
+dequant: a weight row to float32. vector.py dispatches on the type and drives the threads."""
 
 from __future__ import annotations
 
