@@ -4,7 +4,7 @@
 
 The per-product path a fused tick's piece rows take (models/cpu_tick.py `_mul`), timed outside the
 tick: best wall and process CPU time of 3 passes, to set beside bench_tick_split.py's "products"
-(docs/CONTINUOUS_BATCHING.md, session 34's quiet rerun)."""
+(docs/CONTINUOUS_BATCHING.md's quiet rerun)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Resident KV bytes per token, ours against llama-server, same model and context, one run (issue 26).
+"""Resident KV bytes per token, ours against llama-server, same model and context, one run.
 
 Usage: bench/bench_kv_bytes.py [--gguf PATH] [--prompt 2048] [--ctx 16384] [--parallel 4] [--types f16 q8_0]
 Ours (each type in a fresh process, the engine `serve` builds, in process): the KV arrays' bytes while
@@ -16,6 +16,7 @@ import json
 import os
 import random
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -25,7 +26,7 @@ import urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from mlxcel_py.models.footprint import mapped_resident_bytes, resident_bytes as rss  # noqa: E402
 
-LLAMA_SERVER = "/work/llama-build/bin/llama-server"
+LLAMA_SERVER = os.environ.get("LLAMA_SERVER") or shutil.which("llama-server") or "llama-server"  # scripts/build_llama_server.sh
 
 
 def kv_bytes(runner) -> tuple[int, int]:

@@ -1,4 +1,4 @@
-"""Issue 26: the cost of a join, without the model: a 6,144-token sequence's KV joining 4 rows of
+"""The cost of a join, without the model: a 6,144-token sequence's KV joining 4 rows of
 300 positions (SmolLM2-135M's KV shape: 30 layers, 3 KV heads of 64), in mlx-lm's left-padded
 BatchKVCache (merge + extend, then the CPU decode step's copy into buffers it owns) against the
 engine's rows (engine/runner/kv_rows.py: the new row's copy only), and the engine's rows when the

@@ -1,4 +1,4 @@
-"""The mixed load of issue 23: four chat streams decoding while 32 embedding requests of 300 tokens arrive.
+"""A mixed load: four chat streams decoding while 32 embedding requests of 300 tokens arrive.
 
     PYTHONPATH=$PWD .venv/bin/python bench/bench_mixed_embeddings.py [--model M] [--streams 4] [--embeddings 32]
         [--tokens 300] [--parallel 8] [--json out.json]

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_speculative.py [--ngram 3] [--draft-max 16] [--rounds 3] [--max-tokens 160]
                                                 [--draft-model PATH|self] [--streams 4] [--ignore-eos]
-                                                [--llama-server /work/llama-build/bin/llama-server]
+                                                [--llama-server PATH]
 
 `--draft-model` adds a third arm drafting with that model (`self`: the default model drafting
 for itself, the ceiling of acceptance at the cost of a second forward of the same size).

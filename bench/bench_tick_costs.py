@@ -1,4 +1,4 @@
-"""Issue 17: calibrate the tick cost model on the real runner, check its predictions, and
+"""Calibrate the tick cost model on the real runner, check its predictions, and
 predict what `--itl-budget-ms` will do in the acceptance scenario.
 
 Usage: .venv/bin/python bench/bench_tick_costs.py [--budget-ms 300] [--rows 4] [--max-seconds 30]

@@ -1,4 +1,4 @@
-"""Issue 26: a tick's cost by piece size and context with 4 rows decoding, fused against separate.
+"""A tick's cost by piece size and context with 4 rows decoding, fused against separate.
 
 Usage: .venv/bin/python bench/bench_tick_fused.py [--repeats 3] [--rows 4] [--contexts 0,2048,6000]
        [--sizes 16,32,64,128,256]

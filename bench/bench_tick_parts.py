@@ -1,4 +1,4 @@
-"""Issue 26 step 0: where one tick's time goes on this CPU (decode step, prefill piece, join).
+"""Where one tick's time goes on this CPU (decode step, prefill piece, join).
 
 Usage: .venv/bin/python bench/bench_tick_parts.py [--repeats 3] [--rows 4] [--quick] [--layout batch|rows] [--fuse N]
 

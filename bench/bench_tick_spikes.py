@@ -1,4 +1,4 @@
-"""Issue 26, session 34: the two O(context) spikes of a long admission's fused ticks, apart from a model.
+"""The two O(context) spikes of a long admission's fused ticks, apart from a model.
 
 Usage: .venv/bin/python bench/bench_tick_spikes.py [--start 4096] [--end 6144] [--piece 24] [--runs 3]
 

@@ -1,4 +1,4 @@
-"""Issue 26, session 34: where a fused tick's time goes, by piece size and context, 4 rows decoding.
+"""Where a fused tick's time goes, by piece size and context, 4 rows decoding.
 
 Usage: .venv/bin/python bench/bench_tick_split.py [--repeats 3] [--rows 4] [--contexts 0,2048,6000]
        [--sizes 16,32,64]

@@ -1,4 +1,4 @@
-"""Side by side with llama-server (issue 22): same GGUF, same slots and context, one server at a time,
+"""Side by side with llama-server: same GGUF, same slots and context, one server at a time,
 the same client (mlxcel_py.loadtest) for both.
 
     PYTHONPATH=$PWD .venv/bin/python bench/bench_vs_llama_server.py [--models A.gguf B.gguf] [--servers ours llama]
@@ -8,7 +8,7 @@ Per model and server: resident memory (RSS of the server's process tree) after l
 decode tok/s at 1 and 4 streams (token frames over a window, greedy, EOS ignored), the time to first
 token of a lone 2,048-token prompt, greedy completions of side_by_side.GREEDY_PROMPTS (their first dozen
 characters compared across servers), and KV bytes per token. llama-server is $LLAMA_SERVER, else
-/work/llama-build/bin/llama-server (scripts/build_llama_server.sh). Prints a markdown table.
+`llama-server` on PATH (scripts/build_llama_server.sh builds one). Prints a markdown table.
 """
 
 from __future__ import annotations

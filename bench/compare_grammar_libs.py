@@ -1,9 +1,9 @@
 """Compare constrained-decoding libraries on the default model (SmolLM2-135M-Instruct).
 
 Run once per library, each from its own scratch venv (the library plus this package):
-    /work/venvs/constraints-llguidance/bin/python bench/compare_grammar_libs.py --lib llguidance
-    /work/venvs/constraints-xgrammar/bin/python bench/compare_grammar_libs.py --lib xgrammar
-    /work/venvs/constraints-outlines/bin/python bench/compare_grammar_libs.py --lib outlines-core
+    $VENV_LLGUIDANCE/bin/python bench/compare_grammar_libs.py --lib llguidance
+    $VENV_XGRAMMAR/bin/python bench/compare_grammar_libs.py --lib xgrammar
+    $VENV_OUTLINES/bin/python bench/compare_grammar_libs.py --lib outlines-core
 Prints: tokenizer setup time; schema coverage (each feature compiled, and enforced: valid
 examples accepted token by token, invalid ones refused); compile time per grammar; and the
 per-token CPU cost of the mask (fill + apply to the logits row) and of the advance, measured

@@ -1,4 +1,4 @@
-"""Each decode speed-up candidate of issue 13, measured as a whole decode step on the default model.
+"""Each decode speed-up candidate, measured as a whole decode step on the default model.
 
 Usage: .venv/bin/python bench/decode_candidates.py [--batch 1 4] [--steps 10] [--rounds 3] [--only NAME ...]
 

@@ -32,7 +32,7 @@ from mlxcel_py.loadtest.servers import Arm, budget_arm, parse_arm  # noqa: E402
 from mlxcel_py.loadtest.ttft import TtftConfig, run_ttft  # noqa: E402
 
 STEPS = ("admit", "peers", "ttft", "scaled", "budget")
-BUDGET_MS = 300  # issue 17's acceptance: --itl-budget-ms 300 against --prefill-chunk-size 512
+BUDGET_MS = 300  # the ITL budget's target: --itl-budget-ms 300 against --prefill-chunk-size 512
 OUR_ARMS = [parse_arm("policy="), parse_arm("c512=--prefill-chunk-size 512"),
             parse_arm("c2048=--prefill-chunk-size 2048")]
 TTFT_ARMS = [parse_arm("policy="), parse_arm("c2048=--prefill-chunk-size 2048"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ from mlxcel_py.loadtest.client import StreamLog, completion_body, light_stream_r
 from mlxcel_py.models.footprint import status_kib
 from mlxcel_py.loadtest.servers import Arm, ManagedServer, ServerSpec, free_port, mlxcel_spec
 
-LLAMA_SERVER = os.environ.get("LLAMA_SERVER", "/work/llama-build/bin/llama-server")
+LLAMA_SERVER = os.environ.get("LLAMA_SERVER") or shutil.which("llama-server") or "llama-server"  # scripts/build_llama_server.sh
 # Greedy prompts whose first dozen characters both servers must agree on (leading spaces included).
 GREEDY_PROMPTS = (
     "Water boils at a temperature of",

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Build llama-server, llama-embedding and llama-quantize from the llama.cpp source inside the llama-cpp-python sdist (PyPI),
 # outside any git worktree, for the side-by-side benchmark and the embedding fixture. Idempotent: each step
-# is skipped when its output exists. Usage: scripts/build_llama_server.sh [DIR]  (default /work/llama-build)
+# is skipped when its output exists. Usage: scripts/build_llama_server.sh [DIR]  (default $LLAMA_BUILD_DIR, else ~/.cache/mlxcel-py/llama-build);
+# then LLAMA_SERVER=DIR/bin/llama-server for the benchmarks
 set -euo pipefail
-DIR="${1:-${LLAMA_BUILD_DIR:-/work/llama-build}}"
-PYTHON="${PYTHON:-/work/main/.venv/bin/python}"
+DIR="${1:-${LLAMA_BUILD_DIR:-$HOME/.cache/mlxcel-py/llama-build}}"
+PYTHON="${PYTHON:-$(cd "$(dirname "$0")/.." && pwd)/.venv/bin/python}"
 JOBS="${JOBS:-2}"
 mkdir -p "$DIR" "$DIR/bin"
 cd "$DIR"

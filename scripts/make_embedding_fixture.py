@@ -1,11 +1,11 @@
 """Make tests/fixtures/gguf/qwen3emb-f16.gguf, a tiny Qwen3-Embedding-style model, and record llama-server's
-embeddings of it in qwen3emb_llama_server.json (issue 23's reference for the embedding routes).
+embeddings of it in qwen3emb_llama_server.json.
 
 The model is the qwen3 fixture's shapes and vocabulary with new random weights, written by the `gguf` package,
 plus what a converted Qwen3-Embedding GGUF says: `qwen3.pooling_type` last and `tokenizer.ggml.add_eos_token`
 with `<|endoftext|>` as the eos, so llama.cpp appends it to every text input and pools its hidden state.
 
-    /work/main/.venv/bin/python scripts/make_embedding_fixture.py [--server /work/llama-build/bin/llama-server]
+    .venv/bin/python scripts/make_embedding_fixture.py [--server PATH]  (default $LLAMA_SERVER, else llama-server on PATH)
 
 Without a llama-server binary only the GGUF is (re)written."""
 
@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -25,7 +27,7 @@ FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "gguf
 SOURCE = FIXTURES / "qwen3-f16.gguf"
 OUT = FIXTURES / "qwen3emb-f16.gguf"
 RECORD = FIXTURES / "qwen3emb_llama_server.json"
-LLAMA_SERVER = "/work/llama-build/bin/llama-server"
+LLAMA_SERVER = os.environ.get("LLAMA_SERVER") or shutil.which("llama-server") or "llama-server"  # scripts/build_llama_server.sh
 ENDOFTEXT = "<|endoftext|>"
 INPUTS = [
     "The quick brown fox jumps over the lazy dog.",

@@ -6,9 +6,12 @@ model.safetensors, a byte-level BPE tokenizer), written by transformers itself; 
 GGUF made from it by llama.cpp's own `convert_hf_to_gguf.py`; then, when llama-server is
 installed, its greedy tokens on a fixed prompt, recorded in llama_server_tokens.json.
 
-    /work/venvs/models/bin/python scripts/make_gguf_fixtures.py \
-        --llama-cpp /work/peers/llama_cpp_python-0.3.36/vendor/llama.cpp \
+    $VENV/bin/python scripts/make_gguf_fixtures.py \
+        --llama-cpp $LLAMA_CPP_SOURCE \
         [--server llama-server] [--quantize llama-quantize] [--only ARCH ...]
+
+($VENV: a venv with those packages; $LLAMA_CPP_SOURCE: a llama.cpp source tree, e.g. the one
+scripts/build_llama_server.sh unpacks under its build directory.)
 
 llama-quantize makes the K-quant files (`cmake --build BUILD --target llama-quantize` in the
 same llama.cpp tree); without it, or without llama-server, those steps are skipped.

@@ -1,4 +1,4 @@
-"""The cost model's fused-tick terms (one forward for the decode rows and a piece, issue 26) and
+"""The cost model's fused-tick terms (one forward for the decode rows and a piece) and
 the budget's honest floor (said once in the log, counted in /metrics)."""
 
 import logging

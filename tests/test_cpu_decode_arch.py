@@ -1,4 +1,4 @@
-"""The CPU decode step for every GGUF architecture (issue 22 item 4) against mlx-lm's float32 forward:
+"""The CPU decode step for every GGUF architecture against mlx-lm's float32 forward:
 logits at batch 1 and a ragged batch of 3, a verify span, and greedy tokens through the engine."""
 
 import mlx.core as mx

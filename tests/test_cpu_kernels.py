@@ -42,7 +42,7 @@ def test_wrapped_sdpa_falls_back_to_mlx_for_decode_and_masks():
 
 def test_wrapped_sdpa_reads_a_growing_cache_in_place():
     """Pieces over mlx-lm's KVCache (a strided view of a larger buffer) equal MLX's SDPA, and
-    numpy reads the buffer itself: no per-layer copy of the whole KV (issue 17's measurement)."""
+    numpy reads the buffer itself: no per-layer copy of the whole KV."""
     from mlx_lm.models.cache import KVCache
 
     mx.random.seed(1)

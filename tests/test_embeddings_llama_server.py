@@ -1,4 +1,4 @@
-"""A true embedding model against llama-server (issue 23): the Qwen3-Embedding-style fixture
+"""A true embedding model against llama-server: the Qwen3-Embedding-style fixture
 (qwen3emb-f16.gguf: pooling_type last, add_eos_token with <|endoftext|>) and llama-server's vectors for it,
 recorded by scripts/make_embedding_fixture.py. Ours must agree on both routes: cosine >= 0.99."""
 

@@ -1,4 +1,4 @@
-"""The end-of-prompt stall (issue 26, s33): a long prompt joining the engine's rows makes resident
+"""The end-of-prompt stall: a long prompt joining the engine's rows makes resident
 only its own K/V, not the grown capacity. With np.zeros buffers (numpy's calloc, madvised to huge
 pages) the join of a 6,144-token prompt touched 1.9 GiB, ~7x its K/V, and took 5-7 s of CPU under
 shared load: the 6.3 s last tick of the quiet admission run (docs/CONTINUOUS_BATCHING.md)."""

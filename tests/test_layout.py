@@ -1,6 +1,7 @@
-"""The layout's rules (issue 21) hold for the package, and the checker sees what it claims to."""
+"""The layout's rules hold for the package, and the checker sees what it claims to."""
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -44,3 +45,22 @@ def test_the_checker_finds_cycles_through_local_imports_mlx_and_dialects(tmp_pat
         "mlxcel_py.server.openai.routes imports mlx",
         "dialect openai imports dialect llama: mlxcel_py.server.openai.routes -> mlxcel_py.server.llama.shapes",
     ]
+
+
+LABELS = re.compile(r"[Ii]ssue [0-9]+|[Ss]ession [0-9]+|/tmp/s[0-9]+|/work/")
+CHECKERS = {"tests/test_layout.py", "tests/test_docs.py"}  # they spell the patterns out
+
+
+def test_the_code_names_no_development_round_issue_number_or_machine_path():
+    """Code, tests, benchmarks and scripts describe the project as it is: no "issue 26" or "session 34"
+    labels, and no absolute paths of one machine (paths come from flags or environment variables)."""
+    found = []
+    for folder in ("mlxcel_py", "tests", "bench", "scripts", "deploy"):
+        for path in sorted((ROOT / folder).rglob("*")):
+            if path.suffix not in (".py", ".sh", ".js", ".html", ".css", ".conf", ".md", ".toml", ".cfg", ".txt") \
+                    or "fixtures" in path.parts or "vendor" in path.parts or not path.is_file():
+                continue
+            for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+                if LABELS.search(line) and path.relative_to(ROOT).as_posix() not in CHECKERS:
+                    found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()[:100]}")
+    assert not found, "\n".join(found)

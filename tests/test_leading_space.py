@@ -1,4 +1,4 @@
-"""A completion keeps its leading space for every tokenizer family (issue 22, item 5): the
+"""A completion keeps its leading space for every tokenizer family: the
 engine's text stream, /detokenize and the prompt + completion concatenation agree, as
 llama-server streams token pieces (" 100" after "boils at", not "100")."""
 

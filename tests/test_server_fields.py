@@ -29,14 +29,14 @@ HONOURED = {
     "model", "messages", "prompt", "max_tokens", "max_completion_tokens", "n_predict", "temperature", "top_p",
     "top_k", "min_p", "repetition_penalty", "repeat_penalty", "repeat_last_n", "seed", "stop", "stream",
     "stream_options", "n", "ignore_eos", "cache_prompt", "return_progress",
-    # issue 11: structured output, tools, logprobs, logit bias and penalties (test_server_outputs*.py)
+    # structured output, tools, logprobs, logit bias and penalties (test_server_outputs*.py)
     "response_format", "json_schema", "grammar", "tools", "tool_choice", "parallel_tool_calls", "functions",
     "function_call", "logprobs", "top_logprobs", "n_probs", "echo", "logit_bias", "presence_penalty",
     "frequency_penalty",
-    # issue 28: the chat template's fields (test_server_chat_templates.py)
+    # the chat template's fields (test_server_chat_templates.py)
     "chat_template_kwargs", "add_generation_prompt", "continue_final_message",
     "reasoning_format",  # test_server_reasoning.py
-    "n_keep", "n_discard",  # issue 29: with --context-shift (test_server_context_shift.py)
+    "n_keep", "n_discard",  # with --context-shift (test_server_context_shift.py)
     "thinking_budget_tokens",  # test_server_reasoning_budget.py
 }
 # A value that changes the output, per field not implemented yet: each must be a 400.

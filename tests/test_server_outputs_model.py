@@ -1,4 +1,4 @@
-"""Issue 11's acceptance on the default model (SmolLM2-135M) with the official `openai` client:
+"""Structured output, tools, logprobs and penalties on the default model (SmolLM2-135M) with the official `openai` client:
 schema-valid JSON at temperatures 0 and 1, forced tool calls, logprobs, echo, logit_bias and
 penalties. Few tokens each, sent together where they can share decode steps."""
 

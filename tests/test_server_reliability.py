@@ -1,5 +1,5 @@
 """Hostile and unlucky clients: huge bodies, clients that leave during a prefill, a shutdown
-during streams. Each test is the regression test of one defect in issue 10."""
+during streams. Each test is the regression test of one defect a hostile client found."""
 
 import json
 import socket

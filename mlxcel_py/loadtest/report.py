@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 CONTENDED_SLACK = 1.10  # policy p95 during admission may exceed the 512 arm's by at most 10 %
-ITL_SLACK = 1.3  # issue 17: with --itl-budget-ms B, stream ITL p95 during admission <= 1.3 B
+ITL_SLACK = 1.3  # the budget's promise: with --itl-budget-ms B, stream ITL p95 during admission <= 1.3 B
 TTFT_SLACK = 1.5  # ... and the admitted TTFT <= 1.5 x the explicit-512 arm's
 
 

@@ -64,7 +64,7 @@ def parse_url_arm(text: str) -> Arm:
 
 
 def budget_arm(budget_ms: int, name: str = "budget") -> Arm:
-    """The ITL-budget arm (issue 17): a server started with `--itl-budget-ms budget_ms`."""
+    """The ITL-budget arm: a server started with `--itl-budget-ms budget_ms`."""
     if isinstance(budget_ms, bool) or not isinstance(budget_ms, int) or budget_ms < 1:
         raise ConfigError(f"--itl-budget-ms must be a positive integer (got {budget_ms!r})", flag="--itl-budget-ms")
     return Arm(name, ("--itl-budget-ms", str(budget_ms)))

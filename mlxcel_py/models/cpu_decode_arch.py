@@ -1,4 +1,4 @@
-"""What differs between the architectures the CPU decode step runs, as data (issue 22 item 4).
+"""What differs between the architectures the CPU decode step runs, as data.
 
 `spec_for(model)` reads an mlx-lm model (llama, mistral as llama, qwen2, qwen3, gemma3_text, phi3)
 into a frozen `ArchSpec` and per-layer `LayerWeights`: q/k/v biases (qwen2), per-head q/k RMS

@@ -1,4 +1,4 @@
-"""The CPU decode step over a GGUF file's own quantized blocks (`--cpu-weights native`, issue 22).
+"""The CPU decode step over a GGUF file's own quantized blocks (`--cpu-weights native`).
 
 Same step as `cpu_decode.CpuDecoder` (its KV writer, RoPE table and numba norm/attention kernels),
 but the products (fused q/k/v, o, fused gate/up, down, the LM head) multiply `QuantWeight` records

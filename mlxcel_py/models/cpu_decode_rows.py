@@ -1,4 +1,4 @@
-"""The CPU decode step over a KV the engine owns (engine/runner/kv_rows.py, issue 26).
+"""The CPU decode step over a KV the engine owns (engine/runner/kv_rows.py).
 
 Each layer's K/V is one (slots, kv_heads, capacity, dim) float32 buffer; row b of a forward
 lives in slot `slot[b]`, attends positions `start[b]` .. its own, and writes its `width` new

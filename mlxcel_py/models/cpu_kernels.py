@@ -247,7 +247,7 @@ def prefill_cache_bytes(model) -> int:
     """MLX's cache limit for a prefill forward: three of its widest buffers (rows x FFN width of float32:
     gate, up and SwiGLU), where one of them is more than MLX's default CPU cache holds, else 0. Under
     the default a 1B's 64 MiB buffers were allocated afresh every layer, each fresh page faulting:
-    `mx.array` of a 2,048 x 8,192 numpy array 28-35 ms, 4 ms from the cache (Zen 5 VM, session 38)."""
+    `mx.array` of a 2,048 x 8,192 numpy array 28-35 ms, 4 ms from the cache (Zen 5 VM)."""
     args = getattr(model, "args", None)
     width = int(getattr(args, "intermediate_size", 0) or 0) or 4 * int(getattr(args, "hidden_size", 0) or 0)
     widest = PREFILL_ROWS * width * 4

@@ -1,4 +1,4 @@
-"""One forward per tick on the CPU (issue 26): the decode rows and a prefill piece's tokens go
+"""One forward per tick on the CPU: the decode rows and a prefill piece's tokens go
 through every layer's products together, so the weights are streamed once a tick.
 
 The B decode rows keep the engine's own rows (engine/runner/kv_rows.py: `write_kv_rows` /

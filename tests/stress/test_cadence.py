@@ -1,5 +1,5 @@
 """Huge bodies next to a running stream: the stream and /health keep their cadence while
-multi-megabyte bodies are refused (issue 10's first defect, measured on a child server)."""
+multi-megabyte bodies are refused (a defect once found on a child server)."""
 
 import json
 import threading

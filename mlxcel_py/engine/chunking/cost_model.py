@@ -10,7 +10,7 @@ as linear in a few features (docs/adr/0008-itl-budget.md):
 where a fused tick (one forward for the decode rows and the piece, engine/runner/tick.py) moves
 the piece's fixed cost and per-token slope to their own terms (the weights are streamed once
 for both: a small piece costs little more than the rows it rides with), the attention terms
-shared; `piece` and `tokens` then count the separate pieces only (issue 26).
+shared; `piece` and `tokens` then count the separate pieces only.
 
 fitted by exponentially weighted least squares, regularized toward a seed fit from a short
 calibration scaled by the measured speed factor (so a direction the recent ticks do not

@@ -1,4 +1,4 @@
-"""The decode batch's KV as the engine owns it, for the CPU decode step (issue 26).
+"""The decode batch's KV as the engine owns it, for the CPU decode step.
 
 mlx-lm's BatchKVCache keeps the batch left-padded to its longest row: a sequence joining the
 batch re-pads and copies every row (merge + extend), and the CPU decode step then copies them

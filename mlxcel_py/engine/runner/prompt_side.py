@@ -23,7 +23,7 @@ from .sampling import SampledToken, SequenceSampler
 from ...models.blas import numpy_blas_threads
 
 # A piece this short runs its numpy attention on one BLAS thread: a second one woken per small
-# product cost up to 60x the CPU time under load (docs/CONTINUOUS_BATCHING.md, "Issue 26, session 33").
+# product cost up to 60x the CPU time under load (docs/CONTINUOUS_BATCHING.md).
 SMALL_PIECE = 128
 
 

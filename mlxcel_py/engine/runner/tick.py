@@ -1,4 +1,4 @@
-"""One forward per tick on the CPU decode path (issue 26): a tick's decode rows and its prefill
+"""One forward per tick on the CPU decode path: a tick's decode rows and its prefill
 piece run as one batch through the weights (models/cpu_tick.py), instead of a decode step and
 then the piece's own mlx-lm forward.
 

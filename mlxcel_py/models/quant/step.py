@@ -1,4 +1,4 @@
-"""A whole llama decode step over GGUF blocks in one numba call (issue 22's decode speed).
+"""A whole llama decode step over GGUF blocks in one numba call.
 
 NativeDecoder runs 121 products a step (30 layers x 4 + the LM head), each its own `prange`
 region (a fork/join of numba's pool) behind Python glue and an activation quantize: two
