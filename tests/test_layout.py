@@ -64,3 +64,16 @@ def test_the_code_names_no_development_round_issue_number_or_machine_path():
                 if LABELS.search(line) and path.relative_to(ROOT).as_posix() not in CHECKERS:
                     found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()[:100]}")
     assert not found, "\n".join(found)
+
+
+def test_every_path_architecture_md_names_exists():
+    """docs/ARCHITECTURE.md names modules and folders in backticks: each exists (a move updates it)."""
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`((?:mlxcel_py|tests|scripts|docs)/[\w./]+|(?:server|engine|models|quant)/[\w./]+)`", text))
+    assert len(named) > 30
+    missing = []
+    for path in sorted(named):
+        candidates = [ROOT / path, ROOT / "mlxcel_py" / path, ROOT / "mlxcel_py" / "models" / path]
+        if not any(c.exists() for c in candidates):
+            missing.append(path)
+    assert not missing, missing
