@@ -175,6 +175,10 @@ class BudgetChunkPolicy:
         """The last contended chunk, else the one for a single decode row at context 0."""
         return self._last.get(True) or self._choose(TickState(num_decoding=1))
 
+    def fuses(self, runner_limit: int) -> bool:
+        """The budget's fit knows fused ticks when its cost model was calibrated with them."""
+        return runner_limit > 0 and self.model.fuses_up_to > 0
+
     def describe(self) -> str:
         return (f"itl_budget_ms={self.budget_ms:g} (chunk per tick in {self.floor}..{self.ceiling}; "
                 f"alone: best measured throughput)")

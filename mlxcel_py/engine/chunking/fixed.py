@@ -49,6 +49,10 @@ class PrefillChunkPolicy:
     def observe(self, sample: "TickSample") -> None:
         """A fixed policy learns nothing from measured ticks."""
 
+    def fuses(self, runner_limit: int) -> bool:
+        """A fixed contended chunk fuses when the runner's forward holds it."""
+        return 0 < self.contended <= runner_limit
+
     def describe(self) -> str:
         """`alone=2048 contended=512`, or `explicit=N (alone and contended)` when pinned."""
         if self.alone == self.contended:

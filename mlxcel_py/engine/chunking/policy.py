@@ -3,8 +3,8 @@
 A policy answers `chunk_for(TickState)` each time a prefill piece is planned and hears
 `observe(TickSample)` after each tick. Two implement it: `fixed.PrefillChunkPolicy`
 (alone/contended, learns nothing) and `budget.BudgetChunkPolicy` (`--itl-budget-ms`).
-A new policy is one class with these members, constructed in `engine/lifecycle.py` or
-switched in by `Engine.prepare`.
+A new policy is one class with these members; `budget_policy` (chunking/__init__.py) builds the
+budget one from a calibration, so the engine names no concrete policy.
 """
 
 from __future__ import annotations
@@ -57,6 +57,11 @@ class ChunkPolicy(Protocol):
 
     def observe(self, sample: "TickSample") -> None:
         """One measured tick (its shape and wall time), after it ran."""
+        ...
+
+    def fuses(self, runner_limit: int) -> bool:
+        """Whether its contended pieces may go out with the decode step as one record, to a runner
+        that runs a piece of up to `runner_limit` tokens in the same forward (engine/runner/tick.py)."""
         ...
 
     def describe(self) -> str:

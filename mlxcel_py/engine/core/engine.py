@@ -6,7 +6,7 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional
 
-from ..chunking.budget import BudgetChunkPolicy
+from ..chunking import budget_policy
 from ..chunking.calibration import calibrate, default_grid
 from ..chunking.cost_model import TickSample, TickShape
 from ..chunking.probe import ROW_PROMPT, TickProbe
@@ -66,10 +66,10 @@ class Engine:
                             row_context=ROW_PROMPT)
         finally:
             probe.close()
-        policy = BudgetChunkPolicy(self.itl_budget_ms, cal.model(fuses_up_to=fuse), ceiling=s.policy.alone)
+        policy = budget_policy(self.itl_budget_ms, cal, s.policy.alone, fuse)
         s.switch_policy(policy)
         log.info("prefill_chunk_size %s", policy.describe())
-        log.info("cost model seeded by %d calibration ticks: %s", len(cal.samples), policy.model.stats().describe())
+        log.info("cost model seeded by %d calibration ticks: %s", len(cal.samples), cal.model(fuses_up_to=fuse).stats().describe())
 
     def step(self, on_admitted: Optional[Callable[[], None]] = None) -> list[Event]:
         """One tick: admit, the decode step, one prefill piece (its chunk chosen after the decode),
@@ -120,12 +120,7 @@ class Engine:
         """Whether to schedule the piece with the decode step: the runner fuses, and the policy's
         contended pieces can fuse (the budget's fit knows fused ticks; a fixed chunk must fit)."""
         fuse = self.runner.fuses_up_to if self.runner.one_forward else 0
-        policy = self.scheduler.policy
-        if not fuse:
-            return False
-        if isinstance(policy, BudgetChunkPolicy):
-            return policy.model.fuses_up_to > 0
-        return policy.contended <= fuse
+        return fuse > 0 and self.scheduler.policy.fuses(fuse)
 
     def add_request(self, request: Request) -> None:
         self.scheduler.add(request)
