@@ -65,7 +65,7 @@ ARMS = ("ours", "mlx_lm", "mlx_lm-1t", "llama", "llama-passive", "llama-t1")
 def spec_for(name: str, streams: int) -> ServerSpec:
     """The server of an arm. `-1t`: OpenBLAS on one thread; `-passive`: OpenMP threads that
     sleep instead of spinning at barriers; `-t1`: llama-server on one thread. (On a busy
-    2-core machine spinning threads collapse: docs/CPU_FAST_PATH.md.)"""
+    2-core machine spinning threads collapse: docs/CPU_DECODE.md.)"""
     if name == "ours":
         return mlxcel_spec(Arm("ours"), streams, None)
     if name.startswith("mlx_lm"):

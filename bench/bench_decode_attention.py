@@ -4,7 +4,7 @@
 
 One query row over a context of random K/V, per head layout (dim 64 with 9 query / 3 KV heads as
 SmolLM2; dim 128 with 16 / 8), best thread-CPU time of 7 runs of 30 calls. To compare two checkouts, run
-it in each (PYTHONPATH) one after the other, twice, alternating (docs/CPU_FAST_PATH.md)."""
+it in each (PYTHONPATH) one after the other, twice, alternating (docs/CPU_DECODE.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The HTTP path's CPU a token, apart from the decode step's (docs/CPU_FAST_PATH.md, "The server's share").
+"""The HTTP path's CPU a token, apart from the decode step's (docs/CPU_DECODE.md, "The server's share").
 
     PYTHONPATH=$PWD .venv/bin/python bench/bench_serve_path.py [--streams 1 4] [--tokens 300] [--client light httpx]
 

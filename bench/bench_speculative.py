@@ -183,7 +183,7 @@ def main() -> None:
     parser.add_argument("--draft-max", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=160)
-    parser.add_argument("--threads", type=int, default=1, help="1 on a shared machine (docs/CPU_FAST_PATH.md)")
+    parser.add_argument("--threads", type=int, default=1, help="1 on a shared machine (docs/CPU_DECODE.md)")
     parser.add_argument("--draft-model", help="a third arm drafting with this model ('self': the default model)")
     parser.add_argument("--streams", type=int, default=1, help="concurrent identical requests (slots)")
     parser.add_argument("--ignore-eos", action="store_true", help="generate --max-tokens past EOS (earlier runs)")

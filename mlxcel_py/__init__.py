@@ -12,7 +12,7 @@ import os as _os
 _os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 # numba's OpenMP decode worker spins ~300,000 rounds (ms) after each step for the next one; the
 # server's loop and its clients need that core between steps. 20,000 (~0.3 ms) is faster in process
-# and through HTTP on 2 cores (docs/CPU_FAST_PATH.md, "The server's share"); read once by libgomp.
+# and through HTTP on 2 cores (docs/CPU_DECODE.md, "The server's share"); read once by libgomp.
 _os.environ.setdefault("GOMP_SPINCOUNT", "20000")
 
 __version__ = "0.1.0"

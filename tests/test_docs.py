@@ -128,3 +128,17 @@ def test_slug_rule() -> None:
     assert _slug("Decode attention: one kernel") == "decode-attention-one-kernel"
     assert _slug("One kernel family: exact across routes") == "one-kernel-family-exact-across-routes"
     assert _slug("The `--itl-budget-ms` flag") == "the---itl-budget-ms-flag"
+
+
+MAX_DOC_LINES = 600
+
+
+def test_reference_docs_are_at_most_600_lines() -> None:
+    """A reference page over 600 lines is split by subject (docs/history/ and docs/benchmark_results/
+    are not reference pages and are not checked)."""
+    over = []
+    for path in sorted(DOCS.glob("*.md")):
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        if lines > MAX_DOC_LINES:
+            over.append(f"{path.relative_to(ROOT)}: {lines} lines")
+    assert not over, f"docs over {MAX_DOC_LINES} lines:\n" + "\n".join(over)

@@ -11,6 +11,8 @@ from mlxcel_py.config import resolve
 from mlxcel_py.engine import Request, SamplingParams, build_engine
 from mlxcel_py.engine.core.events import Finished, TokenDelta
 
+pytestmark = pytest.mark.slow  # the real default model (make test-fast skips it)
+
 PROMPTS = ["Name three rivers in Europe and describe each one briefly.", "What is the capital of France?",
            "Write a haiku about the sea.", "Explain what a CPU cache is in two sentences.",
            "List five fruits and their colors."]

@@ -20,7 +20,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "gguf"
 LLAMAS = ["llama-q8_0", "llamaq-q4_k_m", "llamaq-q5_k_m", "llamaq-q6_k"]
 TILED = 1e-4  # prefill tiles: the same float32 weights, BLAS's summation order only (measured <= 4e-6)
 EXACT = 1e-4  # float activations over the blocks against the float32 model's decode step
-INT8 = 0.15  # the shipped int8-activation decode kernels (docs/CPU_FAST_PATH.md)
+INT8 = 0.15  # the shipped int8-activation decode kernels (docs/CPU_DECODE.md)
 
 
 def _pair(name):

@@ -89,8 +89,8 @@ def test_every_field_is_honoured_refused_or_documented_as_ignored():
 
 
 def _docs_table(routes: tuple[str, ...] = ("both", "chat", "compl.")) -> dict[str, tuple[str, str]]:
-    """docs/SERVER.md's field tables: field -> (route, status), for the rows of `routes`."""
-    docs = (Path(__file__).parents[1] / "docs" / "SERVER.md").read_text()
+    """The field tables of docs/SERVER.md and docs/API_RESPONSES.md: field -> (route, status), for the rows of `routes`."""
+    docs = "\n".join((Path(__file__).parents[1] / "docs" / page).read_text() for page in ("SERVER.md", "API_RESPONSES.md"))
     rows = {}
     for line in docs.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
@@ -192,7 +192,7 @@ OLLAMA_ROUTES = {"/api/chat": ["chat"], "/api/generate": ["generate"], "/api/cha
 
 def _ollama_rows() -> list[tuple[str, str, str]]:
     """(field, route, status) of every row of Ollama's field table (a field may be in two parts)."""
-    docs = (Path(__file__).parents[1] / "docs" / "SERVER.md").read_text()
+    docs = (Path(__file__).parents[1] / "docs" / "API_NATIVE.md").read_text()
     rows = []
     for line in docs.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
@@ -243,7 +243,7 @@ def test_the_embeddings_table_is_exact():
 
     models = {"/v1/embeddings": EmbeddingRequest, "/embedding": NativeEmbeddingRequest,
               "/api/embed": OllamaEmbedRequest, "/api/embeddings": OllamaEmbeddingsRequest}
-    docs = (Path(__file__).parents[1] / "docs" / "SERVER.md").read_text()
+    docs = (Path(__file__).parents[1] / "docs" / "EMBEDDINGS.md").read_text()
     table: dict[str, dict[str, str]] = {route: {} for route in models}
     for line in docs.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]

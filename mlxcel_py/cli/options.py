@@ -261,7 +261,7 @@ ModelsPreloadOpt = Annotated[
 CacheTypeKOpt = Annotated[
     Optional[str],
     typer.Option("--cache-type-k", "-ctk", help="KV storage type of K: f32, f16, bf16, q8_0, q4_0 (group 32). "
-                 "Default: the model's dtype; env LLAMA_ARG_CACHE_TYPE_K (docs/SERVER.md, KV cache types)."),
+                 "Default: the model's dtype; env LLAMA_ARG_CACHE_TYPE_K (docs/KV_CACHE.md, KV cache types)."),
 ]
 CacheTypeVOpt = Annotated[
     Optional[str],
@@ -276,5 +276,5 @@ CacheRamOpt = Annotated[
 SlotSavePathOpt = Annotated[
     Optional[str],
     typer.Option("--slot-save-path", help="An existing directory: enables POST /slots/{id}?action=save|restore"
-                 "|erase (llama-server's; docs/SERVER.md). Default: off."),
+                 "|erase (llama-server's; docs/KV_CACHE.md). Default: off."),
 ]

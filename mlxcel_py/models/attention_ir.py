@@ -2,7 +2,7 @@
 
 numba vectorizes cpu_decode_attention's loops over the head dimension but keeps every
 accumulator in memory and reduces each dot product on its own: 3.5-3.8 ns a (query head,
-position) for the scores and 4.2 for the V accumulation at dim 64 (docs/CPU_FAST_PATH.md), where
+position) for the scores and 4.2 for the V accumulation at dim 64 (docs/CPU_DECODE.md), where
 the loads alone need ~1.3. Here the loops are explicit vectors, as quant/vector_ir.py writes the
 products, for a head dimension that is a multiple of 8 (runtime, any such):
 

@@ -8,7 +8,7 @@ the k loop), so the weight crosses the memory bus once and the FMA units stay bu
 input rows take a 4x1 kernel. The 4-row weight blocks are split over numba's threads (`--threads`;
 each output row is computed whole by one thread, so the count changes no bit): on a quiet
 machine two threads nearly halve a product, on a shared one their barrier, once per product,
-costs more than they give (docs/CPU_FAST_PATH.md).
+costs more than they give (docs/CPU_DECODE.md).
 
 The rest of the layer (RMS norms, RoPE, the KV write, attention, SwiGLU, residuals) is small
 but is 20-odd numpy calls a layer; `layer_step` runs it all in one call.

@@ -6,7 +6,7 @@ float32 weight, and multiply one dequantized tile at a time with BLAS (quant/pre
 the row count (the native decode step of a llama, cpu_decode_native.py, reads the same blocks with
 its own kernels).
 q/k/v and gate/up of one type are fused once into one in-memory array whose row slices the layers
-hold (the native decode step multiplies the whole, docs/CPU_FAST_PATH.md), and the file pages they
+hold (the native decode step multiplies the whole, docs/CPU_DECODE.md), and the file pages they
 were copied from leave our mapping (madvise), so resident memory stays about the file's size."""
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ def default_model_path() -> str:
 
 
 def default_cpu_weights() -> str:
-    """"native" where the int8 AVX2 kernels run (measured 1.3-2.2x float32's decode tok/s, docs/CPU_FAST_PATH.md), else "f32"."""
+    """"native" where the int8 AVX2 kernels run (measured 1.3-2.2x float32's decode tok/s, docs/CPU_DECODE.md), else "f32"."""
     from .quant.int8_ir import HAS_AVX2
 
     return "native" if HAS_AVX2 else "f32"

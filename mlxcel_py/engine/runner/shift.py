@@ -4,7 +4,7 @@ The batch is mlx-lm's left-padded BatchKVCache with keys stored after RoPE. A sh
 drops its positions [n_keep, n_keep + n_discard): the row is rebuilt right-aligned at the
 batch's index, so the kept head moves right by n_discard, the row's left padding grows by
 n_discard and its offset (the next token's position) falls by n_discard. The tail's keys must
-then sit at positions n_discard lower. Two ways (docs/SERVER.md, "Context shift", measured):
+then sit at positions n_discard lower. Two ways (docs/KV_CACHE.md, "Context shift", measured):
 
 - "rotate": re-rotate the tail keys by -n_discard with the layer's own RoPE (llama.cpp's way;
   only for pure-rotation RoPE modules). The tail's deeper-layer K/V still carry what the dropped

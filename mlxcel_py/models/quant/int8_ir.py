@@ -113,7 +113,7 @@ def _prefetch(builder, wrows, u, size):
     another, so past a row's end this is the next rows'): out-of-order execution alone keeps too few
     lines in flight to stream the blocks from DRAM. Q8_0 on a Zen 3: one thread 5.4 ns a block from
     DRAM, 3.1 from L2, 2.8 with the prefetch; every type on a Zen 5 (AVX-512): the default model's
-    step at one row 8.3 -> 6.0-6.3 ms, its Q4_1 gate/up products 2.4-2.6 -> 1.45 ms (docs/CPU_FAST_PATH.md)."""
+    step at one row 8.3 -> 6.0-6.3 ms, its Q4_1 gate/up products 2.4-2.6 -> 1.45 ms (docs/CPU_DECODE.md)."""
     fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), I32, I32, I32]),
                                         "llvm.prefetch.p0i8")
     ahead = builder.add(builder.mul(u, ir.Constant(I64, size)), ir.Constant(I64, PREFETCH_BYTES))

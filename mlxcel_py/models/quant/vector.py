@@ -91,7 +91,7 @@ def quantize_x(x):  # pragma: no cover - jitted
 def _rows_loop(one, pair):
     """The loop over weight rows r0..r1 of one type (`one`: its d call, `pair`: two weight rows at one
     input row), so that a product branches on its type once, not per row: the chain inside the row
-    loop cost 25% of the 1-row product (Q4_1, one thread: 6.9 against 9.1 GB/s; docs/CPU_FAST_PATH.md)."""
+    loop cost 25% of the 1-row product (Q4_1, one thread: 6.9 against 9.1 GB/s; docs/CPU_DECODE.md)."""
 
     @njit(nogil=True, inline="always")
     def rows_loop(raw, r0, r1, xq, xd, xs, out, col, units):  # pragma: no cover - jitted

@@ -1,5 +1,5 @@
 """What /v1/messages does with each field: honoured, refused unless inert (the table
-generation/prepared.py's `refuse_unsupported` reads), or ignored (docs/SERVER.md lists them).
+generation/prepared.py's `refuse_unsupported` reads), or ignored (docs/API_NATIVE.md lists them).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ HONOURED = frozenset({
 # Refused unless inert (NOT_SUPPORTED below): output_config's format or an effort other than
 # the default "high".
 REFUSED = frozenset({"output_config"})
-# Change nothing here (docs/SERVER.md lists them).
+# Change nothing here (docs/API_NATIVE.md lists them).
 IGNORED = frozenset({
     "metadata", "cache_control", "service_tier", "container", "diagnostics", "inference_geo", "speed",
     "user_profile_id", "workspace_id",

@@ -1,4 +1,4 @@
-"""What each embedding route does with each field of its body (docs/SERVER.md's table, checked
+"""What each embedding route does with each field of its body (docs/EMBEDDINGS.md's table, checked
 by tests/test_server_fields.py): honoured, refused (a 400 naming it) or ignored."""
 
 from __future__ import annotations

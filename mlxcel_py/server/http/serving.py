@@ -217,7 +217,7 @@ def event_loop_runner() -> Callable[[Any], Any]:
     """`uvloop.run` when uvloop is installed (a dependency on Linux and macOS), else `asyncio.run`.
 
     Every token of every stream is a wakeup, a frame and a socket write on this loop, while the
-    decode step's threads want the same cores (docs/CPU_FAST_PATH.md, "The server's share")."""
+    decode step's threads want the same cores (docs/CPU_DECODE.md, "The server's share")."""
     try:
         import uvloop
     except ImportError:

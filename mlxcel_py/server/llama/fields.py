@@ -51,11 +51,11 @@ HONOURED = frozenset({
     "model", "prompt", "n_predict", "max_tokens", "temperature", "top_k", "top_p", "min_p", "seed", "stop",
     "stream", "ignore_eos", "repeat_penalty", "repetition_penalty", "repeat_last_n", "cache_prompt",
     "return_progress", "return_tokens", "response_fields", "n_probs", "post_sampling_probs", "n", "n_cmpl",
-    # Through the machinery every dialect shares (docs/SERVER.md: structured output, logit_bias and penalties).
+    # Through the machinery every dialect shares (docs/API_OPENAI.md: structured output, logit_bias and penalties).
     "presence_penalty", "frequency_penalty", "logit_bias", "grammar", "json_schema", "response_format",
     "n_keep", "n_discard",  # with --context-shift (generation/keep.py); refused without it
 })
-# Fields that change nothing here (documented in docs/SERVER.md): the rest of a sampler whose
+# Fields that change nothing here (documented in docs/API_NATIVE.md): the rest of a sampler whose
 # switch is refused above, transport hints, and what our design makes moot.
 IGNORED = frozenset({
     "id_slot", "n_cache_reuse", "dynatemp_exponent", "xtc_threshold",

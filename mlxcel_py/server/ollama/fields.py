@@ -1,6 +1,6 @@
 """What /api/chat and /api/generate do with each field and option: honoured, refused unless
 inert (the tables generation/prepared.py's `refuse_unsupported` reads), or ignored. Fields no
-schema declares are refused by name (schemas.Closed). docs/SERVER.md has the same tables;
+schema declares are refused by name (schemas.Closed). docs/API_NATIVE.md has the same tables;
 tests/test_server_fields.py checks them against these sets.
 """
 

@@ -5,7 +5,7 @@ publishes.
 Field list: Ollama's api/types.go and the official `ollama` Python client 0.6.3 (`_types.py`).
 Unlike Ollama, which ignores fields it does not know, a field declared nowhere here is a 400
 naming it, so nothing a client sends is silently dropped; what each declared field does:
-fields.py and docs/SERVER.md.
+fields.py and docs/API_NATIVE.md.
 """
 
 from __future__ import annotations

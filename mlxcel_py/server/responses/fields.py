@@ -1,5 +1,5 @@
 """What /v1/responses does with each field: honoured, refused unless inert (the table
-generation/prepared.py's `refuse_unsupported` reads), or ignored (docs/SERVER.md lists them;
+generation/prepared.py's `refuse_unsupported` reads), or ignored (docs/API_RESPONSES.md lists them;
 tests/test_server_fields.py checks the three against the schema and the docs).
 """
 
@@ -82,7 +82,7 @@ NOT_SUPPORTED: tuple[Refused, ...] = (
     Refused("image", accepts_only(_empty, "null", NOT_HERE)),
 )
 REFUSED = frozenset(row.field for row in NOT_SUPPORTED) - HONOURED
-# Change nothing here (docs/SERVER.md lists them). max_tool_calls bounds built-in tool calls,
+# Change nothing here (docs/API_RESPONSES.md lists them). max_tool_calls bounds built-in tool calls,
 # which are refused; the rest are OpenAI's routing, caching and billing hints.
 IGNORED = frozenset({
     "stream_options", "max_tool_calls", "background_options", "access_programs", "prompt_cache_key",
