@@ -28,6 +28,10 @@ class RecordingPolicy:
     def observe(self, sample) -> None:
         self.trace.append(("observe", sample.shape, sample.seconds))
 
+    def fuses(self, runner_limit: int) -> bool:
+        self.trace.append(("fuses", runner_limit))
+        return False
+
     def describe(self) -> str:
         return "recording"
 
