@@ -37,6 +37,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("speculative", "bench_speculative", "decode tok/s with and without prompt lookup or a draft"),
     Command("quant-kernels", "bench_quant_kernels", "quantized decode kernels and tiled prefill vs float32"),
     Command("decode-step", "bench_decode_step", "the CPU decoder's step alone: ms per step, per class"),
+    Command("decode-sweep", "bench_decode_sweep",
+            "the decode step's products per row width: GB/s against the measured read bandwidth"),
     Command("memory", "bench_memory", "resident memory of a GGUF after load and after decode"),
     Command("synthetic-gguf", "make_synthetic_gguf", "write a random GGUF in llama.cpp's Q4_K_M type mix"),
 )

@@ -16,7 +16,7 @@ from bench.__main__ import COMMANDS  # noqa: E402
 
 NAMES = [c.name for c in COMMANDS]
 EXPECTED = {"decode", "prefill", "vs-llama-server", "side-by-side", "admission", "all", "kv-bytes",
-            "speculative", "quant-kernels", "decode-step", "memory", "synthetic-gguf"}
+            "speculative", "quant-kernels", "decode-step", "decode-sweep", "memory", "synthetic-gguf"}
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess:
