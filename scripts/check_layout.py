@@ -14,7 +14,7 @@ from pathlib import Path
 PACKAGE = "mlxcel_py"
 # Where `import mlx` / `import mlx_lm` may appear (prefixes of dotted module names).
 MLX_ALLOWED = ("mlxcel_py.engine.runner", "mlxcel_py.engine.distributed", "mlxcel_py.models", "mlxcel_py.loadtest")
-DIALECTS = ("openai", "llama", "anthropic", "responses", "ollama")
+DIALECTS = ("openai", "llama", "anthropic", "responses", "ollama", "embeddings")
 
 
 def module_names(root: Path) -> dict[str, Path]:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional, Union
 
-from ..generation.schemas import Body, Object
-from ..ollama.schemas import KeepAlive, OllamaBody
+from ..generation.schemas import Body, ClosedBody, KeepAlive, Object
 
 # A string, several strings, one prompt's token ids, or several prompts' token ids.
 Inputs = Union[str, list[str], list[int], list[list[int]]]
@@ -30,7 +29,7 @@ class NativeEmbeddingRequest(Body):
     model: Optional[str] = None
 
 
-class OllamaEmbedRequest(OllamaBody):
+class OllamaEmbedRequest(ClosedBody):
     """Ollama's POST /api/embed."""
 
     model: Optional[str] = None
@@ -41,7 +40,7 @@ class OllamaEmbedRequest(OllamaBody):
     keep_alive: KeepAlive = None  # accepted: the model stays loaded for the server's lifetime
 
 
-class OllamaEmbeddingsRequest(OllamaBody):
+class OllamaEmbeddingsRequest(ClosedBody):
     """Ollama's older POST /api/embeddings."""
 
     model: Optional[str] = None

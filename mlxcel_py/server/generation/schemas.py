@@ -24,6 +24,15 @@ class Body(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
 
+class ClosedBody(Body):
+    """A body whose undeclared fields are refused by name (Ollama's bodies: Ollama itself would ignore them)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+KeepAlive = Union[str, float, int, None]  # Ollama's keep_alive: a duration string or seconds
+
+
 class StreamOptions(Body):
     include_usage: Optional[bool] = None
     include_obfuscation: Optional[bool] = None

@@ -12,15 +12,12 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional, Union
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
-from ..generation.schemas import Body, Object
+from ..generation.schemas import Body, ClosedBody, KeepAlive, Object
 
 
-class OllamaBody(Body):
-    """A body whose undeclared fields are refused by name (Ollama would ignore them)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
+OllamaBody = ClosedBody  # undeclared fields are refused by name (Ollama would ignore them)
 
 
 class OllamaOptions(OllamaBody):
@@ -98,7 +95,6 @@ class OllamaTool(Body):
 # "" or "json", or a JSON schema (an object)
 Format = Union[Literal["", "json"], Object, None]
 # seconds, or a Go duration such as "5m"; the model stays resident whatever it says
-KeepAlive = Union[str, float, int, None]
 
 
 class OllamaRequest(OllamaBody):
