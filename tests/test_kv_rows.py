@@ -178,3 +178,27 @@ def test_a_verify_span_runs_through_the_fused_step_token_identical_to_plain_deco
     plain = run(build_engine(cfg(None), fixture), requests)
     assert {r: t for r, (t, _) in spec.items()} == {r: t for r, (t, _) in plain.items()}
     assert sum(f.timings.draft_n_accepted for _, f in spec.values()) > 0
+
+
+def test_a_prompt_cut_into_row_spans_gives_the_bits_of_one_span(monkeypatch):
+    """A long piece runs as several spans of rows (cpu_step_rows.WIDE_ROWS / WIDE_BYTES): the
+    first token and the K/V written are those of the piece run as one span."""
+    from pathlib import Path
+
+    from mlxcel_py.models import cpu_step_rows, load_model
+    from mlxcel_py.models.quant import int8_ir
+
+    if not int8_ir.HAS_AVX2:
+        pytest.skip("the fused step runs the AVX2 int8 kernel")
+    fixture = load_model(str(Path(__file__).parent / "fixtures" / "gguf" / "llama-q8_0.gguf"), threads=1)
+    ids = prompt(300, 7)
+
+    def first_token_and_kv(wide_rows):
+        monkeypatch.setattr(cpu_step_rows, "WIDE_ROWS", wide_rows)
+        runner = ModelRunner(fixture.model, decode=fixture.cpu_decode, verify=fixture.cpu_decode.verify)
+        token = begin(runner, 1, ids, greedy(4, logprobs=True), chunk=300)
+        return token, [np.array(k[0, :, :300]) for k in runner._batch.keys]
+
+    whole, cut = first_token_and_kv(2048), first_token_and_kv(16)  # one span; 19 spans of 16 rows
+    assert whole[0] == cut[0]
+    assert all(np.array_equal(a, b) for a, b in zip(whole[1], cut[1]))
