@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PROMPT ?= Name the capital of France.
 ARGS ?=
 
-.PHONY: setup test chromium stress test-distributed test-webui webui-screenshots generate serve chat bench blas clean
+.PHONY: setup test test-fast chromium stress test-distributed test-webui webui-screenshots generate serve chat bench blas clean
 
 setup: $(VENV)/.setup-stamp blas
 
@@ -26,6 +26,11 @@ blas:
 # why, where chromium cannot be installed); `make serve` does not.
 test: setup $(VENV)/.webui-stamp chromium
 	$(BIN)/python -m pytest $(ARGS)
+
+# The edit-test loop (about 1.5 minutes on 2 cores): every test but those that run the real default
+# model (marked slow), on two pytest-xdist workers. `make test` (CI's) runs everything, one at a time.
+test-fast: setup
+	$(BIN)/python -m pytest -n 2 -m 'not slow and not cluster_extended and not webui_full' $(ARGS)
 
 chromium:
 	@bash scripts/install_chromium.sh
