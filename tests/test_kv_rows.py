@@ -126,8 +126,8 @@ def test_the_fused_native_step_runs_over_the_rows_and_its_prompts_too(monkeypatc
     calls, prompts = [], []
     step_rows, run_rows = decoder.step_rows, decoder.run_rows
     monkeypatch.setattr(decoder, "step_rows", lambda *a: calls.append((len(a[0]), a[6])) or step_rows(*a))
-    # a prompt piece asks for some rows' logits (a[6]); step_rows' decode and verify for every row's
-    monkeypatch.setattr(decoder, "run_rows", lambda *a: (a[6] is not None and prompts.append(len(a[0]))) or run_rows(*a))
+    # a prompt piece names the rows whose logits it wants (a[6:]); step_rows (decode, verify) wants every row's
+    monkeypatch.setattr(decoder, "run_rows", lambda *a: (len(a) > 6 and prompts.append(len(a[0]))) or run_rows(*a))
     ours = ModelRunner(fixture.model, decode=decoder, verify=decoder.verify, kv_rows=None)
     trace = scenario(ours)
     assert isinstance(ours._batch, RowKV)  # chosen by default for a plain llama step

@@ -19,7 +19,6 @@ from .cpu_decode_attention import attend_desc
 from .cpu_decode_kernels import product, rms_norm, rope, silu_mul
 
 
-
 @njit(fastmath=True, cache=True, nogil=True)
 def write_kv_rows(qkv, keys, values, slot, pos, heads, width):  # pragma: no cover - jitted
     """Store row r = b * width + j's new k and v (the parts of qkv after the q heads) at
@@ -63,16 +62,15 @@ def _mul(weight, x: np.ndarray, threads: int) -> np.ndarray:
 
 def forward_rows(decoder, tokens: Sequence[int], keys: Sequence[np.ndarray], values: Sequence[np.ndarray],
                  slot: np.ndarray, start: np.ndarray, pos: np.ndarray, width: int = 1,
-                 prefix: Optional[np.ndarray] = None, logits_rows: Optional[np.ndarray] = None) -> np.ndarray:
-    """(B * width, vocab) float32 logits of `width` new tokens per row (`tokens` row-major), or only
-    those of the rows `logits_rows` names (a prefill piece: its last, or none), their K/V written into
-    each row's slot; the caller advances the rows' lengths. `prefix` (B, 2): each row's shared prefix
-    row and length (kv_rows.RowKV; None: no row shares)."""
+                 prefix: Optional[np.ndarray] = None) -> np.ndarray:
+    """(B * width, vocab) float32 logits of `width` new tokens per row (`tokens` row-major), their
+    K/V written into each row's slot; the caller advances the rows' lengths. `prefix` (B, 2): each
+    row's shared prefix row and length (kv_rows.RowKV; None: no row shares)."""
     if prefix is None:
         prefix = no_prefix(len(slot))
     fused = getattr(decoder, "step_rows", None)  # cpu_step_native.FusedDecoder: the whole step in one call
     if fused is not None:
-        logits = fused(tokens, keys, values, slot, start, pos, width, prefix, logits_rows)
+        logits = fused(tokens, keys, values, slot, start, pos, width, prefix)
         if logits is not None:
             return logits
     if numba.get_num_threads() != decoder.threads:
@@ -86,10 +84,6 @@ def forward_rows(decoder, tokens: Sequence[int], keys: Sequence[np.ndarray], val
         write_kv_rows(qkv, k, v, slot, pos, heads, width)
         h += _mul(w.o, attend_rows(qkv, k, v, slot, start, pos, heads, decoder.scale, width, prefix), t)
         h += _mul(w.down, silu_mul(_mul(w.gate_up, rms_norm(h, w.norm2, eps), t)), t)
-    if logits_rows is not None:
-        if not len(logits_rows):
-            return np.zeros((0, 0), np.float32)
-        h = np.ascontiguousarray(h[np.asarray(logits_rows, np.int64)])
     return decoder._lm_head(rms_norm(h, decoder._norm, eps))
 
 

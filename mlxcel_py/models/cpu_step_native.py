@@ -166,20 +166,19 @@ class FusedDecoder(PromptRows, NativeDecoder):
 
     def step_rows(self, tokens: Sequence[int], keys: Sequence[np.ndarray], values: Sequence[np.ndarray],
                   slot: np.ndarray, start: np.ndarray, pos: np.ndarray, width: int = 1,
-                  prefix: Optional[np.ndarray] = None, logits_rows: Optional[np.ndarray] = None) -> Optional[np.ndarray]:
-        """cpu_decode_rows.forward_rows as run_step calls over the engine's own rows: the logits of `width`
-        new tokens per row (`tokens` row-major; row b in KV row slot[b], positions start[b]..pos[b] + j),
-        every row's, or only `logits_rows`' (`run_rows`). A verify span or a prefill piece is `width`
-        rows of one sequence sharing its KV row: each call writes every row's K/V before any attends, so
-        each attends causally. `prefix` (B, 2): each row's shared prefix row and length (None: none).
-        None when the step is not fused."""
+                  prefix: Optional[np.ndarray] = None) -> Optional[np.ndarray]:
+        """cpu_decode_rows.forward_rows as one run_step call over the engine's own rows: (B * width, vocab)
+        logits of `width` new tokens per row (`tokens` row-major; row b in KV row slot[b], positions
+        start[b]..pos[b] + j). A verify span is `width` rows of one sequence sharing its KV row: the step
+        writes every row's K/V before any attends, so each attends causally. `prefix` (B, 2): each row's
+        shared prefix row and length (None: none). None when the step is not fused (`run_rows`)."""
         offsets = np.arange(width, dtype=np.int64)
         rows = np.repeat(np.asarray(slot, np.int64), width)
         shared = np.zeros((len(slot), 2), np.int64) if prefix is None else np.asarray(prefix, np.int64)
         at = (np.asarray(pos, np.int64)[:, None] + offsets).reshape(-1)
         desc = np.column_stack([np.repeat(shared[:, 0], width), rows, np.repeat(shared[:, 1], width),
                                 np.repeat(np.asarray(start, np.int64), width), at + 1])
-        return self.run_rows(tokens, keys, values, rows, desc, at, logits_rows)
+        return self.run_rows(tokens, keys, values, rows, desc, at)
 
     def __call__(self, tokens: Sequence[int], caches: list) -> mx.array:
         if not self.fused or products.linear is not _INT8_LINEAR:

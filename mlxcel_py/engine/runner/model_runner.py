@@ -218,12 +218,11 @@ class ModelRunner(PromptSide, RowPrefill, FusedTick, Runner):
             self._shifter = ContextShifter(self.model, self._kernels, self.shift_mode)
         for shift in shifts:
             row = self._rows.index(shift.seq_id)
-            if self._rebuild_row(row, shift):  # the decode step's own rows (engine/runner/row_prefill.py)
-                pass
-            elif self._owned:
-                self._shifter.apply_rows(self._batch, row, shift)
-            else:
-                self._shifter.apply(self._batch, row, shift)
+            if not self._rebuild_row(row, shift):  # else rebuilt as rows of the decode step (row_prefill.py)
+                if self._owned:
+                    self._shifter.apply_rows(self._batch, row, shift)
+                else:
+                    self._shifter.apply(self._batch, row, shift)
             if self.draft is not None:
                 self.draft.shift(shift)
 
