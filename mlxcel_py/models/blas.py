@@ -145,8 +145,8 @@ def loaded_blas() -> BlasInfo:
 
 
 def slow_blas_note() -> Optional[str]:
-    """What running on the wheel's reference BLAS costs, for the start-up log and generate's statistics
-    (None where OpenBLAS, Accelerate, or the user's MLXCEL_BLAS=off is in use)."""
+    """What running on the wheel's reference BLAS costs, for the load's log on the CPU path (None where
+    OpenBLAS, Accelerate, or the user's MLXCEL_BLAS=off is in use)."""
     info = loaded_blas()
     if info.name != "reference" or sys.platform != "linux":
         return None

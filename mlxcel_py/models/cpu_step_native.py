@@ -118,19 +118,23 @@ class FusedDecoder(PromptRows, NativeDecoder):
         self._buffers: dict[int, tuple] = {}
         self._parts: dict[tuple, tuple] = {}
         self._kv_lists: tuple = ((), None)
-        self._wide_held: Optional[tuple] = None  # run_rows' buffers for a prompt's spans (`_wide`)
         self._call = TypedCall(step.run_step)
 
     def _acts(self, rows: int) -> tuple:
         """(activation buffers, int8 input sets) for `rows` batch rows, made once per batch size."""
         if rows not in self._buffers:
-            hidden, attn, qkv, gate_up, head = self._sizes()
-            z = lambda n: np.zeros((rows, n), np.float32)  # noqa: E731
-            acts = (z(qkv), z(attn), z(hidden), z(gate_up), z(hidden), z(head))
-            sets = tuple((np.zeros((rows, k), np.int8), z(k // 32), np.zeros((rows, k // 16), np.int32), z(k // 16))
-                         for k in (hidden, attn, gate_up // 2))
-            self._buffers[rows] = (acts, sets)  # batch sizes are bounded by the slots
+            self._buffers[rows] = self._new_acts(rows, head=True)  # batch sizes are bounded by the slots
         return self._buffers[rows]
+
+    def _new_acts(self, rows: int, head: bool) -> tuple:
+        """Fresh (activations, int8 input sets) for `rows` rows; without the LM head's (`head` false:
+        a prompt's layers) its buffer is empty."""
+        hidden, attn, qkv, gate_up, vocab = self._sizes()
+        z = lambda n: np.zeros((rows, n), np.float32)  # noqa: E731
+        acts = (z(qkv), z(attn), z(hidden), z(gate_up), z(hidden), z(vocab if head else 0))
+        sets = tuple((np.zeros((rows, k), np.int8), z(k // 32), np.zeros((rows, k // 16), np.int32), z(k // 16))
+                     for k in (hidden, attn, gate_up // 2))
+        return acts, sets
 
     def _attention(self, rows: int, stop: np.ndarray) -> tuple:
         """(the phases, the partials buffer) for `rows` rows whose last position is below max(stop)."""

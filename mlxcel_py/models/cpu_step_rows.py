@@ -64,13 +64,17 @@ class PromptRows:
             phases, part = self._attention(len(tokens), at + 1)
             self._run(kv, phases, (kv_row, desc, at, cos, sin), h, acts, part, sets)
             return acts[-1].copy()  # the buffer is reused by the next step of this batch size
-        down = np.empty_like(h)
-        for a, b in self._spans(at):  # the layers only, in spans the wide buffers hold
-            acts, sets, part = self._wide(b - a, at[a:b] + 1)
+        down, spans = np.empty_like(h), self._spans(at)
+        # one set of buffers a call, the largest span's, freed after it (resident memory stays the model's)
+        wide_acts, wide_sets = self._new_acts(max(b - a for a, b in spans), head=False)
+        group = self.heads // self.kv_heads
+        for a, b in spans:  # the layers only
+            acts = tuple(x[:b - a] for x in wide_acts)
+            sets = tuple(tuple(x[:b - a] for x in s) for s in wide_sets)
+            part = np.zeros((b - a, self.kv_heads, chunks_for(at[a:b] + 1), group, self.head_dim + 2), np.float32)
             phases = step_phases(self._phases, part.shape[0] * part.shape[1] * part.shape[2])[:-2]
             self._run(kv, phases, (kv_row[a:b], desc[a:b], at[a:b], cos[a:b], sin[a:b]), h[a:b], acts, part, sets)
             down[a:b] = acts[4]
-        self._wide_held = None  # freed (up to ~100 MiB): resident memory after a prompt stays the model's
         decoded = self._logits_of(kv, np.asarray(logits_rows, np.int64), h, down, (kv_row, desc, at, cos, sin))
         if not len(prompt_rows):
             return decoded
@@ -121,25 +125,6 @@ class PromptRows:
         return self._norm.shape[0], self.heads * self.head_dim, qkv, gate_up, head
 
     def _wide_row_bytes(self) -> int:
-        hidden, attn, qkv, gate_up, _ = self._sizes()
-        return 4 * (qkv + attn + 2 * hidden + gate_up) + 2 * (hidden + attn + gate_up // 2)
-
-    def _wide(self, rows: int, stop: np.ndarray) -> tuple:
-        """Views of `rows` rows of the wide buffers (activations without the LM head's, int8 input
-        sets, attention partials), grown to the largest span of a call and kept until its end."""
-        group, dim = self.heads // self.kv_heads, self.head_dim
-        shape = (rows, self.kv_heads, chunks_for(stop), group, dim + 2)
-        held = self._wide_held
-        if held is None or held[0] < rows or held[3].size < np.prod(shape):
-            capacity = max(rows, held[0] if held else 0)
-            hidden, attn, qkv, gate_up, _ = self._sizes()
-            z = lambda n: np.zeros((capacity, n), np.float32)  # noqa: E731
-            acts = (z(qkv), z(attn), z(hidden), z(gate_up), z(hidden), np.zeros((1, 1), np.float32))
-            sets = tuple((np.zeros((capacity, k), np.int8), z(k // 32), np.zeros((capacity, k // 16), np.int32),
-                          z(k // 16)) for k in (hidden, attn, gate_up // 2))
-            size = max(int(np.prod(shape)), held[3].size if held else 0)
-            held = self._wide_held = (capacity, acts, sets, np.zeros(size, np.float32))
-        _, acts, sets, flat = held
-        acts = tuple(a[:rows] for a in acts[:-1]) + (acts[-1],)
-        sets = tuple(tuple(x[:rows] for x in s) for s in sets)
-        return acts, sets, flat[: int(np.prod(shape))].reshape(shape)
+        """Bytes a prompt row takes in the layers' buffers (`_new_acts` without the head's)."""
+        acts, sets = self._new_acts(1, head=False)
+        return sum(x.nbytes for x in acts) + sum(x.nbytes for s in sets for x in s)

@@ -136,6 +136,8 @@ def _install_cpu_kernels(loaded: LoadedModel, threads: int, native: Optional[Pat
 
     set_blas_threads(threads)
     set_attention_threads(threads)
+    if (slow := slow_blas_note()) is not None:  # the CPU path's matmuls on the wheel's reference BLAS
+        log.warning("%s", slow)
     notes = [f"{threads} CPU thread{'s' if threads > 1 else ''}"]
     kernels = kernels_for(loaded.model)
     decoder = native_decoder_for(loaded.model, native, threads) if native else decoder_for(loaded.model, threads)
@@ -154,12 +156,6 @@ def _describe(base: str, weights: str) -> str:
     path = {"dense-float32": "dense float32", "quantized": "quantized (MLX kernels)",
             "gguf-blocks": "GGUF blocks (no float32 copy)", "mlx-blocks": "affine blocks (no float32 copy)"}.get(weights, weights)
     kernels = f" ({blas.note.removeprefix('kernels ')})" if blas.note.startswith("kernels ") else ""
-    slow = slow_blas_note()
-    if slow is not None:
-        import mlx.core as mx  # loaded by now (the model is): only after the BLAS preload
-
-        if mx.default_device() == mx.cpu:
-            log.warning("%s", slow)
     return f"{base} -> {path}, BLAS {blas.name}{kernels}"
 
 

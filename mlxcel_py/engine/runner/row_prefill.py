@@ -39,8 +39,8 @@ class RowPrefill:
     def _prefill_rows(self, piece: PrefillPiece, state, logits_rows: Optional[np.ndarray]) -> Optional[mx.array]:
         """Run a piece's positions as rows: their K/V into the sequence's staged slot (and its row
         cache); the logits of `logits_rows` (indices into the piece), or None for none."""
-        kv, at = self._stage_piece(piece, state), piece.start + np.arange(len(piece.tokens), dtype=np.int64)
-        kv_row, desc = self._piece_desc(state, at)
+        kv = self._stage_piece(piece, state)
+        at, kv_row, desc = self._piece_rows(piece, state)
         logits = self._fast_decode.run_rows(piece.tokens, kv.keys, kv.values, kv_row, desc, at,
                                             np.zeros(0, np.int64), () if logits_rows is None else logits_rows)
         self._piece_written(piece, state, kv)
@@ -51,8 +51,7 @@ class RowPrefill:
         when it is terminal. The caller advances the decode rows."""
         kv = self._stage_piece(piece, state)
         slots, starts, positions, prefix = kv.step_arrays(1)
-        at = piece.start + np.arange(len(piece.tokens), dtype=np.int64)
-        piece_rows, piece_desc = self._piece_desc(state, at)
+        at, piece_rows, piece_desc = self._piece_rows(piece, state)
         desc = np.concatenate([np.column_stack([prefix[:, 0], slots, prefix[:, 1], starts, positions + 1]), piece_desc])
         b = len(last)
         logits = self._fast_decode.run_rows([*last, *piece.tokens], kv.keys, kv.values,
@@ -84,14 +83,15 @@ class RowPrefill:
         return kv
 
     @staticmethod
-    def _piece_desc(state, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(KV row, attention descriptor) of a piece's rows: its staged slot, positions below its
-        pinned prefix's length read from the prefix's slot (cpu_decode_attention.DESC)."""
-        n = len(at)
+    def _piece_rows(piece: PrefillPiece, state) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(positions, KV row, attention descriptor) of a piece's rows: its staged slot, positions below
+        its pinned prefix's length read from the prefix's slot (cpu_decode_attention's descriptor)."""
+        n = len(piece.tokens)
+        at = piece.start + np.arange(n, dtype=np.int64)
         shared, cut = (state.prefix.slot, state.prefix.length) if state.prefix is not None else (0, 0)
         kv_row = np.full(n, state.staged, np.int64)
         desc = np.column_stack([np.full(n, shared), kv_row, np.full(n, cut), np.zeros(n, np.int64), at + 1])
-        return kv_row, desc.astype(np.int64)
+        return at, kv_row, desc.astype(np.int64)
 
     @staticmethod
     def _piece_written(piece: PrefillPiece, state, kv) -> None:
