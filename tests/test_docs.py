@@ -34,17 +34,17 @@ def _all_markdown() -> list[Path]:
 _FENCE = re.compile(r"^\s*(```|~~~)")
 
 
-def _strip_code(text: str) -> list[tuple[int, str]]:
-    """Lines outside fenced code blocks, with inline code spans removed; (line number, text)."""
+def _strip_code(text: str, inline: bool = True) -> list[tuple[int, str]]:
+    """Lines outside fenced code blocks, with inline code spans removed unless `inline` is false (a
+    heading's backticks still shape its anchor); (line number, text)."""
     out: list[tuple[int, str]] = []
     in_fence = False
     for number, line in enumerate(text.splitlines(), 1):
         if _FENCE.match(line):
             in_fence = not in_fence
             continue
-        if in_fence:
-            continue
-        out.append((number, re.sub(r"`[^`]*`", "", line)))
+        if not in_fence:
+            out.append((number, re.sub(r"`[^`]*`", "", line) if inline else line))
     return out
 
 
@@ -57,7 +57,7 @@ def _slug(heading: str) -> str:
 def _anchors(path: Path) -> set[str]:
     seen: dict[str, int] = {}
     anchors: set[str] = set()
-    for _, line in _strip_code_keep_headings(path.read_text(encoding="utf-8")):
+    for _, line in _strip_code(path.read_text(encoding="utf-8"), inline=False):
         m = re.match(r"^(#{1,6})\s+(.*?)\s*#*\s*$", line)
         if not m:
             continue
@@ -69,18 +69,6 @@ def _anchors(path: Path) -> set[str]:
         seen[base] = count + 1
         anchors.add(base if count == 0 else f"{base}-{count}")
     return anchors
-
-
-def _strip_code_keep_headings(text: str) -> list[tuple[int, str]]:
-    out: list[tuple[int, str]] = []
-    in_fence = False
-    for number, line in enumerate(text.splitlines(), 1):
-        if _FENCE.match(line):
-            in_fence = not in_fence
-            continue
-        if not in_fence:
-            out.append((number, line))
-    return out
 
 
 _LINK = re.compile(r"(?<!\!)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)|!\[[^\]]*\]\(([^)\s]+)\)")

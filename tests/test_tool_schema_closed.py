@@ -9,14 +9,13 @@ import httpx
 import pytest
 
 from mlxcel_py.engine.core.request import ConstraintSpec
-from mlxcel_py.engine.runner.constraints import ConstraintCompiler
 from mlxcel_py.server.anthropic.prepare import tools_of
 from mlxcel_py.server.anthropic.schemas import CountTokensRequest
 from mlxcel_py.server.generation.structured import schema_spec
 from mlxcel_py.tool_calls import lazy_tool_constraint, tool_constraint, tool_request
 from mlxcel_py.tool_calls.closed import closed_parameters, closed_schema
 from server_helpers import start_server, stop_server
-from tiny import tiny_model
+from test_constraints import compiler, lm  # noqa: F401 - the tiny model and its grammar compiler
 
 MAGIC_PARAMS = {"type": "object", "properties": {
     "input": {"type": "integer", "exclusiveMinimum": -1000, "exclusiveMaximum": 1000}}, "required": ["input"]}
@@ -98,15 +97,6 @@ def test_tool_parameters_with_properties_close_like_any_schema():
 
 
 # -- the grammar --------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def lm():
-    return tiny_model()
-
-
-@pytest.fixture(scope="module")
-def compiler(lm):
-    return ConstraintCompiler(lm.tokenizer, lm.model.args.vocab_size, lm.eos_token_ids)
-
 
 def accepts(lm, compiler, spec: ConstraintSpec, text: str) -> bool:
     """Whether the grammar takes the whole text and may end there."""
