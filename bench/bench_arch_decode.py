@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from mlxcel_py.models.blas import preload_blas  # noqa: E402
+from mlxcel_py.models.cpu.blas import preload_blas  # noqa: E402
 
 preload_blas(os.environ.get("MLXCEL_BLAS", "auto"))  # before anything imports MLX
 
@@ -72,10 +72,10 @@ def time_steps(step, tokens, steps: int) -> float:
 def ab(name: str, model, rows: int, prefill: int, steps: int, threads: int) -> None:
     import mlx.core as mx
 
-    from mlxcel_py.models.cpu_decode import decoder_for
+    from mlxcel_py.models.cpu.decoder import decoder_for
     from test_cpu_decode import make_batch, prompt
 
-    from mlxcel_py.models.cpu_kernels import kernels_for
+    from mlxcel_py.models.cpu.prefill_kernels import kernels_for
 
     decoder = decoder_for(model, threads)
     assert decoder is not None, name
@@ -96,7 +96,7 @@ def prefill_ab(arch: str, model, tokens: int) -> None:
     import numpy as np
     from mlx_lm.models.cache import make_prompt_cache
 
-    from mlxcel_py.models.cpu_kernels import kernels_for
+    from mlxcel_py.models.cpu.prefill_kernels import kernels_for
     from test_cpu_decode import prompt
 
     ids = mx.array([prompt(tokens, 9)])
@@ -125,10 +125,10 @@ def main() -> None:
     parser.add_argument("--prefill-ab", type=int, default=0, help="also time one prefill of this many tokens")
     opts = parser.parse_args()
     from mlxcel_py.models import load_model
-    from mlxcel_py.models.blas import set_blas_threads
+    from mlxcel_py.models.cpu.blas import set_blas_threads
 
     set_blas_threads(opts.threads)
-    from mlxcel_py.models.blas import loaded_blas
+    from mlxcel_py.models.cpu.blas import loaded_blas
 
     print(f"BLAS {loaded_blas().name} {loaded_blas().note}; cpu: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}; threads {opts.threads}, "
           f"prefill {opts.prefill} tokens a row, {opts.steps} steps")

@@ -2,7 +2,7 @@
 
     PYTHONPATH=$PWD .venv/bin/python bench/bench_block_products.py [--rows 1 4 20 68] [--threads 2]
 
-The per-product path a fused tick's piece rows take (models/cpu_tick.py `_mul`), timed outside the
+The per-product path a fused tick's piece rows take (models/cpu/tick.py `_mul`), timed outside the
 tick: best wall and process CPU time of 3 passes, to set beside bench_tick_split.py's "products"
 (docs/CONTINUOUS_BATCHING.md's quiet rerun)."""
 
@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import numpy as np  # noqa: E402
 
-from mlxcel_py.models.blas import preload_blas  # noqa: E402
+from mlxcel_py.models.cpu.blas import preload_blas  # noqa: E402
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
-from mlxcel_py.models import cpu_decode_attention as A  # noqa: E402
+from mlxcel_py.models.cpu import decode_attention as A  # noqa: E402
 
 LAYOUTS = ((64, 9, 3), (128, 16, 8))  # head dim, query heads, KV heads
 

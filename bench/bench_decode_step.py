@@ -31,14 +31,14 @@ from pathlib import Path
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
-from mlxcel_py.models.blas import preload_blas  # noqa: E402
+from mlxcel_py.models.cpu.blas import preload_blas  # noqa: E402
 
 preload_blas(os.environ.get("MLXCEL_BLAS", "auto"))
 
 from mlxcel_py.models import default_model_path, load_model  # noqa: E402
-from mlxcel_py.models.cpu_decode_native import NativeDecoder, _ModuleBlocks, blocks_of  # noqa: E402
+from mlxcel_py.models.cpu.native import NativeDecoder, _ModuleBlocks, blocks_of  # noqa: E402
 from mlxcel_py.models.gguf_blocks import has_blocks  # noqa: E402
-from mlxcel_py.models.cpu_step_native import FusedDecoder  # noqa: E402
+from mlxcel_py.models.cpu.fused_step import FusedDecoder  # noqa: E402
 from test_cpu_decode import make_batch, prompt  # noqa: E402
 
 import numpy as np  # noqa: E402

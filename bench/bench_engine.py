@@ -14,7 +14,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from mlxcel_py.models.blas import preload_blas  # noqa: E402
+from mlxcel_py.models.cpu.blas import preload_blas  # noqa: E402
 
 preload_blas(os.environ.get("MLXCEL_BLAS", "auto"))
 

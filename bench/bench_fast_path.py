@@ -27,7 +27,7 @@ DECODE_TOKENS = 16
 
 def run_arm(blas: str, weights: str, num_tokens: int, runs: int) -> dict:
     """Load the default model one way; time a cold prefill (best of `runs`) and greedy decode steps."""
-    from mlxcel_py.models.blas import preload_blas
+    from mlxcel_py.models.cpu.blas import preload_blas
 
     info = preload_blas(blas)
     import mlx.core as mx

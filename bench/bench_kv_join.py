@@ -20,7 +20,7 @@ import numpy as np  # noqa: E402
 from mlx_lm.models.cache import KVCache  # noqa: E402
 
 from mlxcel_py.engine.runner.kv_rows import RowKV  # noqa: E402
-from mlxcel_py.models.cpu_decode import _KvWriter  # noqa: E402
+from mlxcel_py.models.cpu.decoder import _KvWriter  # noqa: E402
 
 LAYERS, HEADS, DIM = 30, 3, 64
 

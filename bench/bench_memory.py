@@ -24,7 +24,7 @@ def rss_mib() -> float:
 
 
 def child(path: str, cpu_weights: str, prompt: int, decode: int) -> dict:
-    from mlxcel_py.models.blas import preload_blas
+    from mlxcel_py.models.cpu.blas import preload_blas
 
     preload_blas("auto")
     import random

@@ -25,7 +25,7 @@ PROMPT = "Write one sentence about the sea."
 
 
 def _serve(path: str):
-    from mlxcel_py.models.blas import preload_blas
+    from mlxcel_py.models.cpu.blas import preload_blas
 
     cfg = resolve("serve", env={}, port=0, model=f"a={path}", extra_models=(f"b={path}",), log_level="warning")
     preload_blas(cfg.blas)

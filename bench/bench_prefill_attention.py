@@ -4,7 +4,7 @@ candidates side by side, then the chosen kernel's time split into its two produc
 (a) numpy passes, numpy's BLAS on its own threads: the kernel before (query blocks of 256, the scores
     masked, max, subtracted, exp'd and summed by numpy over the whole block);
 (b) the same with numpy's BLAS on one thread;
-(c) models/cpu_attention.py (tiles of ~256 rows, one BLAS thread, the numba softmax over only the seen
+(c) models/cpu/prefill_attention.py (tiles of ~256 rows, one BLAS thread, the numba softmax over only the seen
     keys) on one thread, and (d) on --threads threads (the shipped path).
 Usage: bench/bench_prefill_attention.py [--archs llama qwen3 ...] [--tokens 2048] [--rounds 2] [--threads 2].
 Prints ms per call, best of the interleaved rounds.
@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 __import__("mlxcel_py")  # OPENBLAS_THREAD_TIMEOUT as the server has it, before numpy loads BLAS
 
 import numpy as np  # noqa: E402
-from mlxcel_py.models import cpu_attention as ca  # noqa: E402
+from mlxcel_py.models.cpu import prefill_attention as ca  # noqa: E402
 
 SHAPES = {  # heads, KV heads, head dim: SmolLM2-135M's and bench/synthetic_archs.py's presets
     "llama": (9, 3, 64), "qwen2": (14, 2, 64), "qwen3": (16, 8, 128), "gemma3": (4, 1, 256), "phi3": (16, 16, 64)}
@@ -30,7 +30,7 @@ _HIDDEN = np.triu(np.full((256, 256), -np.inf, dtype=np.float32), k=1)
 
 
 def numpy_passes(q, k, v, scale):
-    """(a)/(b): the numpy kernel before models/cpu_attention.py (its long-context form, every block)."""
+    """(a)/(b): the numpy kernel before models/cpu/prefill_attention.py (its long-context form, every block)."""
     num_heads, num_q, _ = q.shape
     group, offset = num_heads // k.shape[0], k.shape[1] - num_q
     out = np.empty((num_heads, num_q, v.shape[2]), dtype=np.float32)

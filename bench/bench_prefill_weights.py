@@ -16,7 +16,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from mlxcel_py.models.blas import preload_blas, set_blas_threads  # noqa: E402
+from mlxcel_py.models.cpu.blas import preload_blas, set_blas_threads  # noqa: E402
 
 BLAS = preload_blas(os.environ.get("MLXCEL_BLAS", "auto"))
 
@@ -27,8 +27,8 @@ from pathlib import Path  # noqa: E402
 from mlxcel_py.models.gguf_file import read_gguf  # noqa: E402
 from mlxcel_py.models.gguf_tensors import dense, quantized  # noqa: E402
 from mlxcel_py.models.loader import default_model_path  # noqa: E402
-from mlxcel_py.models.quant import prefill  # noqa: E402
-from mlxcel_py.models.quant.blocks import from_tensor_info  # noqa: E402
+from mlxcel_py.models.cpu.quant import prefill  # noqa: E402
+from mlxcel_py.models.cpu.quant.blocks import from_tensor_info  # noqa: E402
 
 
 def _best(fn, repeat: int) -> float:

@@ -24,8 +24,8 @@ import numpy as np
 from gguf import quants
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
 
-from mlxcel_py.models.cpu_decode_kernels import _stream
-from mlxcel_py.models.quant import blocks, int8_ir, prefill, products, vector
+from mlxcel_py.models.cpu.decode_kernels import _stream
+from mlxcel_py.models.cpu.quant import blocks, int8_ir, prefill, products, vector
 
 SHAPES = [(576, 576), (1536, 576), (576, 1536), (2048, 2048), (8192, 2048), (49152, 576)]
 TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.F16]

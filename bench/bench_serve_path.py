@@ -24,7 +24,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 def serve(port: int, tick_s: float) -> None:
     """The paced server (this script with --serve-port): uvicorn on this process's main thread."""
-    from mlxcel_py.models.blas import preload_blas
+    from mlxcel_py.models.cpu.blas import preload_blas
 
     preload_blas("auto")
     from mlxcel_py.config import resolve

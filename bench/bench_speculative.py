@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mlxcel_py.models.blas import preload_blas  # noqa: E402
+from mlxcel_py.models.cpu.blas import preload_blas  # noqa: E402
 
 preload_blas(os.environ.get("MLXCEL_BLAS", "auto"))  # before anything imports MLX: its matmuls ~10x faster
 

@@ -9,7 +9,7 @@ attention's cost does not depend on the values, so no long prefill is needed to 
 shape, best of `--repeats` of process CPU time (less inflated by other processes on a shared
 machine) and wall time, the arms interleaved so that load weighs on them alike:
 - `fused`: one forward for the rows and the piece (pieces up to 128), the piece's attention on
-  one numpy BLAS thread (models/cpu_tick.PIECE_BLAS_THREADS, the default);
+  one numpy BLAS thread (models/cpu/tick.PIECE_BLAS_THREADS, the default);
 - `fused 2t`: the same with numpy's own BLAS threads for the attention;
 - `separate`: the decode step, then the piece's own forward (the prefill's BLAS tiles), a piece of
   up to 128 tokens with its attention on one numpy BLAS thread (prompt_side.SMALL_PIECE);
@@ -26,7 +26,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from mlxcel_py.models.blas import preload_blas  # noqa: E402
+from mlxcel_py.models.cpu.blas import preload_blas  # noqa: E402
 
 BLAS = preload_blas(os.environ.get("MLXCEL_BLAS", "auto"))
 
@@ -36,7 +36,8 @@ from mlxcel_py.engine.core.request import SamplingParams  # noqa: E402
 from mlxcel_py.engine.core.step import BeginSequence, PrefillPiece, Retire, Step  # noqa: E402
 from mlxcel_py.engine.runner import prompt_side  # noqa: E402
 from mlxcel_py.engine.runner.model_runner import ModelRunner  # noqa: E402
-from mlxcel_py.models import cpu_tick, load_model  # noqa: E402
+from mlxcel_py.models import load_model  # noqa: E402
+from mlxcel_py.models.cpu import tick as cpu_tick  # noqa: E402
 
 
 class Ticks:

@@ -3,7 +3,7 @@
 Usage: .venv/bin/python bench/bench_tick_split.py [--repeats 3] [--rows 4] [--contexts 0,2048,6000]
        [--sizes 16,32,64]
 
-The real ModelRunner's one-forward tick (models/cpu_tick.py) on the default model, its parts timed
+The real ModelRunner's one-forward tick (models/cpu/tick.py) on the default model, its parts timed
 by wrapping them: the block products (`_mul`), the piece's attention (`causal_attention`), the
 decode rows' attention and KV writes (`attend_rows`, `write_kv_rows`), the piece's KV `store`, and
 the rest (norms, RoPE, embedding, LM head, sampling, glue). Contexts are fabricated as in
@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from bench_tick_fused import Ticks, tick_setup  # noqa: E402
 
 from mlxcel_py.engine.runner import tick as runner_tick  # noqa: E402
-from mlxcel_py.models import cpu_tick  # noqa: E402
+from mlxcel_py.models.cpu import tick as cpu_tick  # noqa: E402
 
 PARTS = ("products", "piece attn", "rows attn", "store")
 _acc: dict[str, float] = defaultdict(float)
@@ -39,7 +39,7 @@ def _timed(name: str, fn):
 
 
 def install() -> None:
-    """Wrap the tick's parts where models/cpu_tick.py looks them up."""
+    """Wrap the tick's parts where models/cpu/tick.py looks them up."""
     cpu_tick._mul = _timed("products", cpu_tick._mul)
     cpu_tick.causal_attention = _timed("piece attn", cpu_tick.causal_attention)
     cpu_tick.attend_rows = _timed("rows attn", cpu_tick.attend_rows)

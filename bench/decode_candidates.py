@@ -19,7 +19,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from mlxcel_py.models.blas import preload_blas  # noqa: E402
+from mlxcel_py.models.cpu.blas import preload_blas  # noqa: E402
 
 preload_blas(os.environ.get("MLXCEL_BLAS", "auto"))
 
@@ -27,8 +27,9 @@ import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
 from mlx_lm.models import llama  # noqa: E402
 
-from mlxcel_py.models import cpu_decode, load_model  # noqa: E402
-from mlxcel_py.models import cpu_decode_kernels as K  # noqa: E402
+from mlxcel_py.models import load_model  # noqa: E402
+from mlxcel_py.models.cpu import decoder as cpu_decode  # noqa: E402
+from mlxcel_py.models.cpu import decode_kernels as K  # noqa: E402
 from numba import njit, prange  # noqa: E402
 from profile_decode import make_batch  # noqa: E402
 

@@ -33,7 +33,7 @@ DEFAULT_DIR = CACHE / "smollm2-135m-instruct-f32"
 def convert_default(out: Path = DEFAULT_DIR) -> Path:
     """Save the default model, dense float32, as an mlx-lm directory: config.json,
     model.safetensors and the tokenizer files."""
-    from mlxcel_py.models.blas import preload_blas
+    from mlxcel_py.models.cpu.blas import preload_blas
 
     preload_blas("auto")
     import mlx.core as mx
@@ -74,10 +74,10 @@ def mlx_lm_spec(name: str, model_dir: Path, step: Optional[int], port: Optional[
         argv += ["--prefill-step-size", str(step)]
     env = {"LD_PRELOAD": OPENBLAS} if os.path.exists(OPENBLAS) else {}
     if env and "OPENBLAS_CORETYPE" not in os.environ:
-        # The same OpenBLAS kernels our server picks (models/blas.py), so the comparison is fair.
+        # The same OpenBLAS kernels our server picks (models/cpu/blas.py), so the comparison is fair.
         import platform
 
-        from mlxcel_py.models.blas import _cpu_flags, coretype_for
+        from mlxcel_py.models.cpu.blas import _cpu_flags, coretype_for
 
         coretype = coretype_for(_cpu_flags(), platform.machine())
         if coretype:

@@ -4,7 +4,7 @@ Usage: .venv/bin/python bench/profile_decode.py [--model PATH] [--batch 1 4 8] [
                                                 [--paths mlx numpy] [--no-engine]
 
 Two paths over the same weights: `mlx` is mlx-lm's `model(tokens, cache=...)` (what the runner
-ran before models/cpu_decode.py), `numpy` is CpuDecoder. MLX is lazy, so its per-class times
+ran before models/cpu/decoder.py), `numpy` is CpuDecoder. MLX is lazy, so its per-class times
 come from a copy of mlx-lm's llama forward with an `mx.eval` after every class; that barrier
 costs something per eval, so the classes sum to more than the real (unbarriered) step, and
 both are printed. numpy runs eagerly: its classes are timed directly around the same calls
@@ -25,7 +25,7 @@ from contextlib import contextmanager
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from mlxcel_py.models.blas import preload_blas  # noqa: E402
+from mlxcel_py.models.cpu.blas import preload_blas  # noqa: E402
 
 preload_blas(os.environ.get("MLXCEL_BLAS", "auto"))
 
@@ -35,8 +35,9 @@ from mlx_lm.models.base import create_attention_mask  # noqa: E402
 from mlx_lm.models.cache import make_prompt_cache  # noqa: E402
 from mlx.utils import tree_flatten  # noqa: E402
 
-from mlxcel_py.models import cpu_decode, load_model  # noqa: E402
-from mlxcel_py.models import cpu_decode_kernels as K  # noqa: E402
+from mlxcel_py.models import load_model  # noqa: E402
+from mlxcel_py.models.cpu import decoder as cpu_decode  # noqa: E402
+from mlxcel_py.models.cpu import decode_kernels as K  # noqa: E402
 
 CLASSES = ("q/k/v proj", "o proj", "gate/up proj", "down proj", "LM head", "attention + KV write",
            "norms, rope, SwiGLU, residuals", "step setup (embed, mask, KV)", "sampling (greedy)")

@@ -30,7 +30,7 @@ _OURS = "MLXCEL_KERNEL_CACHE_DIR"  # the digest directory install() set (childre
 
 
 def _module_file(root: Path, dotted: str) -> Optional[Path]:
-    """The file of package module `dotted` ("models.quant.step"), or None outside the package."""
+    """The file of package module `dotted` ("models.cpu.quant.step"), or None outside the package."""
     parts = dotted.split(".") if dotted else []
     base = root.joinpath(*parts)
     for candidate in (base.with_suffix(".py"), base / "__init__.py"):

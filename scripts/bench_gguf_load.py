@@ -98,7 +98,7 @@ def main() -> None:
     parser.add_argument("--types", nargs="*", default=["Q4_K", "Q5_K", "Q6_K", "Q8_0"])
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    from mlxcel_py.models.blas import preload_blas
+    from mlxcel_py.models.cpu.blas import preload_blas
 
     preload_blas("auto")
     from mlxcel_py.models import default_model_path

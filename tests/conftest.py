@@ -2,7 +2,7 @@
 
 import os
 
-from mlxcel_py.models.blas import preload_blas
+from mlxcel_py.models.cpu.blas import preload_blas
 
 preload_blas(os.environ.get("MLXCEL_BLAS", "auto"))
 

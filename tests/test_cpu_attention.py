@@ -1,10 +1,10 @@
-"""The tiled prefill attention (models/cpu_attention.py) against a plain float64 softmax attention."""
+"""The tiled prefill attention (models/cpu/prefill_attention.py) against a plain float64 softmax attention."""
 
 import numpy as np
 import pytest
 
-from mlxcel_py.models import cpu_attention
-from mlxcel_py.models.cpu_kernels import causal_attention, masked_attention
+from mlxcel_py.models.cpu import prefill_attention as cpu_attention
+from mlxcel_py.models.cpu.prefill_kernels import causal_attention, masked_attention
 
 
 def reference(q, k, v, scale, seen):
@@ -98,7 +98,7 @@ def test_softmax_ranges_exp_is_within_float32_rounding():
 
 
 def test_numpy_blas_runs_on_one_thread_during_attention_and_is_restored(monkeypatch):
-    from mlxcel_py.models import blas
+    from mlxcel_py.models.cpu import blas
 
     count = blas._numpy_set_local()
     if not count:

@@ -1,4 +1,4 @@
-"""The numpy decode step (models/cpu_decode.py) against mlx-lm's own forward, on shared KV caches."""
+"""The numpy decode step (models/cpu/decoder.py) against mlx-lm's own forward, on shared KV caches."""
 
 import random
 
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
-from mlxcel_py.models import cpu_decode
-from mlxcel_py.models import cpu_decode_kernels as K
-from mlxcel_py.models.cpu_decode_kernels import MAX_STREAM_ROWS, linear
+from mlxcel_py.models.cpu import decoder as cpu_decode
+from mlxcel_py.models.cpu import decode_kernels as K
+from mlxcel_py.models.cpu.decode_kernels import MAX_STREAM_ROWS, linear
 
 from tiny import reference_model, tiny_model
 

@@ -5,10 +5,11 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from mlxcel_py.models import cpu_decode, load_model
-from mlxcel_py.models import cpu_decode_arch_kernels as AK
-from mlxcel_py.models.cpu_decode_arch import GELU_TANH
-from mlxcel_py.models import cpu_decode_kernels as K
+from mlxcel_py.models import load_model
+from mlxcel_py.models.cpu import decoder as cpu_decode
+from mlxcel_py.models.cpu import arch_kernels as AK
+from mlxcel_py.models.cpu.arch import GELU_TANH
+from mlxcel_py.models.cpu import decode_kernels as K
 
 from gguf_fixtures import FIXTURES
 from test_cpu_decode import ATOL, compare, make_batch, prompt
@@ -154,7 +155,7 @@ def q8_files(tmp_path_factory):
 
 def _native_pair(path):
     """(the f32 load, the default load: block layers and the native step over them)."""
-    from mlxcel_py.models.cpu_decode_native import NativeDecoder
+    from mlxcel_py.models.cpu.native import NativeDecoder
 
     f32, native = load_model(str(path), threads=1, cpu_weights="f32"), load_model(str(path), threads=1, cpu_weights="native")
     assert type(f32.cpu_decode) is cpu_decode.CpuDecoder and isinstance(native.cpu_decode, NativeDecoder)
@@ -164,7 +165,7 @@ def _native_pair(path):
 
 @pytest.mark.parametrize("name", NATIVE + ["qwen3-q8_0"])
 def test_native_step_over_q8_0_blocks_equals_float32_with_float_activations(name, q8_files, monkeypatch):
-    from mlxcel_py.models.quant import products
+    from mlxcel_py.models.cpu.quant import products
 
     f32, native = _native_pair(q8_files[name])
     monkeypatch.setattr(products, "linear", products.linear_vector)
@@ -187,7 +188,7 @@ def test_native_engine_greedy_batched_equals_alone(name, q8_files):
 
 @pytest.mark.parametrize("name", ["gemma3-f16", "qwen2-f16"])
 def test_native_verify_span_equals_the_float32_one_with_float_activations(name, q8_files, monkeypatch):
-    from mlxcel_py.models.quant import products
+    from mlxcel_py.models.cpu.quant import products
 
     f32, native = _native_pair(q8_files[name])
     monkeypatch.setattr(products, "linear", products.linear_vector)

@@ -1,4 +1,4 @@
-"""The decode attention kernel (models/cpu_decode_attention.py) against a float64 reference: shared
+"""The decode attention kernel (models/cpu/decode_attention.py) against a float64 reference: shared
 prefix cuts anywhere, sliding windows, left padding, verify spans, GQA groups, chunk crossings, and
 the same bits on one and two threads."""
 
@@ -8,9 +8,9 @@ import numba
 import numpy as np
 import pytest
 
-from mlxcel_py.models import cpu_decode_attention as A
-from mlxcel_py.models.cpu_decode_kernels import attend
-from mlxcel_py.models.cpu_decode_rows import attend_rows
+from mlxcel_py.models.cpu import decode_attention as A
+from mlxcel_py.models.cpu.decode_kernels import attend
+from mlxcel_py.models.cpu.rows import attend_rows
 
 DIM = 16
 # the head dimensions of attention_ir's paths: 8-lane blocks (16), 64-lane (64), 64 + 32 (96), numba's (12)
@@ -120,7 +120,7 @@ def test_the_ir_loops_give_a_position_the_same_bits_in_any_pass(dim):
     == the range whole; both against float64."""
     from numba import njit
 
-    from mlxcel_py.models.attention_ir import dots, weigh
+    from mlxcel_py.models.cpu.attention_ir import dots, weigh
 
     run_dots, run_weigh = njit(lambda q, k, out: dots(q, k, out)), njit(lambda p, v, acc: weigh(p, v, acc))
     rng = np.random.default_rng(dim)

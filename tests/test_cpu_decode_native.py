@@ -7,10 +7,11 @@ import pytest
 
 from mlxcel_py.config import resolve, startup_summary
 from mlxcel_py.errors import ConfigError
-from mlxcel_py.models import cpu_decode, load_model
+from mlxcel_py.models import load_model
+from mlxcel_py.models.cpu import decoder as cpu_decode
 from mlxcel_py.models.loader import default_cpu_weights
-from mlxcel_py.models.cpu_decode_native import NativeDecoder, blocks_of, native_decoder_for
-from mlxcel_py.models.quant import int8_ir, products
+from mlxcel_py.models.cpu.native import NativeDecoder, blocks_of, native_decoder_for
+from mlxcel_py.models.cpu.quant import int8_ir, products
 
 from test_cpu_decode import compare, make_batch, prompt
 from tiny import LAYERS, write_tiny_gguf

@@ -5,9 +5,9 @@ import mlx.nn as nn
 import numpy as np
 import pytest
 
-from mlxcel_py.models.blas import coretype_for, narrower_coretype
-from mlxcel_py.models.cpu_decode_kernels import silu_mul_rows
-from mlxcel_py.models.cpu_kernels import causal_attention, make_sdpa, make_swiglu, numpy_swiglu
+from mlxcel_py.models.cpu.blas import coretype_for, narrower_coretype
+from mlxcel_py.models.cpu.decode_kernels import silu_mul_rows
+from mlxcel_py.models.cpu.prefill_kernels import causal_attention, make_sdpa, make_swiglu, numpy_swiglu
 
 
 @pytest.mark.parametrize("heads, kv, num_q, num_k", [(9, 3, 512, 2048), (4, 4, 300, 300), (8, 2, 37, 1000), (6, 3, 600, 600)])
@@ -132,7 +132,7 @@ def test_an_environment_kernel_family_narrower_than_the_cpus_is_flagged(env_valu
 def test_a_wide_models_prefill_scope_lets_mlx_cache_its_widest_buffers_and_frees_them_after():
     from types import SimpleNamespace
 
-    from mlxcel_py.models.cpu_kernels import PREFILL_ROWS, PrefillKernels, prefill_cache_bytes
+    from mlxcel_py.models.cpu.prefill_kernels import PREFILL_ROWS, PrefillKernels, prefill_cache_bytes
 
     wide = SimpleNamespace(args=SimpleNamespace(intermediate_size=8192, hidden_size=2048))
     assert prefill_cache_bytes(wide) == 3 * PREFILL_ROWS * 8192 * 4
@@ -164,7 +164,7 @@ def test_a_wide_models_prefill_scope_lets_mlx_cache_its_widest_buffers_and_frees
 @pytest.mark.parametrize("name, platform, said", [("reference", "linux", True), ("openblas", "linux", False),
                                                    ("off", "linux", False), ("reference", "darwin", False)])
 def test_the_reference_blas_is_said_with_its_cost(monkeypatch, name, platform, said):
-    from mlxcel_py.models import blas
+    from mlxcel_py.models.cpu import blas
 
     monkeypatch.setattr(blas, "_loaded", blas.BlasInfo(name, note="no OpenBLAS found (apt-get install x)"))
     monkeypatch.setattr(blas.sys, "platform", platform)

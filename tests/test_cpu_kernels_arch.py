@@ -9,8 +9,8 @@ from mlx_lm.models.base import create_causal_mask
 from mlx_lm.models.cache import make_prompt_cache
 
 from mlxcel_py.models import load_model
-from mlxcel_py.models import cpu_kernels
-from mlxcel_py.models.cpu_kernels import make_sdpa, masked_attention, numpy_gelu_mul
+from mlxcel_py.models.cpu import prefill_kernels as cpu_kernels
+from mlxcel_py.models.cpu.prefill_kernels import make_sdpa, masked_attention, numpy_gelu_mul
 
 from gguf_fixtures import FIXTURES
 from test_cpu_decode import prompt

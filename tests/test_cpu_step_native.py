@@ -1,4 +1,4 @@
-"""The fused native decode step (models/cpu_step_native.py, quant/step.py) against NativeDecoder's
+"""The fused native decode step (models/cpu/fused_step.py, quant/step.py) against NativeDecoder's
 per-product step, and its atomic counters."""
 
 from pathlib import Path
@@ -8,10 +8,10 @@ import pytest
 from numba import njit, prange
 
 from mlxcel_py.models import load_model
-from mlxcel_py.models.cpu_decode_native import NativeDecoder, blocks_of, native_decoder_for
-from mlxcel_py.models.cpu_step_native import FusedDecoder, decoder_for
-from mlxcel_py.models.quant import int8_ir, products, step
-from mlxcel_py.models.quant.atomics import FUTEX, count_done, fetch_add, load_acquire, wait_at_least
+from mlxcel_py.models.cpu.native import NativeDecoder, blocks_of, native_decoder_for
+from mlxcel_py.models.cpu.fused_step import FusedDecoder, decoder_for
+from mlxcel_py.models.cpu.quant import int8_ir, products, step
+from mlxcel_py.models.cpu.quant.atomics import FUTEX, count_done, fetch_add, load_acquire, wait_at_least
 
 from test_cpu_decode import make_batch, prompt
 from test_cpu_decode_native import INT8, _greedy
@@ -157,8 +157,8 @@ _NAN_STEP = """
 import sys, numpy as np
 sys.path.insert(0, sys.argv[2])
 from mlxcel_py.models import load_model
-from mlxcel_py.models.cpu_decode_native import blocks_of
-from mlxcel_py.models.cpu_step_native import FusedDecoder
+from mlxcel_py.models.cpu.native import blocks_of
+from mlxcel_py.models.cpu.fused_step import FusedDecoder
 from test_cpu_decode import make_batch, prompt
 from pathlib import Path
 import mlx.core as mx

@@ -1,4 +1,4 @@
-"""One forward per tick (engine/runner/tick.py, models/cpu_tick.py): the decode rows and a prefill
+"""One forward per tick (engine/runner/tick.py, models/cpu/tick.py): the decode rows and a prefill
 piece in one batch give the tokens of today's separate forwards (a decode step, then the piece)."""
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""One forward per tick over GGUF blocks where the decoder has no fused step (models/cpu_tick.py: a
+"""One forward per tick over GGUF blocks where the decoder has no fused step (models/cpu/tick.py: a
 plain llama whose products go one by one, e.g. F16 matrices; here the fused step is turned off by
 forcing a product candidate): the piece's attention runs on one numpy BLAS thread, with the tokens
 numpy's own thread count gives. With the fused step (the default model's path) the pieces are rows of
@@ -13,14 +13,15 @@ from pathlib import Path
 import pytest
 
 from mlxcel_py.engine.runner.model_runner import ModelRunner
-from mlxcel_py.models import cpu_tick, load_model
+from mlxcel_py.models import load_model
+from mlxcel_py.models.cpu import tick as cpu_tick
 
 from test_cpu_tick import ticks
 
 
 @pytest.fixture(scope="module")
 def blocks():
-    from mlxcel_py.models.quant import int8_ir
+    from mlxcel_py.models.cpu.quant import int8_ir
 
     if not int8_ir.HAS_AVX2:
         pytest.skip("the fused step runs the AVX2 int8 kernel")
@@ -30,7 +31,7 @@ def blocks():
 @pytest.fixture(autouse=True)
 def per_product(monkeypatch):
     """No fused step (FusedDecoder.runs_rows is false with another product candidate forced)."""
-    from mlxcel_py.models.quant import products
+    from mlxcel_py.models.cpu.quant import products
 
     monkeypatch.setattr(products, "linear", products.linear_int8_vector)
 
@@ -43,7 +44,7 @@ def runner_for(lm, fuse):
 
 
 def test_the_piece_attention_runs_on_one_numpy_blas_thread(blocks, monkeypatch):
-    from mlxcel_py.models import blas
+    from mlxcel_py.models.cpu import blas
 
     count = blas._numpy_set_local()
     if not count:
@@ -67,7 +68,7 @@ def test_the_piece_attention_runs_on_one_numpy_blas_thread(blocks, monkeypatch):
 
 def test_a_small_separate_piece_too_and_a_long_one_keeps_numpys_threads(blocks, monkeypatch):
     from mlxcel_py.engine.core.step import BeginSequence, PrefillPiece, Step
-    from mlxcel_py.models import blas, cpu_kernels
+    from mlxcel_py.models.cpu import blas, prefill_kernels as cpu_kernels
 
     from kv_models import prompt
     from test_cpu_tick import greedy

@@ -4,7 +4,7 @@
 import numpy as np
 from numba import njit
 
-from mlxcel_py.models.quant.dispatch import TypedCall, layout
+from mlxcel_py.models.cpu.quant.dispatch import TypedCall, layout
 
 
 @njit(cache=False)

@@ -22,7 +22,7 @@ TOKENS = 24
 @pytest.fixture(scope="module")
 def lm():
     from mlxcel_py.models import load_model
-    from mlxcel_py.models.quant import int8_ir
+    from mlxcel_py.models.cpu.quant import int8_ir
 
     if not int8_ir.HAS_AVX2:
         pytest.skip("the fused CPU step (and its exactness across routes) needs AVX2")

@@ -9,10 +9,10 @@ import pytest
 from mlx.utils import tree_flatten
 
 from mlxcel_py.models import load_model
-from mlxcel_py.models.cpu_decode_native import NativeDecoder
+from mlxcel_py.models.cpu.native import NativeDecoder
 from mlxcel_py.models.footprint import status_kib
 from mlxcel_py.models.gguf_blocks import BlockEmbedding, BlockLinear, release
-from mlxcel_py.models.quant import products, vector
+from mlxcel_py.models.cpu.quant import products, vector
 
 from test_cpu_decode import make_batch, prompt
 

@@ -9,7 +9,7 @@ from gguf.constants import GGMLQuantizationType as T
 from mlx.utils import tree_flatten
 
 from mlxcel_py.models import load_model
-from mlxcel_py.models.cpu_decode_native import NativeDecoder
+from mlxcel_py.models.cpu.native import NativeDecoder
 from mlxcel_py.models.footprint import estimate_bytes
 from mlxcel_py.models.gguf_blocks import BlockEmbedding, BlockLinear
 

@@ -27,13 +27,13 @@ def names(root, paths):
 def test_the_sources_are_the_kernel_modules_and_what_they_import_from():
     found = names(PACKAGE, kernel_cache.kernel_sources())
     # kernels, the IR they inline, and modules whose names a kernel module binds (constants included)
-    assert {"models/quant/step.py", "models/quant/vector_ir.py", "models/quant/int8_ir.py", "models/attention_ir.py",
-            "models/cpu_decode_attention.py", "models/quant/unpack.py", "engine/runner/sampling_np.py"} <= found
+    assert {"models/cpu/quant/step.py", "models/cpu/quant/vector_ir.py", "models/cpu/quant/int8_ir.py", "models/cpu/attention_ir.py",
+            "models/cpu/decode_attention.py", "models/cpu/quant/unpack.py", "engine/runner/sampling_np.py"} <= found
     assert "server/app.py" not in found and "cli/serve.py" not in found  # no kernel sees them
 
 
-@pytest.mark.parametrize("edit", ["models/quant/int8_ir.py", "models/attention_ir.py", "models/quant/vector_intrinsics.py",
-                                  "models/cpu_decode_kernels.py"])
+@pytest.mark.parametrize("edit", ["models/cpu/quant/int8_ir.py", "models/cpu/attention_ir.py", "models/cpu/quant/vector_intrinsics.py",
+                                  "models/cpu/decode_kernels.py"])
 def test_an_edit_to_any_kernel_source_changes_the_key(copy, edit):
     before = kernel_cache.digest(copy)
     assert before == kernel_cache.digest(PACKAGE)  # the copy keys as the package does
@@ -79,7 +79,7 @@ def test_this_process_caches_its_kernels_under_the_key():
     if not os.environ.get("MLXCEL_KERNEL_CACHE_DIR"):
         pytest.skip("no writable cache directory here: numba caches beside the sources, as it would by itself")
 
-    from mlxcel_py.models.quant import vector
+    from mlxcel_py.models.cpu.quant import vector
 
     assert Path(numba.config.CACHE_DIR).name == kernel_cache.digest()
     assert Path(vector.stream_int8.stats.cache_path).parent == Path(numba.config.CACHE_DIR)

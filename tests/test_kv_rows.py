@@ -115,8 +115,8 @@ def test_the_fused_native_step_runs_over_the_rows_and_its_prompts_too(monkeypatc
     from pathlib import Path
 
     from mlxcel_py.models import load_model
-    from mlxcel_py.models.cpu_step_native import FusedDecoder
-    from mlxcel_py.models.quant import int8_ir
+    from mlxcel_py.models.cpu.fused_step import FusedDecoder
+    from mlxcel_py.models.cpu.quant import int8_ir
 
     if not int8_ir.HAS_AVX2:
         pytest.skip("the fused step runs the AVX2 int8 kernel")
@@ -158,7 +158,7 @@ def test_a_verify_span_runs_through_the_fused_step_token_identical_to_plain_deco
     from mlxcel_py.config import resolve
     from mlxcel_py.engine import build_engine
     from mlxcel_py.models import load_model
-    from mlxcel_py.models.quant import int8_ir
+    from mlxcel_py.models.cpu.quant import int8_ir
 
     from test_speculative import greedy as greedy_request, run
 
@@ -185,8 +185,9 @@ def test_a_prompt_cut_into_row_spans_gives_the_bits_of_one_span(monkeypatch):
     first token and the K/V written are those of the piece run as one span."""
     from pathlib import Path
 
-    from mlxcel_py.models import cpu_step_rows, load_model
-    from mlxcel_py.models.quant import int8_ir
+    from mlxcel_py.models import load_model
+    from mlxcel_py.models.cpu import prompt_rows as cpu_step_rows
+    from mlxcel_py.models.cpu.quant import int8_ir
 
     if not int8_ir.HAS_AVX2:
         pytest.skip("the fused step runs the AVX2 int8 kernel")

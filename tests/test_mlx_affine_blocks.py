@@ -1,5 +1,5 @@
 """mlx-community affine-quantized directories on the CPU (`--cpu-weights native`): the QuantizedLinear /
-QuantizedEmbedding weights repacked into blocks (models/quant/affine.py, models/mlx_blocks.py), no float32
+QuantizedEmbedding weights repacked into blocks (models/cpu/quant/affine.py, models/mlx_blocks.py), no float32
 copy, logits against mlx-lm's own quantized forward (mx.quantized_matmul) and its greedy tokens."""
 
 import json
@@ -13,9 +13,9 @@ from mlx.utils import tree_flatten
 from mlx_lm.utils import save_model
 
 from mlxcel_py.models import load_model
-from mlxcel_py.models.cpu_decode_native import NativeDecoder
+from mlxcel_py.models.cpu.native import NativeDecoder
 from mlxcel_py.models.gguf_blocks import BlockEmbedding, BlockLinear
-from mlxcel_py.models.quant import affine, products
+from mlxcel_py.models.cpu.quant import affine, products
 
 from test_cpu_decode import make_batch, prompt
 from tiny import CONTEXT, FFN, HEADS, HIDDEN, KV_HEADS, LAYERS, reference_model, tiny_model

@@ -27,7 +27,7 @@ def lm():
 @pytest.fixture(scope="module")
 def gguf():
     from mlxcel_py.models import load_model
-    from mlxcel_py.models.quant import int8_ir
+    from mlxcel_py.models.cpu.quant import int8_ir
 
     if not int8_ir.HAS_AVX2:
         pytest.skip("the fused step runs the AVX2 int8 kernel")

@@ -1,4 +1,4 @@
-"""GGUF block types held natively (mlxcel_py/models/quant): exact dequantization against the
+"""GGUF block types held natively (mlxcel_py/models/cpu/quant): exact dequantization against the
 `gguf` package, both decode-kernel candidates against float64 products, the tiled prefill, and
 records over memory-mapped files. One numba compile per kernel (cached)."""
 
@@ -11,7 +11,7 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
 
 from mlxcel_py.errors import ModelLoadError
 from mlxcel_py.models.gguf_file import read_gguf
-from mlxcel_py.models.quant import blocks, prefill, products
+from mlxcel_py.models.cpu.quant import blocks, prefill, products
 
 QUANTIZABLE = (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0)  # gguf 0.19 quantizes these
 K_QUANTS = (T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K)  # random valid blocks instead

@@ -1,4 +1,4 @@
-"""The span kernel (mlxcel_py/models/quant/span.py): a verify's 5-17 input rows over GGUF blocks,
+"""The span kernel (mlxcel_py/models/cpu/quant/span.py): a verify's 5-17 input rows over GGUF blocks,
 against vector.stream_int8 (the one-token kernel plain decoding uses) and the same int8 formula in
 float64, and products.linear's dispatch by row count."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from gguf.constants import GGMLQuantizationType as T
 
-from mlxcel_py.models.quant import int8_ir, products, span
+from mlxcel_py.models.cpu.quant import int8_ir, products, span
 from test_quant_blocks import _reference, _weight
 
 VECTOR = (T.Q4_0, T.Q4_1, T.Q8_0, T.Q4_K, T.Q6_K)

@@ -1,4 +1,4 @@
-"""The explicit-vector decode kernels (mlxcel_py/models/quant/vector.py) against float64 products
+"""The explicit-vector decode kernels (mlxcel_py/models/cpu/quant/vector.py) against float64 products
 of the exactly dequantized weight, over the GGUF types they read and 1-8 input rows."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from gguf.constants import GGMLQuantizationType as T
 
-from mlxcel_py.models.quant import blocks, int8_ir, products
+from mlxcel_py.models.cpu.quant import blocks, int8_ir, products
 from test_quant_blocks import _reference, _weight
 
 VECTOR = (T.Q4_0, T.Q4_1, T.Q8_0, T.Q4_K, T.Q6_K, T.Q5_0, T.Q5_1, T.Q2_K, T.Q3_K, T.Q5_K)
@@ -117,8 +117,8 @@ def test_the_fused_steps_tiles_give_each_sum_the_one_row_kernels_bits(qtype):
     """quant/step._product takes two weight rows a call at one input row (vector._row_d2, 13 rows: an odd
     one left) and four input rows a call with their offsets side by side (int8_ir.emit_dots): every sum
     equals the one-input-row, one-weight-row call's (vector.stream_int8 of that row alone) bit for bit."""
-    from mlxcel_py.models.quant import step, vector
-    from mlxcel_py.models.quant.vector_ir import UNITS
+    from mlxcel_py.models.cpu.quant import step, vector
+    from mlxcel_py.models.cpu.quant.vector_ir import UNITS
 
     w = _weight(qtype, 13, 512, seed=5)
     raw, units = np.ascontiguousarray(w.blocks), 512 // UNITS[int(qtype)][0]

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 def load_or_exit(cfg: AppConfig, console: Console | None = None) -> "LoadedModel":
     """Preload the BLAS, then load the model under a status spinner; exit 1 on a load error."""
-    from ..models.blas import preload_blas
+    from ..models.cpu.blas import preload_blas
 
     try:
         preload_blas(cfg.blas)

@@ -16,7 +16,7 @@ from gguf.constants import LlamaFileType
 from .gguf_tensors import GROUP_SIZE, check_supported, native, quantized_or_none
 from .gguf_tensors import dense as dense_tensor
 from .gguf_blocks import fuse_layers, install, is_block_type, release, unpermute_block_rows
-from .quant.blocks import QuantWeight, make
+from .cpu.quant.blocks import QuantWeight, make
 from .gguf_arch import ROPE_TENSORS, Arch, Meta, arch_for
 from .gguf_file import GGUFFile, TensorInfo, read_gguf
 from .tokenizer import TokenizerInfo, gguf_tokenizer

@@ -1,4 +1,5 @@
-"""Per-architecture rules for mapping a GGUF onto mlx-lm's model classes.
+"""The architecture table (`ARCHS`): per architecture, the rules for mapping a GGUF onto mlx-lm's
+model classes, and whether the CPU decode step runs it (models/cpu/arch.py reads it from here).
 
 Each entry says which mlx-lm module builds the model, how llama.cpp's converter changed
 the Hugging Face tensors (names, the llama Q/K row permutation for its interleaved RoPE,
@@ -40,6 +41,7 @@ class Arch:
     permuted_qk: bool = False  # llama.cpp's converter permuted Q/K rows (LLAMA rope type)
     norm_offset: float = 0.0  # the converter stored norm weights as 1 + w
     extra_top: dict[str, str] = field(default_factory=dict)
+    cpu_step: bool = True  # the CPU decode step (models/cpu/) runs it; else decode stays in mlx-lm
 
     def mlx_name(self, name: str, source: str) -> str:
         if match := BLOCK_RE.match(name):

@@ -19,8 +19,8 @@ import mlx.nn as nn
 import numpy as np
 from gguf.constants import GGMLQuantizationType as T
 
-from .quant import prefill, products
-from .quant.blocks import BLOCK_TYPES, QuantWeight
+from .cpu.quant import prefill, products
+from .cpu.quant.blocks import BLOCK_TYPES, QuantWeight
 
 HALF_TYPES = (T.F16, T.BF16)
 

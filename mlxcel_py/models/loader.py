@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .blas import loaded_blas, slow_blas_note
+from .cpu.blas import loaded_blas, slow_blas_note
 from ..errors import ModelLoadError
 from .types import LoadedModel
 
@@ -39,7 +39,7 @@ def default_model_path() -> str:
 
 def default_cpu_weights() -> str:
     """"native" where the int8 AVX2 kernels run (measured 1.3-2.2x float32's decode tok/s, docs/CPU_DECODE.md), else "f32"."""
-    from .quant.int8_ir import HAS_AVX2
+    from .cpu.quant.int8_ir import HAS_AVX2
 
     return "native" if HAS_AVX2 else "f32"
 
@@ -60,7 +60,7 @@ def load_model(
     dense=None picks the CPU fast path on the CPU and keeps quantized weights on a GPU; True/False
     forces float32 or MLX's own weights. On the CPU, cpu_weights "native" keeps a GGUF's quantized
     matrices as the file's blocks (models/gguf_blocks.py: prefill by dequantized tiles, decode over the
-    blocks in models/cpu_decode_native.py, no float32 copy), "f32" dequantizes them to float32; None:
+    blocks in models/cpu/native.py, no float32 copy), "f32" dequantizes them to float32; None:
     `default_cpu_weights()`."""
     path, hub_name = _local_path(spec_path or default_model_path())
     use_dense = cpu_is_default() if dense is None else dense
@@ -127,12 +127,12 @@ def _local_path(spec: str) -> tuple[Path, Optional[str]]:
 def _install_cpu_kernels(loaded: LoadedModel, threads: int, native: Optional[Path] = None) -> LoadedModel:
     """numpy prefill attention/SwiGLU (gemma3: GELU) and the numba decode step on `threads` threads (docs/CPU_FAST_PATH.md);
     the decode step reads the blocks of the GGUF at `native` when given."""
-    from .blas import set_blas_threads
-    from .cpu_attention import set_threads as set_attention_threads
-    from .cpu_decode import decoder_for
-    from .cpu_decode_native import NativeDecoder
-    from .cpu_step_native import decoder_for as native_decoder_for  # the fused step where it applies
-    from .cpu_kernels import kernels_for
+    from .cpu.blas import set_blas_threads
+    from .cpu.prefill_attention import set_threads as set_attention_threads
+    from .cpu.decoder import decoder_for
+    from .cpu.native import NativeDecoder
+    from .cpu.fused_step import decoder_for as native_decoder_for  # the fused step where it applies
+    from .cpu.prefill_kernels import kernels_for
 
     set_blas_threads(threads)
     set_attention_threads(threads)

@@ -13,7 +13,7 @@ import numpy as np
 from mlx.utils import tree_unflatten
 
 from .gguf_blocks import BlockEmbedding, BlockLinear, fuse_layers
-from .quant import affine
+from .cpu.quant import affine
 
 log = logging.getLogger("mlxcel_py.models")
 

@@ -22,8 +22,8 @@ class LoadedModel:
     bos_token_id: Optional[int] = None
     add_bos: bool = False
     # The CPU fast path the loader chose (docs/CPU_FAST_PATH.md); None: mlx-lm's own code.
-    cpu_decode: Optional[Callable[[list[int], list], Any]] = None  # models/cpu_decode.CpuDecoder
-    cpu_kernels: Optional[ContextManager[Any]] = None  # models/cpu_kernels.PrefillKernels, entered per forward
+    cpu_decode: Optional[Callable[[list[int], list], Any]] = None  # models/cpu/decoder.CpuDecoder
+    cpu_kernels: Optional[ContextManager[Any]] = None  # models/cpu/prefill_kernels.PrefillKernels, entered per forward
     pooling: Optional[str] = None  # the GGUF's pooling_type (mean, cls, last, none), when it names one
     appended_eos: Optional[int] = None  # the eos a GGUF's add_eos_token appends to tokenized text (llama.cpp's)
 

@@ -8,7 +8,7 @@ its pending tokens and last token in one padded forward, then greedy single-toke
 trims its own proposals back off, so the draft's KV only ever holds tokens the target kept.
 A prompt-cache hit gives the draft nothing: it prefills the adopted prefix with the first piece;
 a context shift of a row rebuilds the draft's row from the kept tokens.
-On the CPU the steps go through the draft's own numba decode step (models/cpu_decode.py), as the
+On the CPU the steps go through the draft's own numba decode step (models/cpu/decoder.py), as the
 target's do: mlx-lm's one-token forward costs several times more there.
 """
 

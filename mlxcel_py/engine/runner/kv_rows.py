@@ -7,7 +7,7 @@ capacity, dim); a batch row lives in one slot with its own length, so a join cop
 new sequence's tokens, a leave copies nothing and a rejected draft's trim is a length change.
 The buffers are anonymous memory maps (`_zeros`): pages nobody wrote stay unmapped, so the resident
 size grows with the tokens stored, not with the capacity. Growing the capacity copies only the
-rows in use. The decoder reads and writes them through `models/cpu_decode_rows.forward_rows`.
+rows in use. The decoder reads and writes them through `models/cpu/rows.forward_rows`.
 A sequence still prefilling in fused ticks (engine/runner/tick.py) writes into a staged slot, the one
 it will join, so its join copies only what those ticks did not write.
 

@@ -43,7 +43,7 @@ def _project_fn(model) -> Optional[Callable[[mx.array], mx.array]]:
 
 def _owns_rows(decode, kv: Optional[KVLayout]) -> bool:
     """True when the CPU decode step can run over the engine's own rows (the model's KV dtype)."""
-    from ...models.cpu_decode_rows import supports_rows
+    from ...models.cpu.rows import supports_rows
 
     return decode is not None and supports_rows(decode) and (kv is None or kv.native)
 
@@ -56,8 +56,8 @@ def kv_bytes_per_token(model, layout: Optional[KVLayout] = None) -> int:
 class ModelRunner(PromptSide, RowPrefill, FusedTick, Runner):
     """Executes steps; owns every KV array and sampler, keyed by the ids the records carry.
 
-    `decode`: the loader's CPU decode step (models/cpu_decode.py; None: mlx-lm's forward);
-    `kernels`: the loader's scope for its CPU prefill kernels (models/cpu_kernels.py), entered
+    `decode`: the loader's CPU decode step (models/cpu/decoder.py; None: mlx-lm's forward);
+    `kernels`: the loader's scope for its CPU prefill kernels (models/cpu/prefill_kernels.py), entered
     around every forward; `draft`: the draft model of --draft-model (engine/runner/draft_model.py);
     `kv`: the KV storage type (engine/runner/kv.py; None: the model's dtype); `kv_rows`: keep the
     decode batch in the engine's own per-slot rows (engine/runner/kv_rows.py; None: wherever the CPU
@@ -157,7 +157,7 @@ class ModelRunner(PromptSide, RowPrefill, FusedTick, Runner):
             return self._verify(seq_ids, last, drafts)
         if self._owned:
             logits = self._rows_forward(last, 1)
-        elif self._fast_decode is not None:  # the CPU decode step (models/cpu_decode.py), same contract
+        elif self._fast_decode is not None:  # the CPU decode step (models/cpu/decoder.py), same contract
             logits = self._fast_decode(last, self._batch)
         else:
             with self._kernels:
@@ -261,7 +261,7 @@ class ModelRunner(PromptSide, RowPrefill, FusedTick, Runner):
     def _rows_forward(self, tokens: list, width: int) -> mx.array | np.ndarray:
         """The CPU decode step over the owned rows: (B, V) numpy logits for width 1 (sampled in numpy:
         sampling.sample_step), else a (B, width, V) mx.array."""
-        from ...models.cpu_decode_rows import forward_rows
+        from ...models.cpu.rows import forward_rows
 
         kv = self._batch
         slots, starts, positions, prefix = kv.step_arrays(width)

@@ -20,7 +20,7 @@ from .kv_rows import FIRST_CAPACITY, FIRST_SLOTS, PinnedPrefix, RowKV
 from .logits import sequence_logprobs
 from .pooling import Pooler, hidden_fn
 from .sampling import SampledToken, SequenceSampler
-from ...models.blas import numpy_blas_threads
+from ...models.cpu.blas import numpy_blas_threads
 
 # A piece this short runs its numpy attention on one BLAS thread: a second one woken per small
 # product cost up to 60x the CPU time under load (docs/CONTINUOUS_BATCHING.md).

@@ -1,4 +1,4 @@
-"""Prompt pieces as rows of the CPU decode step (models/cpu_step_native.FusedDecoder.run_rows), over
+"""Prompt pieces as rows of the CPU decode step (models/cpu/fused_step.FusedDecoder.run_rows), over
 the engine's own KV rows (kv_rows.RowKV).
 
 Where the decoder computes every row whole with one compiled step, a prompt's positions go through

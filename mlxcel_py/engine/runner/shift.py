@@ -12,7 +12,7 @@ then sit at positions n_discard lower. Two ways (docs/KV_CACHE.md, "Context shif
 - "prefill": forward the kept tokens (the record's `tokens`) into a fresh cache and put that
   in the row: the KV is exactly a fresh prefill's; costs a prefill of about half the slot.
 
-Rows are replaced by new arrays, never written in place: the CPU decode step (models/cpu_decode.py)
+Rows are replaced by new arrays, never written in place: the CPU decode step (models/cpu/decoder.py)
 notices its held buffer is gone and copies the new one into a buffer of its own.
 """
 

@@ -1,5 +1,5 @@
 """One forward per tick on the CPU decode path: a tick's decode rows and its prefill
-piece run as one batch through the weights (models/cpu_tick.py), instead of a decode step and
+piece run as one batch through the weights (models/cpu/tick.py), instead of a decode step and
 then the piece's own mlx-lm forward.
 
 A mixin of engine/runner/model_runner.py's ModelRunner, used when the decode batch is the
@@ -51,7 +51,7 @@ class FusedTick:
 
     def _fused_tick(self, step: Step) -> tuple[list[SampledToken], Optional[SampledToken]]:
         """The decode rows' tokens, and the piece's first token when it is terminal (then it joins)."""
-        from ...models.cpu_tick import forward_tick
+        from ...models.cpu.tick import forward_tick
 
         seq_ids, piece = step.decode, step.prefill
         if tuple(self._rows) != seq_ids:

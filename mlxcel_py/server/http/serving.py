@@ -188,7 +188,7 @@ async def _serve_many(server: GracefulServer, serving: asyncio.Future, urls: str
 def serve_forever(config: AppConfig) -> None:
     """Run `mlxcel-py serve` until SIGINT/SIGTERM; raises ServeError or ModelLoadError to the CLI."""
     from ...logs import setup_logging
-    from ...models.blas import preload_blas
+    from ...models.cpu.blas import preload_blas
 
     if config.server is None:
         raise ServeError("serve_forever needs a serve config")

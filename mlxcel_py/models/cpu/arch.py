@@ -5,7 +5,7 @@ into a frozen `ArchSpec` and per-layer `LayerWeights`: q/k/v biases (qwen2), per
 norms (qwen3, gemma3), norm weights stored as `w` but applied as `1 + w` (gemma3), the sandwich
 norms after attention and MLP (gemma3), GELU-tanh instead of SiLU (gemma3), a sliding window and
 its own rope per layer (gemma3), the embedding scale (gemma3: sqrt(hidden) rounded to bfloat16,
-as mlx-lm multiplies it). The decode step (cpu_decode.py) and its kernels read only these.
+as mlx-lm multiplies it). The decode step (decoder.py) and its kernels read only these.
 An absent part is an empty float32 array, so one compiled kernel serves every architecture."""
 
 from __future__ import annotations
@@ -17,9 +17,12 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from ..gguf_arch import ARCHS as GGUF_ARCHS
+
 NONE = np.zeros(0, np.float32)  # an absent norm or bias
 SILU, GELU_TANH = 0, 1
-ARCHS = ("llama", "qwen2", "qwen3", "gemma3_text", "phi3")
+# mlx-lm model types the step runs, from the one architecture table (mistral loads as llama)
+ARCHS = tuple(a.model_type for a in GGUF_ARCHS.values() if a.cpu_step)
 
 
 @dataclass(frozen=True, slots=True)

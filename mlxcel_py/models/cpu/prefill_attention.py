@@ -93,7 +93,7 @@ def run_tiles(q, k, v, scale, tiles) -> np.ndarray:
 
 
 def _tasks(q, k, v, scale, out, group, tasks) -> None:
-    with numpy_blas_threads(1):  # this thread's own OpenBLAS count, put back after (models/blas.py)
+    with numpy_blas_threads(1):  # this thread's own OpenBLAS count, put back after (models/cpu/blas.py)
         for t in tasks:
             _task(q, k, v, scale, out, t[0], group, *t[1:])
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
 
-from ...errors import ModelLoadError
+from ....errors import ModelLoadError
 from . import unpack
 
 # Types the kernels read natively; BLOCK_TYPES go through unpack.unpack_row.

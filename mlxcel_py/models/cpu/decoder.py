@@ -1,14 +1,14 @@
 """Batched decode steps for dense float32 models on the CPU, outside MLX (llama, mistral, qwen2,
-qwen3, gemma3, phi3: what differs between them is read into an `ArchSpec`, cpu_decode_arch.py).
+qwen3, gemma3, phi3: what differs between them is read into an `ArchSpec`, arch.py).
 
 A decode step runs 30 layers x 7 small products plus the LM head; through MLX each one is an
 OpenBLAS GEMM that packs (copies) the whole weight, and the graph costs ~2 ms a step to build.
-Here each layer is one numba call (`cpu_decode_kernels.layer_step`) over numpy views of the
+Here each layer is one numba call (`decode_kernels.layer_step`) over numpy views of the
 model's own weights (q/k/v and gate/up fused once at install, no copies kept), streaming each
 weight once, and writing the new keys/values in place into the runner's mlx-lm
 `BatchKVCache`, whose bookkeeping (offsets, left padding) is advanced exactly as
 `update_and_fetch` advances it. Prefill, and every other device or model, is mlx-lm's.
-A llama layer is one `layer_step` call; the others one `arch_layer_step` (cpu_decode_arch_kernels.py).
+A llama layer is one `layer_step` call; the others one `arch_layer_step` (arch_kernels.py).
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import numba
 import numpy as np
 from mlx_lm.models.cache import BatchKVCache
 
-from .cpu_decode_arch import (GELU_TANH, Norms, RopeTable, final_norm, layer_norms, projections, spec_for,
+from .arch import (GELU_TANH, Norms, RopeTable, final_norm, layer_norms, projections, spec_for,
                               supported)
-from .cpu_decode_arch_kernels import arch_layer_step, warm_up as warm_up_arch
-from .cpu_decode_kernels import layer_step, linear, rms_norm, warm_up
+from .arch_kernels import arch_layer_step, warm_up as warm_up_arch
+from .decode_kernels import layer_step, linear, rms_norm, warm_up
 
 log = logging.getLogger("mlxcel_py.models")
 
@@ -41,7 +41,7 @@ class _Layer:
     norm2: np.ndarray
     gate_up: np.ndarray  # (2 * ffn, hidden)
     down: np.ndarray
-    norms: Optional[Norms] = None  # the parts beyond llama's (cpu_decode_arch.py); None: a llama layer
+    norms: Optional[Norms] = None  # the parts beyond llama's (arch.py); None: a llama layer
     window: int = 0  # sliding window (0: full attention)
     rope: int = 0  # index of this layer's rope table
 

@@ -16,10 +16,10 @@ import numba
 import numpy as np
 from numba.typed import List
 
-from .cpu_decode_attention import chunks_for
-from .cpu_decode import CpuDecoder
-from .cpu_step_rows import PromptRows, step_phases
-from .cpu_decode_native import NativeDecoder, Product, native_decoder_for
+from .decode_attention import chunks_for
+from .decoder import CpuDecoder
+from .prompt_rows import PromptRows, step_phases
+from .native import NativeDecoder, Product, native_decoder_for
 from .quant import int8_ir, products, step, vector
 from .quant.blocks import QuantWeight
 from .quant.dispatch import TypedCall, layout
@@ -38,14 +38,14 @@ def fused_step_applies(model) -> bool:
     """Whether FusedDecoder's step is the model's: a plain mlx-lm llama, on a CPU with AVX2."""
     from mlx_lm.models import llama
 
-    from .cpu_decode_arch import spec_for, supported
+    from .arch import spec_for, supported
 
     # the fused step is llama's layer only: no biases, q/k norms, windows or other rope (ArchSpec.plain)
     return type(model) is llama.Model and int8_ir.HAS_AVX2 and supported(model) is None and spec_for(model).plain
 
 
 def decoder_for(model, path: Path, threads: int = 1) -> Optional[CpuDecoder]:
-    """cpu_decode_native.native_decoder_for, with the fused step where it applies (the loader's choice)."""
+    """native.native_decoder_for, with the fused step where it applies (the loader's choice)."""
     return native_decoder_for(model, path, threads, FusedDecoder if fused_step_applies(model) else NativeDecoder)
 
 
@@ -171,7 +171,7 @@ class FusedDecoder(PromptRows, NativeDecoder):
     def step_rows(self, tokens: Sequence[int], keys: Sequence[np.ndarray], values: Sequence[np.ndarray],
                   slot: np.ndarray, start: np.ndarray, pos: np.ndarray, width: int = 1,
                   prefix: Optional[np.ndarray] = None) -> Optional[np.ndarray]:
-        """cpu_decode_rows.forward_rows as one run_step call over the engine's own rows: (B * width, vocab)
+        """rows.forward_rows as one run_step call over the engine's own rows: (B * width, vocab)
         logits of `width` new tokens per row (`tokens` row-major; row b in KV row slot[b], positions
         start[b]..pos[b] + j). A verify span is `width` rows of one sequence sharing its KV row: the step
         writes every row's K/V before any attends, so each attends causally. `prefix` (B, 2): each row's

@@ -1,11 +1,11 @@
 """The decode attention kernel: every CPU decode path's (the fused step quant/step.py, the engine
-rows cpu_decode_rows.attend_rows, BatchKVCache's cpu_decode_kernels.attend) loops in one home.
+rows (rows.attend_rows), BatchKVCache's decode_kernels.attend) loops in one home.
 
 A query row's positions are cut into CHUNK-position pieces at ABSOLUTE multiples of CHUNK (not
 relative to the row's start, its shared-prefix cut or the thread count). A work item is (query row,
 KV head, chunk): the KV head's GQA group of query heads together (one pass over K and V serves the
 group), scores for the chunk's positions, their max, exp (a degree-6 polynomial, relative error
-~1e-7, as cpu_attention.softmax_ranges) and sum, and the V accumulation: a partial (acc, max, sum).
+~1e-7, as prefill_attention.softmax_ranges) and sum, and the V accumulation: a partial (acc, max, sum).
 `combine` merges a row's partials in chunk order. Each item's bits depend on its absolute positions
 only, so a shared prefix row gives the bits of a private copy, and any thread count the same bits.
 

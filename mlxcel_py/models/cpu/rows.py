@@ -3,7 +3,7 @@
 Each layer's K/V is one (slots, kv_heads, capacity, dim) float32 buffer; row b of a forward
 lives in slot `slot[b]`, attends positions `start[b]` .. its own, and writes its `width` new
 tokens at `pos[b]` ..: no left padding, no BatchKVCache bookkeeping. The products, norms, RoPE
-and SwiGLU are the decoder's own (`cpu_decode.CpuDecoder` or `cpu_decode_native.NativeDecoder`);
+and SwiGLU are the decoder's own (`decoder.CpuDecoder` or `native.NativeDecoder`);
 only the KV write and the attention are new kernels here.
 """
 
@@ -15,8 +15,8 @@ import numba
 import numpy as np
 from numba import njit
 
-from .cpu_decode_attention import attend_desc
-from .cpu_decode_kernels import product, rms_norm, rope, silu_mul
+from .decode_attention import attend_desc
+from .decode_kernels import product, rms_norm, rope, silu_mul
 
 
 @njit(fastmath=True, cache=True, nogil=True)
@@ -39,7 +39,7 @@ def attend_rows(qkv, keys, values, slot, start, pos, heads, scale, width, prefix
     """Row r = b * width + j's query against slot slot[b]'s positions start[b] .. pos[b] + j
     (causal within a span); q is the head of qkv. Positions below prefix[b, 1] are read from the
     shared prefix row prefix[b, 0] (kv_rows.RowKV), with the bits of a private copy
-    (cpu_decode_attention's loops, over numba's threads)."""
+    (decode_attention's loops, over numba's threads)."""
     desc = np.empty((qkv.shape[0], 5), np.int64)
     for r in range(qkv.shape[0]):
         b = r // width
@@ -68,7 +68,7 @@ def forward_rows(decoder, tokens: Sequence[int], keys: Sequence[np.ndarray], val
     row's shared prefix row and length (kv_rows.RowKV; None: no row shares)."""
     if prefix is None:
         prefix = no_prefix(len(slot))
-    fused = getattr(decoder, "step_rows", None)  # cpu_step_native.FusedDecoder: the whole step in one call
+    fused = getattr(decoder, "step_rows", None)  # fused_step.FusedDecoder: the whole step in one call
     if fused is not None:
         logits = fused(tokens, keys, values, slot, start, pos, width, prefix)
         if logits is not None:

@@ -1,4 +1,4 @@
-"""The fused decode step's rows API for prompts (cpu_step_native.FusedDecoder's `run_rows`): a prompt
+"""The fused decode step's rows API for prompts (fused_step.FusedDecoder's `run_rows`): a prompt
 piece, a fused tick's piece and a context shift's rebuild run as rows of the same compiled step as
 a decode step, so a position's bits do not depend on its route (docs/CPU_FAST_PATH.md, "One kernel
 family: exact across routes"). Only the layers run over a prompt's rows, in spans whose buffers fit
@@ -14,8 +14,8 @@ from typing import Optional, Sequence
 import numba
 import numpy as np
 
-from .cpu_decode_attention import chunks_for
-from .cpu_decode_kernels import rms_norm
+from .decode_attention import chunks_for
+from .decode_kernels import rms_norm
 from .quant import products
 from .quant.blocks import QuantWeight
 from .quant.step import ATTEND
@@ -43,7 +43,7 @@ class PromptRows:
                  kv_row: np.ndarray, desc: np.ndarray, at: np.ndarray, logits_rows: Optional[np.ndarray] = None,
                  prompt_rows: Sequence[int] = ()) -> Optional[np.ndarray]:
         """Row i is token tokens[i] at position at[i], its K/V written into KV row kv_row[i], its attention
-        as desc[i] (cpu_decode_attention's descriptor) says. Returns, as a new array, the logits of
+        as desc[i] (decode_attention's descriptor) says. Returns, as a new array, the logits of
         `logits_rows` as a decode step computes them (None: every row's, and nothing else), then those
         of `prompt_rows` as a prompt's (float activations into the LM head: `_prompt_logits`); None
         when the step is not fused.

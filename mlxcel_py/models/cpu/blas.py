@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass
 from typing import Optional
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 log = logging.getLogger("mlxcel_py.models")
 

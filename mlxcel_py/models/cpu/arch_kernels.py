@@ -1,9 +1,9 @@
-"""numba kernels for the decode step of the architectures beyond plain llama (cpu_decode_arch.py).
+"""numba kernels for the decode step of the architectures beyond plain llama (arch.py).
 
-`arch_layer_step` is `cpu_decode_kernels.layer_step` with the parts an `ArchSpec` names: q/k/v
+`arch_layer_step` is `decode_kernels.layer_step` with the parts an `ArchSpec` names: q/k/v
 biases, per-head q/k RMS norms, the post-attention and post-MLP norms, GELU-tanh, and a sliding
 window. An absent part is an empty array (one compiled kernel for every architecture). The native
-step (cpu_decode_native.py) runs the same sequence with its block products, through `attention_part`
+step (native.py) runs the same sequence with its block products, through `attention_part`
 and `mlp_part`, so both paths apply the parts in one order."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .cpu_decode_kernels import attend, product, rms_norm, rope, silu_mul, write_kv
+from .decode_kernels import attend, product, rms_norm, rope, silu_mul, write_kv
 
 
 SQRT_2_OVER_PI = np.float32(np.sqrt(2.0 / np.pi))
@@ -85,7 +85,7 @@ def arch_layer_step(h, norm1, wqkv, bias, q_norm, k_norm, wo, post_attn, norm2, 
                     keys, values, idx, left_pad, cos, sin, heads, scale, eps, gelu, window,
                     width=1):  # pragma: no cover - jitted
     """One layer of any ArchSpec for `width` new tokens per row, h (B * width, hidden) in place (see
-    cpu_decode_kernels.layer_step for the KV contract)."""
+    decode_kernels.layer_step for the KV contract)."""
     qkv = product(rms_norm(h, norm1, eps), wqkv)
     att = attention_part(qkv, bias, q_norm, k_norm, keys, values, idx, left_pad, cos, sin, heads, scale,
                          eps, width, window)

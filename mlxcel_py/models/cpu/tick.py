@@ -4,7 +4,7 @@ through every layer's products together, so the weights are streamed once a tick
 The B decode rows keep the engine's own rows (engine/runner/kv_rows.py: `write_kv_rows` /
 `attend_rows`); the piece's P tokens attend causally over their own sequence's KV, which a
 `store(layer, keys, values)` callback appends to and hands back as (kv_heads, S, dim) arrays
-(`cpu_kernels.causal_attention`, the prefill's own). Norms, RoPE and SwiGLU work row by row and
+(`prefill_kernels.causal_attention`, the prefill's own). Norms, RoPE and SwiGLU work row by row and
 the streaming products compute each output row whole, so each row's result does not depend on
 what rode along (tests/test_cpu_tick.py checks it against the separate forwards).
 """
@@ -17,9 +17,9 @@ import numba
 import numpy as np
 
 from .blas import numpy_blas_threads
-from .cpu_decode_kernels import rms_norm, rope, silu_mul
-from .cpu_decode_rows import _mul, attend_rows, no_prefix, write_kv_rows
-from .cpu_kernels import causal_attention
+from .decode_kernels import rms_norm, rope, silu_mul
+from .rows import _mul, attend_rows, no_prefix, write_kv_rows
+from .prefill_kernels import causal_attention
 
 Store = Callable[[int, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 # numpy's OpenBLAS threads for the piece's attention (its 2 x heads small products a layer): one.
@@ -33,7 +33,7 @@ def forward_tick(decoder, tokens: Sequence[int], keys: Sequence[np.ndarray], val
                  store: Store, last: bool, prefix: Optional[np.ndarray] = None) -> np.ndarray:
     """(B (+ 1), vocab) float32 logits: the decode rows', then the piece's last position's when `last`.
     Writes the decode rows' new K/V into their slots (the caller advances their lengths) and hands
-    the piece's to `store`. `prefix`: the decode rows' shared prefixes (cpu_decode_rows.forward_rows)."""
+    the piece's to `store`. `prefix`: the decode rows' shared prefixes (rows.forward_rows)."""
     if numba.get_num_threads() != decoder.threads:
         numba.set_num_threads(decoder.threads)
     with numpy_blas_threads(PIECE_BLAS_THREADS):
@@ -45,7 +45,7 @@ def _forward(decoder, tokens, keys, values, slot, start, pos, piece, piece_start
     b, p = len(tokens), len(piece)
     prefix = no_prefix(b) if prefix is None else prefix
     positions = np.concatenate([np.asarray(pos, np.int64), piece_start + np.arange(p, dtype=np.int64)])
-    cos, sin = decoder._ropes[0].at(positions)  # a plain llama (cpu_decode_rows.supports_rows)
+    cos, sin = decoder._ropes[0].at(positions)  # a plain llama (rows.supports_rows)
     h = np.array(decoder._embed_rows(np.asarray([*tokens, *piece])), dtype=np.float32)
     k0, v0 = heads * dim, (heads + kv_heads) * dim
     for i, (w, k, v) in enumerate(zip(decoder._layers, keys, values)):

@@ -1,6 +1,6 @@
 """The CPU decode step over a GGUF file's own quantized blocks (`--cpu-weights native`).
 
-Same step as `cpu_decode.CpuDecoder` (its KV writer, RoPE table and numba norm/attention kernels),
+Same step as `decoder.CpuDecoder` (its KV writer, RoPE table and numba norm/attention kernels),
 but the products (fused q/k/v, o, fused gate/up, down, the LM head) multiply `QuantWeight` records
 through `quant.products.linear` instead of float32 views. Over a model loaded with block layers
 (gguf_blocks.py, the default) the records are the layers' own (fused q/k/v, gate/up as they fused);
@@ -16,12 +16,12 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
-from .cpu_decode import CpuDecoder, supported
-from .cpu_decode_arch import GELU_TANH, Norms, layer_norms, projection_keys, projections
-from .cpu_decode_arch_kernels import activation, attention_part, residual, warm_up as warm_up_arch
-from .gguf_arch import ROPE_TENSORS
-from .gguf_blocks import BlockEmbedding, BlockLinear, has_blocks, unpermute_block_rows
-from .cpu_decode_kernels import attend, linear as f32_linear, rms_norm, rope, silu_mul, warm_up, write_kv
+from .decoder import CpuDecoder, supported
+from .arch import GELU_TANH, Norms, layer_norms, projection_keys, projections
+from .arch_kernels import activation, attention_part, residual, warm_up as warm_up_arch
+from ..gguf_arch import ROPE_TENSORS
+from ..gguf_blocks import BlockEmbedding, BlockLinear, has_blocks, unpermute_block_rows
+from .decode_kernels import attend, linear as f32_linear, rms_norm, rope, silu_mul, warm_up, write_kv
 from .quant import products, vector
 from .quant.blocks import QuantWeight, make
 
@@ -58,7 +58,7 @@ class _Layer:
     norm2: np.ndarray
     gate_up: Product
     down: Product
-    norms: Optional[Norms] = None  # as cpu_decode._Layer: the parts beyond llama's; None: a llama layer
+    norms: Optional[Norms] = None  # as decoder._Layer: the parts beyond llama's; None: a llama layer
     window: int = 0
     rope: int = 0
 
@@ -159,7 +159,7 @@ class NativeDecoder(CpuDecoder):
 def native_decoder_for(model, path: Path, threads: int = 1, cls: type = NativeDecoder) -> Optional[CpuDecoder]:
     """A NativeDecoder (or its subclass `cls`) over the GGUF at `path` for a supported model; the
     float32 CpuDecoder when no matrix has a block kernel (an F32/F16 file); None when unsupported
-    (decode stays in mlx-lm). The loader goes through cpu_step_native.decoder_for."""
+    (decode stays in mlx-lm). The loader goes through fused_step.decoder_for."""
     why = supported(model)
     if why is not None:
         log.info("decode stays in mlx-lm: %s", why)
@@ -177,9 +177,9 @@ def native_decoder_for(model, path: Path, threads: int = 1, cls: type = NativeDe
 
 def blocks_of(model, path: Path) -> _Blocks:
     """The GGUF's tensors at `path` by mlx-lm name, for NativeDecoder."""
-    from .gguf import model_args
-    from .gguf_arch import arch_for
-    from .gguf_file import read_gguf
+    from ..gguf import model_args
+    from ..gguf_arch import arch_for
+    from ..gguf_file import read_gguf
 
     gguf = read_gguf(path)
     arch = arch_for(gguf.metadata, path.name)

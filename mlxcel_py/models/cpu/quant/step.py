@@ -15,7 +15,7 @@ raise (a raising thread never counts its task done, so the others would wait for
 with numpy's error model, where a division by zero (a NaN activation's empty softmax) gives inf/NaN.
 
 Each output row is computed whole by one thread with NativeDecoder's own kernels (vector.product_rows,
-quantize_rows_q8, cpu_decode_kernels' norm/RoPE/SwiGLU, the same attention loops), so the
+quantize_rows_q8, decode_kernels' norm/RoPE/SwiGLU, the same attention loops), so the
 logits do not depend on the thread count, and equal NativeDecoder's up to the 1-ulp rounding
 that numba's cached and freshly compiled builds of the same IR already differ by (measured:
 the same product run from a cold and a warm cache differs by 1e-6)."""
@@ -25,8 +25,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ..cpu_decode_attention import CHUNK, combine, item
-from ..cpu_decode_kernels import rms_norm, rope, silu_mul
+from ..decode_attention import CHUNK, combine, item
+from ..decode_kernels import rms_norm, rope, silu_mul
 from .atomics import count_done, fetch_add, wait_at_least
 from .kernels import quantize_rows_q8
 from .vector import product_rows
@@ -143,7 +143,7 @@ def run_step(threads, phases, w, kv, rows, acts, q, f):  # pragma: no cover - ji
     segment, first and end row of a product task; segs (S, 3): GGUF type, loop units, output column;
     raws: each segment's blocks; norms1, norms2 (layers, hidden); final norm); kv = per-layer keys,
     values (rows, kv_heads, capacity, dim); rows = (kv_row (B,), desc (B, 5): each row's
-    cpu_decode_attention descriptor, pos (B,), cos, sin (B, dim / 2)); acts = (h, qkv, attn, o,
+    decode_attention descriptor, pos (B,), cos, sin (B, dim / 2)); acts = (h, qkv, attn, o,
     gate_up, down, logits, part) float32 buffers, part the attention's partials (B, kv_heads, chunks,
     group, dim + 2), an ATTEND phase's tasks its items; q = three (codes, scales, sums, d * sums)
     sets for hidden, attention and FFN inputs; f = (heads, kv_heads, head_dim,

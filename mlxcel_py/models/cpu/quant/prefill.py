@@ -2,7 +2,7 @@
 
 Each tile of weight rows is dequantized (exactly, products.dequantize_serial, on the calling thread:
 numba's pool would fight BLAS's threads between tiles) into one reused float32 scratch buffer and
-multiplied with the preloaded OpenBLAS (MLX's, models/blas.py; numpy's own where none is),
+multiplied with the preloaded OpenBLAS (MLX's, models/cpu/blas.py; numpy's own where none is),
 so no float32 copy of W stays resident: the extra memory is the scratch, at most TILE_BYTES
 (16 MiB: all of a 1536x576 or 2048x2048 matrix, 2,048 rows of 2,048 columns, 512 of 8,192) for a
 thread that calls this, plus BLAS's own packing. A matrix that fits one tile gives the f32 path's

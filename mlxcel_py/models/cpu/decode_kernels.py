@@ -1,4 +1,4 @@
-"""numba kernels for one decode step of a llama layer on the CPU (models/cpu_decode.py).
+"""numba kernels for one decode step of a llama layer on the CPU (models/cpu/decoder.py).
 
 The products: a decode step multiplies 1-8 rows by each weight matrix. OpenBLAS (through MLX
 or numpy) packs the whole weight for such a GEMM and reads it two or three times; a GEMV
@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .cpu_decode_attention import attend_desc
+from .decode_attention import attend_desc
 
 
 # Rows above which OpenBLAS's GEMM (its packing amortized) is as fast as `_stream`.
@@ -145,7 +145,7 @@ def attend(qkv, keys, values, end, left_pad, heads, scale, width=1, window=0):  
     """Row r = b * width + j's query against keys/values[b, kv, left_pad[b]:end + j] (causal
     within a verified span; width 1: one query per row); q is the head of qkv. window > 0: only
     the last `window` positions up to the query's own (a sliding-window layer, as llama.cpp).
-    The loops are cpu_decode_attention's, over numba's threads."""
+    The loops are decode_attention's, over numba's threads."""
     desc = np.empty((qkv.shape[0], 5), np.int64)
     for r in range(qkv.shape[0]):
         b, stop = r // width, end + r % width
@@ -167,7 +167,7 @@ def silu_mul(gate_up):  # pragma: no cover - jitted
 @njit(fastmath=True, cache=True, nogil=True, error_model="numpy", parallel=True)
 def silu_mul_rows(g, x, out):  # pragma: no cover - jitted
     """out = silu(g) * x of (R, F) float32 arrays in one pass, rows over numba's threads: the prefill's
-    SwiGLU (cpu_kernels.make_swiglu). `out` comes from the caller: numba's own 64 MiB allocation
+    SwiGLU (prefill_kernels.make_swiglu). `out` comes from the caller: numba's own 64 MiB allocation
     page-faulted afresh each call (31-33 ms for 2,048 x 8,192, against 8-9 ms into numpy's
     np.empty_like; Zen 5 VM)."""
     for b in prange(g.shape[0]):
@@ -179,7 +179,7 @@ def silu_mul_span(gate, g0, up, u0, out, b, n):  # pragma: no cover - jitted
     """out[b, i] = silu(gate[b, g0 + i]) * up[b, u0 + i] for i < n, exp(-gate) as 2^n * p(f) (the decode
     attention's degree-6 polynomial, relative error ~1e-7): it vectorizes, where np.exp is a scalar libm
     call an element (7.2 ns an element on Zen 1). A function of its own, called from the parallel
-    prefill loop (cpu_kernels.silu_mul_rows): written inline there, numba's parfor passes moved the read
+    prefill loop (prefill_kernels.silu_mul_rows): written inline there, numba's parfor passes moved the read
     of `out` above the write of its exponent bits (NaN)."""
     bits = out.view(np.int32)
     for i in range(n):

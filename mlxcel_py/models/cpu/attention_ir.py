@@ -1,6 +1,6 @@
 """LLVM vector IR for the decode attention's two inner loops (numba intrinsics, llvmlite builder).
 
-numba vectorizes cpu_decode_attention's loops over the head dimension but keeps every
+numba vectorizes decode_attention's loops over the head dimension but keeps every
 accumulator in memory and reduces each dot product on its own: 3.5-3.8 ns a (query head,
 position) for the scores and 4.2 for the V accumulation at dim 64 (docs/CPU_DECODE.md), where
 the loads alone need ~1.3. Here the loops are explicit vectors, as quant/vector_ir.py writes the
@@ -148,7 +148,7 @@ def _arrays(context, builder, signature, args):
 
 def _ok(*arrays) -> bool:
     """float32 arrays, C-contiguous or any ("A": rows at their stride; the caller checks that the last
-    axis of each is contiguous, cpu_decode_attention._segment)."""
+    axis of each is contiguous, decode_attention._segment)."""
     return all(isinstance(a, types.Array) and a.dtype == types.float32 and a.layout in "CA" for a in arrays)
 
 

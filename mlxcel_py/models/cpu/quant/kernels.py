@@ -10,7 +10,7 @@ a scale and an offset per 16 weights) into per-thread scratch that stays in L1, 
   takes an integer dot product: y += d_x * (scale * sum(code * q) + offset * sum(q)).
 
 Output rows are split over numba's threads in contiguous ranges (each output computed whole
-by one thread, so the thread count changes no bit), as cpu_decode_kernels._stream does.
+by one thread, so the thread count changes no bit), as decode_kernels._stream does.
 `threads` comes from the caller: numba.get_num_threads() inside a kernel defeats its cache."""
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ from typing import Callable, Optional
 import mlx.core as mx
 import numpy as np
 
-from .cpu_attention import causal_tiles, range_tiles, run_tiles
-from .cpu_decode_kernels import silu_mul_rows
+from .prefill_attention import causal_tiles, range_tiles, run_tiles
+from .decode_kernels import silu_mul_rows
 
 log = logging.getLogger("mlxcel_py.models")
 
@@ -30,7 +30,7 @@ MIN_QUERIES = 8  # below this MLX's own kernel is as fast and skips the round tr
 
 def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float) -> np.ndarray:
     """Causal attention for queries at the last L of S positions. q (H, L, D), k/v (KV, S, D).
-    Tiles of queries over the keys up to each tile's end, in parallel (models/cpu_attention.py)."""
+    Tiles of queries over the keys up to each tile's end, in parallel (models/cpu/prefill_attention.py)."""
     return run_tiles(q, k, v, scale, causal_tiles(q.shape[1], k.shape[1], q.shape[0] // k.shape[0]))
 
 
