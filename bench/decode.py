@@ -48,8 +48,8 @@ from mlxcel_py.models.gguf_file import read_gguf  # noqa: E402
 DECODE_STEP_DOC = """The CPU decoder's step alone, per decoder class: ms a step at batch 1 and 4, on 1 and 2 threads.
 
 Usage: python -m bench decode-step [--model PATH] [--batch 1 4] [--threads 1 2]
-                                                   [--steps 25] [--context 32] [--profile]
-                                                   [--hold --start-at EPOCH]
+                                   [--steps 25] [--context 32] [--profile]
+                                   [--hold --start-at EPOCH]
 
 Classes: `native` is NativeDecoder (one numba call per product, Python between them), `fused`
 FusedDecoder (the whole step in one numba call, quant/step.py), over the same block weights.
@@ -189,8 +189,8 @@ def decode_step_main() -> None:
 DECODE_SWEEP_DOC = """One-stream decode's products against the memory bus, swept over the row width (the hidden size).
 
 Usage: python -m bench decode-sweep [--hidden 1536 2048 2560 3072 3584 4096] [--ffn 8960]
-                                                    [--layers 4] [--threads 1 2] [--steps 10] [--context 32]
-                                                    [--out DIR] [--keep] [--bw-mib 1024]
+                                    [--layers 4] [--threads 1 2] [--steps 10] [--context 32]
+                                    [--out DIR] [--keep] [--bw-mib 1024]
 
 For each hidden size it writes a llama-shaped Q4_K_M file with bench/synthetic.py's `write`
 (heads of 128 columns, a quarter of them KV heads; into `--out`, by default a temporary directory that

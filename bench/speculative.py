@@ -1,8 +1,8 @@
 """Decode tok/s at one stream with and without prompt lookup (--lookup-ngram), in process.
 
     python -m bench speculative [--ngram 3] [--draft-max 16] [--rounds 3] [--max-tokens 160]
-                                      [--draft-model PATH|self] [--streams 4] [--ignore-eos]
-                                      [--llama-server PATH]
+                                [--draft-model PATH|self] [--streams 4] [--ignore-eos]
+                                [--llama-server PATH]
 
 `--draft-model` adds a third arm drafting with that model (`self`: the default model drafting
 for itself, the ceiling of acceptance at the cost of a second forward of the same size).
