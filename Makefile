@@ -72,7 +72,7 @@ chat: setup
 	$(BIN)/mlxcel-py run $(ARGS)
 
 bench: setup
-	$(BIN)/python bench/run_all.py $(ARGS)
+	$(BIN)/python -m bench all $(ARGS)
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -4,9 +4,10 @@
     .venv/bin/python -m bench vs-llama-server --help      # a subcommand's own flags
     .venv/bin/python -m bench decode --streams 1 4 --rounds 3
 
-Each subcommand runs an existing script's `main()` with the remaining arguments, exactly as
-`python bench/<script>.py [args]` does (those commands keep working; docs/BENCHMARKS.md lists both).
-Only the chosen script is imported, so `--help` loads no model and imports only what that script does.
+bench/ holds one module per concern; each subcommand is one mode of a module, run by calling that
+module's function for it with the remaining arguments (COMMANDS below). Only the chosen module is
+imported, so `--help` loads no model; a module's own imports (numpy, MLX with the BLAS preloaded
+first) are all it costs.
 """
 
 from __future__ import annotations
@@ -17,30 +18,62 @@ import sys
 from pathlib import Path
 from typing import NamedTuple, Optional, Sequence
 
-BENCH_DIR = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class Command(NamedTuple):
     name: str
-    script: str  # the module's file name in bench/, without .py
+    module: str  # the module's file name in bench/, without .py
+    function: str  # the module's function that runs this mode (it parses sys.argv[1:])
     help: str
     aliases: tuple[str, ...] = ()
 
 
 COMMANDS: tuple[Command, ...] = (
-    Command("vs-llama-server", "bench_vs_llama_server",
-            "ours against llama-server, same GGUF: RSS, tok/s, TTFT, KV bytes", ("side-by-side",)),
-    Command("decode", "bench_decode", "decode tok/s over HTTP at 1 and 4 streams, ours and peers"),
-    Command("prefill", "bench_prefill", "prefill time per chunk size; --routes: fused rows vs mlx-lm"),
-    Command("admission", "run_all", "the whole set of `make bench`: admission, TTFT, plots", ("all",)),
-    Command("kv-bytes", "bench_kv_bytes", "resident KV bytes per token, ours against llama-server"),
-    Command("speculative", "bench_speculative", "decode tok/s with and without prompt lookup or a draft"),
-    Command("quant-kernels", "bench_quant_kernels", "quantized decode kernels and tiled prefill vs float32"),
-    Command("decode-step", "bench_decode_step", "the CPU decoder's step alone: ms per step, per class"),
-    Command("decode-sweep", "bench_decode_sweep",
+    # The whole set (`make bench`) and the peers it runs.
+    Command("all", "run_all", "main", "the whole set of `make bench`: admission, TTFT, results and plots",
+            ("admission",)),
+    Command("peers", "peers", "main", "peer servers: status, convert-default (the mlx-lm copy), check"),
+    # Ours beside llama-server and the other peers, over HTTP.
+    Command("vs-llama-server", "vs_llama_server", "main",
+            "ours against llama-server, same GGUF: RSS, tok/s, TTFT, greedy text, KV bytes", ("side-by-side",)),
+    Command("kv-bytes", "vs_llama_server", "kv_bytes_main", "resident KV bytes per token, ours against llama-server"),
+    Command("decode", "serve", "decode_main", "decode tok/s over HTTP at 1 and 4 streams, ours and the peers"),
+    Command("serve-path", "serve", "serve_path_main", "the HTTP path's CPU a token: event loop and client"),
+    Command("models", "serve", "models_main", "several models behind one server: cold and resident TTFT"),
+    Command("mixed-embeddings", "serve", "mixed_embeddings_main", "embeddings arriving while four streams decode"),
+    Command("distributed", "serve", "distributed_main", "one process against two tensor-parallel ranks"),
+    # In process: the engine and whole-model paths.
+    Command("engine", "engine", "engine_main", "the engine's aggregate decode tok/s beside mlx-lm's BatchGenerator"),
+    Command("generate", "engine", "generate_main", "one-shot generation: our engine beside mlx-lm's stream_generate"),
+    Command("fast-path", "engine", "fast_path_main", "prefill and decode on the CPU: the fast path against stock MLX"),
+    Command("prefill", "engine", "prefill_main", "prefill time per chunk size; --routes: fused rows vs mlx-lm"),
+    Command("cpu-weights", "engine", "cpu_weights_main",
+            "--cpu-weights f32 against native: generate's decode tok/s; --prefill"),
+    Command("memory", "engine", "memory_main", "resident memory of a GGUF after load and after decode"),
+    # In process: the CPU decode step.
+    Command("decode-step", "decode", "decode_step_main", "the CPU decoder's step alone: ms per step, per class"),
+    Command("decode-sweep", "decode", "decode_sweep_main",
             "the decode step's products per row width: GB/s against the measured read bandwidth"),
-    Command("memory", "bench_memory", "resident memory of a GGUF after load and after decode"),
-    Command("synthetic-gguf", "make_synthetic_gguf", "write a random GGUF in llama.cpp's Q4_K_M type mix"),
+    Command("arch-decode", "decode", "arch_decode_main", "decode per architecture: mlx-lm's forward vs the CPU step"),
+    # Kernels alone, without a model.
+    Command("quant-kernels", "kernels", "quant_kernels_main", "quantized decode kernels and tiled prefill vs float32"),
+    Command("decode-attention", "kernels", "decode_attention_main", "the decode attention kernel alone"),
+    Command("prefill-attention", "kernels", "prefill_attention_main", "prefill attention alone, per architecture"),
+    Command("prefill-weights", "kernels", "prefill_weights_main", "prefill products over a GGUF's weights, three ways"),
+    # The engine's tick, its KV and the context shift.
+    Command("tick-costs", "tick", "tick_costs_main", "calibrate the tick cost model; predict the ITL budget"),
+    Command("tick-fused", "tick", "tick_fused_main", "a tick's cost by piece size and context, fused vs separate"),
+    Command("tick-split", "tick", "tick_split_main", "where a fused tick's time goes, by part"),
+    Command("tick-spikes", "tick", "tick_spikes_main", "the two O(context) spikes of a long admission's ticks"),
+    Command("kv-join", "tick", "kv_join_main", "the cost of a join without the model: mlx-lm's vs the engine's rows"),
+    Command("context-shift", "tick", "context_shift_main", "context shift: re-prefill vs re-rotate, time and logits"),
+    # Decoding features.
+    Command("speculative", "speculative", "main", "decode tok/s with and without prompt lookup or a draft"),
+    Command("constraints", "grammar", "constraints_main", "constrained decoding's per-token cost next to a step"),
+    Command("grammar-libs", "grammar", "grammar_libs_main", "llguidance, xgrammar and outlines-core compared"),
+    # Fixtures.
+    Command("synthetic-gguf", "synthetic", "main", "write a random GGUF in llama.cpp's Q4_K_M type mix"),
 )
 
 
@@ -48,13 +81,12 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m bench",
         formatter_class=lambda prog: argparse.HelpFormatter(prog, max_help_position=40, width=140),
-        description="Run one benchmark. Every flag after the subcommand goes to its script; "
+        description="Run one benchmark. Every flag after the subcommand goes to it; "
                     "`python -m bench <subcommand> --help` lists them.",
     )
     sub = p.add_subparsers(dest="command", metavar="<subcommand>", title="subcommands")
     for c in COMMANDS:
-        sub.add_parser(c.name, aliases=list(c.aliases), add_help=False,
-                       help=f"{c.help} (bench/{c.script}.py)")
+        sub.add_parser(c.name, aliases=list(c.aliases), add_help=False, help=f"{c.help} (bench/{c.module}.py)")
     return p
 
 
@@ -66,12 +98,12 @@ def lookup(name: str) -> Optional[Command]:
 
 
 def run(command: Command, args: Sequence[str]) -> object:
-    """Import bench/<script>.py as `python bench/<script>.py` would find it and call its main() with args."""
-    sys.argv = [str(BENCH_DIR / f"{command.script}.py"), *args]
-    if str(BENCH_DIR) not in sys.path:
-        sys.path.insert(0, str(BENCH_DIR))
-    module = importlib.import_module(command.script)
-    return module.main()
+    """Import bench/<module>.py and call the command's function with sys.argv as its argparse reads it."""
+    sys.argv = [f"python -m bench {command.name}", *args]
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    module = importlib.import_module(f"bench.{command.module}")
+    return getattr(module, command.function)()
 
 
 def main(argv: Optional[Sequence[str]] = None) -> object:

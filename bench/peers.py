@@ -1,9 +1,11 @@
 """Peer servers for the benchmarks: mlx_lm.server on a dense float32 conversion of the default
-model (OpenBLAS preloaded), and llama-server where it is installed.
+model (OpenBLAS preloaded), and llama-server where it is installed; and what every benchmark shares:
+the machine's description for the record, and one llama-server process driven by its own /completion
+API (`LlamaServer`, the speculative benchmark's llama-server arm).
 
-    python bench/peers.py convert-default [--out DIR]   # write the mlx-lm directory (once)
-    python bench/peers.py check [--step 2048]           # start mlx_lm.server on it, one request, stop
-    python bench/peers.py status                        # which peers can run here
+    python -m bench peers convert-default [--out DIR]   # write the mlx-lm directory (once)
+    python -m bench peers check [--step 2048]           # start mlx_lm.server on it, one request, stop
+    python -m bench peers status                        # which peers can run here
 
 llama-server is found as $LLAMA_SERVER or `llama-server` on PATH; where neither exists the
 benchmarks report it as "not run".
@@ -16,15 +18,20 @@ import asyncio
 import dataclasses
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
 import sys
+import threading
+import time
+import urllib.request
 from pathlib import Path
 from typing import Optional
 
 from mlxcel_py.loadtest.servers import Arm, ManagedServer, ServerSpec, free_port
 
+ROOT = Path(__file__).resolve().parents[1]
 OPENBLAS = "/lib/x86_64-linux-gnu/libopenblas.so.0"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mlxcel-py" / "bench"
 DEFAULT_DIR = CACHE / "smollm2-135m-instruct-f32"
@@ -55,7 +62,8 @@ def convert_default(out: Path = DEFAULT_DIR) -> Path:
 def ensure_converted(out: Path = DEFAULT_DIR) -> Path:
     """The conversion, made in a child process (the BLAS preload must precede mlx) if missing."""
     if not (out / "model.safetensors").is_file():
-        subprocess.run([sys.executable, __file__, "convert-default", "--out", str(out)], check=True)
+        subprocess.run([sys.executable, "-m", "bench", "peers", "convert-default", "--out", str(out)], cwd=ROOT,
+                       check=True)
     return out
 
 
@@ -75,8 +83,6 @@ def mlx_lm_spec(name: str, model_dir: Path, step: Optional[int], port: Optional[
     env = {"LD_PRELOAD": OPENBLAS} if os.path.exists(OPENBLAS) else {}
     if env and "OPENBLAS_CORETYPE" not in os.environ:
         # The same OpenBLAS kernels our server picks (models/cpu/blas.py), so the comparison is fair.
-        import platform
-
         from mlxcel_py.models.cpu.blas import _cpu_flags, coretype_for
 
         coretype = coretype_for(_cpu_flags(), platform.machine())
@@ -133,6 +139,102 @@ def check(step: int) -> None:
     print(f"mlx_lm.server: {len(log.token_times)} token frames, finish {log.finish_reason}, error {log.error}")
 
 
+def machine() -> str:
+    """One line for the record: the CPU model, cores, SIMD flags, the platform and the load average."""
+    cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    model = next((line.split(":", 1)[1].strip() for line in cpu.splitlines() if line.startswith("Model name")), "?")
+    flags = open("/proc/cpuinfo").read()
+    simd = [f for f in ("avx2", "fma", "avx512f", "avx512_vnni", "amx_tile") if f" {f} " in flags]
+    return f"{model}, {os.cpu_count()} cores, {'+'.join(simd)}; {platform.platform()}; load {os.getloadavg()[0]:.2f}"
+
+
+def machine_lines() -> list[str]:
+    """The CPU model, its avx2/avx512f flags and the load average, for the record (a line each)."""
+    lines = []
+    try:
+        cpu = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        model = next((ln.split(":", 1)[1].strip() for ln in cpu.splitlines() if ln.startswith("Model name")), "?")
+        flags = next((ln for ln in cpu.splitlines() if ln.startswith("Flags")), "").split()
+        lines.append(f"cpu: {model}; cores {os.cpu_count()}; avx2 {'avx2' in flags}; avx512f {'avx512f' in flags}")
+    except (OSError, subprocess.SubprocessError) as exc:
+        lines.append(f"cpu: lscpu failed ({exc})")
+    lines.append("uptime: " + subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    return lines
+
+
+# llama-server driven by its own /completion API (the speculative benchmark's `--llama-server PATH`): the same
+# GGUF, the same prompt token ids, greedy, the same thread count, plain vs `--spec-type ngram-simple`. Each arm
+# starts its own llama-server on 127.0.0.1 (a free port), sends `streams` identical /completion requests at once
+# (prompt cache off), and reads llama-server's own timings: one stream's tok/s is its `predicted_per_second`;
+# several streams' the sum of theirs.
+
+
+def _post(url: str, body: dict, timeout: float) -> dict:
+    req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+def _wait_healthy(base: str, proc: subprocess.Popen, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"llama-server exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(base + "/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.25)  # polling a child's readiness: no event to wait on
+    raise RuntimeError("llama-server did not become healthy in time")
+
+
+class LlamaServer:
+    """One llama-server process for an arm; `run(ids, ...)` -> (tok/s, tokens of stream 0, drafted, accepted)."""
+
+    def __init__(self, binary: str, model: Path, threads: int, streams: int, spec: list[str]):
+        self.port, self.streams = free_port(), streams
+        cmd = [binary, "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port), "-t", str(threads),
+               "-tb", str(threads), "-np", str(streams), "-c", str(2048 * streams), "--no-warmup", *spec]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.base = f"http://127.0.0.1:{self.port}"
+        _wait_healthy(self.base, self.proc)
+
+    def run(self, ids: list[int], max_tokens: int, ignore_eos: bool) -> tuple[float, list[int], int, int]:
+        body = {"prompt": ids, "n_predict": max_tokens, "temperature": 0.0, "top_k": 1, "cache_prompt": False,
+                "ignore_eos": ignore_eos, "return_tokens": True, "seed": 0}
+        results: list = [None] * self.streams
+
+        def one(i: int) -> None:
+            results[i] = _post(self.base + "/completion", body, timeout=600)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(self.streams)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=600)
+        timings = [r["timings"] for r in results]
+        tps = sum(t["predicted_per_second"] for t in timings)
+        drafted = sum(t.get("draft_n", 0) for t in timings)
+        accepted = sum(t.get("draft_n_accepted", 0) for t in timings)
+        return tps, list(results[0].get("tokens", [])), drafted, accepted
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+
+def llama_spec_args(ngram: int, draft_max: int) -> list[str]:
+    """llama-server's n-gram arm with our lookup's n-gram and longest draft."""
+    return ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(ngram),
+            "--spec-ngram-simple-size-m", str(draft_max), "--spec-draft-n-max", str(draft_max)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -154,6 +256,3 @@ def main() -> None:
         if binary:
             print(f"llama-server: {binary}")
 
-
-if __name__ == "__main__":
-    main()

@@ -2,9 +2,9 @@
 single-stream TTFT with a null arm, and the scaled 8192-token admission on a random model;
 then the results markdown, the raw JSON and the plots in docs/benchmark_results/.
 
-    .venv/bin/python bench/run_all.py                      # everything, on a quiet machine
-    .venv/bin/python bench/run_all.py --quick              # smoke test: 1 round, short prompts, temp dir
-    .venv/bin/python bench/run_all.py --only admit,ttft    # a subset (steps: admit peers ttft scaled budget)
+    .venv/bin/python -m bench all                      # everything, on a quiet machine (= make bench)
+    .venv/bin/python -m bench all --quick              # smoke test: 1 round, short prompts, temp dir
+    .venv/bin/python -m bench all --only admit,ttft    # a subset (steps: admit peers ttft scaled budget)
 """
 
 from __future__ import annotations
@@ -15,21 +15,17 @@ import datetime
 import os
 import platform
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
-
-import peers  # noqa: E402
-
-from mlxcel_py.loadtest.admit import AdmitConfig, run_admit  # noqa: E402
-from mlxcel_py.loadtest.report import write_results  # noqa: E402
-from mlxcel_py.loadtest.scaled import write_scaled_gguf  # noqa: E402
-from mlxcel_py.loadtest.servers import Arm, budget_arm, parse_arm  # noqa: E402
-from mlxcel_py.loadtest.ttft import TtftConfig, run_ttft  # noqa: E402
+from bench import peers
+from bench.peers import ROOT
+from mlxcel_py.loadtest.admit import AdmitConfig, run_admit
+from mlxcel_py.loadtest.report import write_results
+from mlxcel_py.loadtest.scaled import write_scaled_gguf
+from mlxcel_py.loadtest.servers import Arm, budget_arm, parse_arm
+from mlxcel_py.loadtest.ttft import TtftConfig, run_ttft
 
 STEPS = ("admit", "peers", "ttft", "scaled", "budget")
 BUDGET_MS = 300  # the ITL budget's target: --itl-budget-ms 300 against --prefill-chunk-size 512
@@ -161,6 +157,3 @@ def main() -> None:
         paths = write_results(results, out_dir, results["stem"])  # after every step: partial results survive
     say("wrote " + ", ".join(str(p) for p in paths))
 
-
-if __name__ == "__main__":
-    main()

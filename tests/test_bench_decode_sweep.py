@@ -1,5 +1,6 @@
-"""bench/bench_decode_sweep.py: one tiny row width runs end to end and prints a row per product kind,
-each with its GB/s and its fraction of the measured read bandwidth; the bandwidth probe is positive."""
+"""`python -m bench decode-sweep` (bench/decode.py): one tiny row width runs end to end and prints a row
+per product kind, each with its GB/s and its fraction of the measured read bandwidth; the bandwidth
+probe is positive."""
 
 from __future__ import annotations
 
@@ -8,20 +9,20 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT))
 
 KINDS = ("qkv", "o", "gate_up", "down", "head", "step")
 
 
 def test_read_bandwidth_is_positive():
-    from bench_decode_sweep import read_bandwidth
+    from bench.decode import read_bandwidth
 
     assert read_bandwidth(1, mib=16, reps=1) > 0
     assert read_bandwidth(2, mib=16, reps=1) > 0
 
 
 def test_a_tiny_sweep_prints_a_row_per_product_kind(tmp_path):
-    done = subprocess.run([sys.executable, "bench/bench_decode_sweep.py", "--hidden", "256", "--layers", "1",
+    done = subprocess.run([sys.executable, "-m", "bench", "decode-sweep", "--hidden", "256", "--layers", "1",
                            "--ffn", "512", "--steps", "2", "--threads", "1", "--bw-mib", "32",
                            "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]

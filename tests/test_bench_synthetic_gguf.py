@@ -1,4 +1,5 @@
-"""bench/make_synthetic_gguf.py's Q4_K_M type choices: llama.cpp's llama_tensor_get_type for Q4_K_M."""
+"""bench/synthetic.py (`python -m bench synthetic-gguf`): the Q4_K_M type choices, llama.cpp's
+llama_tensor_get_type for Q4_K_M."""
 
 import sys
 from collections import Counter
@@ -7,10 +8,9 @@ from pathlib import Path
 import pytest
 from gguf.constants import GGMLQuantizationType as T
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from make_synthetic_gguf import PRESETS, q4_k_m_type, use_more_bits, write_other  # noqa: E402
-from synthetic_archs import ARCH_PRESETS  # noqa: E402
+from bench.synthetic import ARCH_PRESETS, PRESETS, q4_k_m_type, use_more_bits, write_other  # noqa: E402
 
 NAMES = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 

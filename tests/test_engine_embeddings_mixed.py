@@ -1,6 +1,6 @@
 """A mixed load at the engine, on the tiny model: four streams decoding while 32 embedding
 requests of 300 tokens arrive. Every embedding equals the one computed alone, and every stream's tokens
-equal its tokens alone (bench/bench_mixed_embeddings.py measures the streams' latency on the real model)."""
+equal its tokens alone (`python -m bench mixed-embeddings` measures the streams' latency on the real model)."""
 
 from __future__ import annotations
 

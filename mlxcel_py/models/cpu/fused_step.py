@@ -139,7 +139,7 @@ class FusedDecoder(PromptRows, NativeDecoder):
     def _attention(self, rows: int, stop: np.ndarray) -> tuple:
         """(the phases, the partials buffer) for `rows` rows whose last position is below max(stop)."""
         chunks = chunks_for(stop)
-        key = (rows, chunks, id(self._phases))  # a profile (bench/bench_decode_step.py) swaps the plan
+        key = (rows, chunks, id(self._phases))  # a profile (python -m bench decode-step --profile) swaps the plan
         if key not in self._parts:
             if len(self._parts) > 64:  # contexts grow a chunk at a time: keep the map bounded
                 self._parts.clear()

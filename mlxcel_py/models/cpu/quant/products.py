@@ -21,7 +21,7 @@ FLOAT, INT8, VECTOR, INT8_VECTOR = "float", "int8", "vector", "int8v"
 
 
 def chosen(qtype: T) -> str:
-    """The candidate `linear` runs for `qtype` here (bench/bench_quant_kernels.py's winner)."""
+    """The candidate `linear` runs for `qtype` here (the winner of python -m bench quant-kernels)."""
     if int(qtype) in vector.VECTOR_TYPES:
         return INT8_VECTOR if int8_ir.HAS_AVX2 else VECTOR
     return VECTOR if int(qtype) in FLOAT_UNITS else FLOAT

@@ -1,8 +1,8 @@
 """Decode tok/s at one stream with and without prompt lookup (--lookup-ngram), in process.
 
-    .venv/bin/python bench/bench_speculative.py [--ngram 3] [--draft-max 16] [--rounds 3] [--max-tokens 160]
-                                                [--draft-model PATH|self] [--streams 4] [--ignore-eos]
-                                                [--llama-server PATH]
+    python -m bench speculative [--ngram 3] [--draft-max 16] [--rounds 3] [--max-tokens 160]
+                                [--draft-model PATH|self] [--streams 4] [--ignore-eos]
+                                [--llama-server PATH]
 
 `--draft-model` adds a third arm drafting with that model (`self`: the default model drafting
 for itself, the ceiling of acceptance at the cost of a second forward of the same size).
@@ -12,7 +12,7 @@ paragraph, the case prompt lookup is for) and `chat` (free text, where the adapt
 must keep the loss small). A request ends at EOS (the rewrite's output is the paragraph; past it
 the model writes free text), up to --max-tokens; --ignore-eos forces --max-tokens as before.
 The arms alternate within each round, so load swings hit both. `--llama-server PATH` adds
-llama-server's plain and `ngram-simple` arms on the same prompt ids (bench/llama_server_arm.py).
+llama-server's plain and `ngram-simple` arms on the same prompt ids (bench/peers.py's LlamaServer).
 Prints the CPU (model, avx2/avx512f) and the load first, then per prompt the median decode
 tok/s of each arm (the timings' decode_tps), drafted/accepted tokens, and whether the output
 was token-identical; last, the cost of one verify forward of k+1 tokens against a CPU decode step.
@@ -24,15 +24,13 @@ import argparse
 import os
 import statistics
 import subprocess
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from mlxcel_py.models.cpu.blas import preload_blas  # noqa: E402
+from mlxcel_py.models.cpu.blas import preload_blas
 
 preload_blas(os.environ.get("MLXCEL_BLAS", "auto"))  # before anything imports MLX: its matmuls ~10x faster
+
+from bench.peers import LlamaServer, llama_spec_args, machine_lines  # noqa: E402
 
 PARAGRAPH = (
     "The city library opened its doors in 1902 with four thousand books and a single reading room. "
@@ -44,20 +42,6 @@ PROMPTS = {
     "rewrite": "Repeat the following paragraph exactly, word for word, with no other text:\n\n" + PARAGRAPH,
     "chat": "Write a short story about a dragon who learns to cook soup for the village.",
 }
-
-
-def machine() -> list[str]:
-    """The CPU model, its avx2/avx512f flags and the load average, for the record."""
-    lines = []
-    try:
-        cpu = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-        model = next((ln.split(":", 1)[1].strip() for ln in cpu.splitlines() if ln.startswith("Model name")), "?")
-        flags = next((ln for ln in cpu.splitlines() if ln.startswith("Flags")), "").split()
-        lines.append(f"cpu: {model}; cores {os.cpu_count()}; avx2 {'avx2' in flags}; avx512f {'avx512f' in flags}")
-    except (OSError, subprocess.SubprocessError) as exc:
-        lines.append(f"cpu: lscpu failed ({exc})")
-    lines.append("uptime: " + subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
-    return lines
 
 
 def run_once(loaded, prompt_ids, ngram: int, draft_max: int, max_tokens: int, draft=None, streams: int = 1,
@@ -157,11 +141,10 @@ def report(runs, rounds: int) -> str:
 
 def llama_arms(args, ids, eos: bool) -> str:
     """llama-server plain vs ngram-simple on the same prompt ids (one server per arm, alternating)."""
-    from llama_server_arm import LlamaServer, spec_args
     from mlxcel_py.models import default_model_path
 
     servers = [(arm, LlamaServer(args.llama_server, default_model_path(), args.threads, args.streams, spec))
-               for arm, spec in (("llama plain", []), ("llama ngram", spec_args(args.ngram, args.draft_max)))]
+               for arm, spec in (("llama plain", []), ("llama ngram", llama_spec_args(args.ngram, args.draft_max)))]
     try:
         return report([(arm, lambda s=s: s.run(list(ids), args.max_tokens, not eos)) for arm, s in servers], args.rounds)
     finally:
@@ -178,7 +161,7 @@ class _null:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ngram", type=int, default=3)
     parser.add_argument("--draft-max", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
@@ -190,7 +173,7 @@ def main() -> None:
     parser.add_argument("--llama-server", help="llama-server binary: adds its plain and ngram-simple arms")
     parser.add_argument("--no-costs", action="store_true", help="skip the verify cost table")
     args = parser.parse_args()
-    for line in machine():
+    for line in machine_lines():
         print(line, flush=True)
     from mlxcel_py.models import default_model_path, load_draft, load_model
 
@@ -215,6 +198,3 @@ def main() -> None:
             print(line, flush=True)
     print("uptime: " + subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
 
-
-if __name__ == "__main__":
-    main()
