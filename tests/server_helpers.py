@@ -24,6 +24,8 @@ from mlxcel_py.server.runtime import Runtime
 from mlxcel_py.server.http.serving import GracefulServer, bind_socket, make_server
 from tiny import tiny_model
 
+from config_helpers import flags_for
+
 START_TIMEOUT_S = 20.0
 GREEDY = {"temperature": 0.0}
 
@@ -57,7 +59,7 @@ def start_server(loaded: bool = True, grace_s: Optional[float] = None, model: An
                  sampling: Optional[dict] = None, **resolve_kwargs: Any) -> RunningServer:
     """Resolve a serve config (port 0), build the engine on `model` (default: the tiny one), run uvicorn
     in a thread. `sampling` overrides the requests' defaults (e.g. a logit_bias no dialect can send)."""
-    cfg = resolve("serve", env={}, port=0, **resolve_kwargs)
+    cfg = resolve("serve", flags_for("serve", port=0, **resolve_kwargs), env={})
     if sampling:
         cfg = dataclasses.replace(cfg, sampling=dataclasses.replace(cfg.sampling, **sampling))
     if grace_s is not None:

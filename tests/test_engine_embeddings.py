@@ -13,6 +13,8 @@ from mlxcel_py.engine import Embedding, EngineWorker, Finished, PromptProgress, 
 from mlxcel_py.engine import build_engine
 from tiny import tiny_model
 
+from config_helpers import flags_for
+
 TIMEOUT = 60
 
 
@@ -27,7 +29,7 @@ def prompt(n: int, seed: int) -> tuple[int, ...]:
 
 
 def make_worker(lm, **kw):
-    cfg = resolve("serve", env={}, **kw)
+    cfg = resolve("serve", flags_for("serve", **kw), env={})
     return EngineWorker(build_engine(cfg.engine, lm)).start()
 
 

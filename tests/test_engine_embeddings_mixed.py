@@ -13,6 +13,8 @@ from mlxcel_py.engine import Embedding, EngineWorker, Finished, Request, Samplin
 from mlxcel_py.engine import build_engine
 from tiny import tiny_model
 
+from config_helpers import flags_for
+
 TIMEOUT = 120
 STREAMS, EMBEDDINGS, EMBED_TOKENS, GEN_TOKENS = 4, 32, 300, 64
 
@@ -43,7 +45,7 @@ def vector_of(events) -> np.ndarray:
 
 
 def test_embeddings_arriving_while_four_streams_decode_equal_their_alone_vectors():
-    cfg = resolve("serve", env={}, parallel=STREAMS + 4)
+    cfg = resolve("serve", flags_for("serve", parallel=STREAMS + 4), env={})
     worker = EngineWorker(build_engine(cfg.engine, tiny_model())).start()
     gens = [Request(f"g{i}", prompt(20, i), SamplingParams(max_tokens=GEN_TOKENS, ignore_eos=True))
             for i in range(STREAMS)]

@@ -14,6 +14,8 @@ from mlxcel_py.engine.core.request import ConstraintSpec
 
 from tiny import tiny_model
 
+from config_helpers import flags_for
+
 SCHEMA = {
     "type": "object",
     "properties": {"name": {"enum": ["ann", "bob"]}, "age": {"type": "integer", "minimum": 0, "maximum": 99}},
@@ -34,7 +36,7 @@ def prompt(n, seed):
 
 def run(lm, requests, parallel=4, **kw):
     """Run requests to completion on one engine, tick by tick; events per request id."""
-    engine = build_engine(resolve("serve", env={}, parallel=parallel, **kw).engine, lm)
+    engine = build_engine(resolve("serve", flags_for("serve", parallel=parallel, **kw), env={}).engine, lm)
     for r in requests:
         engine.add_request(r)
     events = {r.request_id: [] for r in requests}

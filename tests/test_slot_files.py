@@ -14,6 +14,8 @@ from kv_models import loaded32, prompt, run_engine
 from server_helpers import start_server, stop_server
 from tiny import tiny_model
 
+from config_helpers import flags_for
+
 
 def greedy(n):
     return SamplingParams(max_tokens=n, ignore_eos=True, temperature=0.0)
@@ -22,7 +24,7 @@ def greedy(n):
 def engine_for(loaded, **kw):
     kw.setdefault("parallel", 1)
     kw.setdefault("cache_min_prefix", 8)
-    return build_engine(resolve("serve", env={}, **kw).engine, loaded)
+    return build_engine(resolve("serve", flags_for("serve", **kw), env={}).engine, loaded)
 
 
 def act(engine, action, path="", slot=0):

@@ -11,6 +11,8 @@ from mlxcel_py.engine import Finished, Request, SamplingParams, TokenDelta, buil
 
 from tiny import TEXT, tiny_model
 
+from config_helpers import flags_for
+
 
 @pytest.fixture(scope="module")
 def lm():
@@ -46,7 +48,7 @@ def run(engine, requests):
 
 
 def engine_for(lm, ngram, parallel=4, **kw):
-    return build_engine(resolve("serve", env={}, parallel=parallel, lookup_ngram=ngram, **kw).engine, lm)
+    return build_engine(resolve("serve", flags_for("serve", parallel=parallel, lookup_ngram=ngram, **kw), env={}).engine, lm)
 
 
 def greedy(rid, ids, n=40, **kw):
