@@ -1,7 +1,8 @@
-"""Shared Typer options, named like llama.cpp / mlx_lm.
+"""Shared Typer options, named like llama.cpp / mlx_lm (serve's own: options_serve.py).
 
-Every option defaults to None so "not given" reaches `config.resolve`, which owns the
-defaults (they differ per command) and the environment fallbacks.
+The fields of the flag records (flags.py) carry these; every record field defaults to "not
+given" (None, or a switch's off/on) so that reaches `config.resolve`, which owns the defaults
+(they differ per command) and the environment fallbacks.
 """
 
 from __future__ import annotations
