@@ -22,9 +22,8 @@ from mlxcel_py.engine.core.worker import EngineWorker
 from mlxcel_py.server.app import create_app
 from mlxcel_py.server.runtime import Runtime
 from mlxcel_py.server.http.serving import GracefulServer, bind_socket, make_server
-from tiny import tiny_model
-
 from config_helpers import flags_for
+from tiny import tiny_model
 
 START_TIMEOUT_S = 20.0
 GREEDY = {"temperature": 0.0}

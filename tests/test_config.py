@@ -21,7 +21,7 @@ from mlxcel_py.engine.chunking.fixed import PrefillChunkPolicy
 from mlxcel_py.errors import ConfigError
 from mlxcel_py.logs import setup_logging
 
-from config_helpers import reset_prefill_chunk_override, flags_for
+from config_helpers import flags_for, reset_prefill_chunk_override
 
 
 @pytest.fixture(autouse=True)
@@ -180,7 +180,8 @@ def test_serve_reads_llama_server_env():
 
 
 def test_flags_override_sampling_defaults():
-    cfg = resolve("generate", flags_for("generate", temp=0.7, top_p=0.9, top_k=20, min_p=0.1, repeat_penalty=1.1, seed=3, max_tokens=9))
+    cfg = resolve("generate", flags_for("generate", temp=0.7, top_p=0.9, top_k=20, min_p=0.1, repeat_penalty=1.1,
+                                        seed=3, max_tokens=9))
     s = cfg.sampling
     assert (s.temperature, s.top_p, s.top_k, s.min_p, s.repetition_penalty, s.seed, s.max_tokens) == (
         0.7, 0.9, 20, 0.1, 1.1, 3, 9,
@@ -188,7 +189,8 @@ def test_flags_override_sampling_defaults():
 
 
 def test_prompt_cache_settings():
-    cfg = resolve("serve", flags_for("serve", prompt_cache=False, cache_max_bytes=0, cache_max_entries=2, cache_min_prefix=8), env={})
+    cfg = resolve("serve", flags_for("serve", prompt_cache=False, cache_max_bytes=0, cache_max_entries=2,
+                                     cache_min_prefix=8), env={})
     cache = cfg.engine.prompt_cache
     assert (cache.enabled, cache.max_bytes, cache.max_entries, cache.min_prefix) == (False, 0, 2, 8)
 
@@ -201,7 +203,8 @@ def test_itl_budget_is_off_by_default_and_resolved_from_flag_or_env(command):
     assert resolve(command, env={}).engine.itl_budget_ms is None
     assert resolve(command, flags_for(command, itl_budget_ms=300), env={}).engine.itl_budget_ms == 300
     assert resolve(command, env={"MLXCEL_ITL_BUDGET_MS": " 250 "}).engine.itl_budget_ms == 250
-    assert resolve(command, flags_for(command, itl_budget_ms=300), env={"MLXCEL_ITL_BUDGET_MS": "250"}).engine.itl_budget_ms == 300
+    assert resolve(command, flags_for(command, itl_budget_ms=300),
+                   env={"MLXCEL_ITL_BUDGET_MS": "250"}).engine.itl_budget_ms == 300
     assert resolve(command, env={"MLXCEL_ITL_BUDGET_MS": ""}).engine.itl_budget_ms is None
 
 
@@ -348,7 +351,8 @@ def test_lookup_ngram_and_draft_bounds_resolve_from_flags_and_env():
     assert not resolve("serve", env={}).engine.drafting.enabled
     cfg = resolve("serve", env={"MLXCEL_LOOKUP_NGRAM": "3", "LLAMA_ARG_DRAFT_MAX": "8", "LLAMA_ARG_DRAFT_MIN": "2"})
     assert cfg.engine.drafting == DraftConfig(3, 8, 2)
-    assert resolve("generate", flags_for("generate", lookup_ngram=2, draft_max=4), env={"LLAMA_ARG_DRAFT_MAX": "8"}).engine.drafting == DraftConfig(2, 4, 0)
+    assert resolve("generate", flags_for("generate", lookup_ngram=2, draft_max=4),
+                   env={"LLAMA_ARG_DRAFT_MAX": "8"}).engine.drafting == DraftConfig(2, 4, 0)
     assert "lookup_ngram 3 draft_model none draft_max 8 draft_min 2" in startup_summary(cfg)
     with pytest.raises(ConfigError, match="--draft-min 9 exceeds --draft-max 8"):
         resolve("serve", flags_for("serve", lookup_ngram=3, draft_max=8, draft_min=9), env={})

@@ -9,10 +9,9 @@ from mlxcel_py.engine import Request, SamplingParams, build_engine
 from mlxcel_py.engine.core.step import BeginSequence, PrefillPiece, Step
 from mlxcel_py.engine.runner.model_runner import ModelRunner
 
+from config_helpers import flags_for
 from kv_models import prompt, run_engine
 from tiny import tiny_model
-
-from config_helpers import flags_for
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +79,8 @@ def test_a_fused_decode_row_gets_the_logits_it_gets_alone(lm):
 
 def test_the_engine_with_small_pieces_matches_each_request_alone(lm):
     # one forward per tick in the engine: each request's tokens are the ones it gets alone
-    cfg = lambda **kw: resolve("serve", flags_for("serve", parallel=3, ctx_size=3 * 256, prefill_chunk_size=16, **kw), env={}).engine  # noqa: E731
+    cfg = lambda **kw: resolve("serve", flags_for("serve", parallel=3, ctx_size=3 * 256, prefill_chunk_size=16, **kw),
+                               env={}).engine  # noqa: E731
     requests = [Request(f"r{i}", prompt(n, i), greedy(12)) for i, n in enumerate((70, 33, 120))]
     engine = build_engine(cfg(), lm)
     calls = []

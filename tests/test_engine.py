@@ -9,9 +9,8 @@ from mlxcel_py.config import resolve
 from mlxcel_py.engine import EngineWorker, Finished, PromptProgress, Request, SamplingParams, TokenDelta, build_engine
 from mlxcel_py.engine.core.step import BeginSequence, PrefillPiece, Step
 
-from tiny import greedy_tokens, tiny_model
-
 from config_helpers import flags_for
+from tiny import greedy_tokens, tiny_model
 
 TIMEOUT = 60
 

@@ -11,9 +11,8 @@ import pytest
 from mlxcel_py.config import resolve
 from mlxcel_py.engine import Embedding, EngineWorker, Finished, PromptProgress, Request, SamplingParams, TokenDelta
 from mlxcel_py.engine import build_engine
-from tiny import tiny_model
-
 from config_helpers import flags_for
+from tiny import tiny_model
 
 TIMEOUT = 60
 

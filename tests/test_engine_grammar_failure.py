@@ -5,9 +5,8 @@ from mlxcel_py.config import resolve
 from mlxcel_py.engine import Finished, PromptProgress, Request, SamplingParams, TokenDelta, build_engine
 from mlxcel_py.engine.core.request import ConstraintSpec
 
-from tiny import tiny_model
-
 from config_helpers import flags_for
+from tiny import tiny_model
 
 # Compiles, but its forced prefix exceeds llguidance's item limit at the first token.
 TOO_BIG = ConstraintSpec("gbnf", 'root ::= "a"{50000}')

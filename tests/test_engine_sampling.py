@@ -12,9 +12,8 @@ from mlxcel_py.config import resolve
 from mlxcel_py.engine import Finished, PromptProgress, Request, SamplingParams, TokenDelta, build_engine
 from mlxcel_py.engine.core.request import ConstraintSpec
 
-from tiny import tiny_model
-
 from config_helpers import flags_for
+from tiny import tiny_model
 
 SCHEMA = {
     "type": "object",

@@ -10,10 +10,9 @@ from mlxcel_py.engine.runner import kv
 from mlxcel_py.engine.runner.model_runner import ModelRunner
 from mlxcel_py.errors import ConfigError
 
+from config_helpers import flags_for
 from kv_models import loaded32, model32, prompt, run_engine
 from tiny import tiny_model
-
-from config_helpers import flags_for
 
 
 def greedy(n):

@@ -14,9 +14,8 @@ from mlxcel_py.engine import build_engine
 from mlxcel_py.engine import Finished, PromptProgress, TokenDelta, Timings, Usage
 from mlxcel_py.engine.core.worker import EngineWorker
 from mlxcel_py.models import encode_chat
-from tiny import tiny_model
-
 from config_helpers import flags_for
+from tiny import tiny_model
 
 MAX_TOKENS = 8
 HELP_TEXT = "".join(f"{name:<14}{text}\n" for name, text in HELP)
@@ -53,7 +52,8 @@ def console():
 
 
 def make_repl(worker, lines, *, renderer_cls=ChatRenderer, interactive=False, max_tokens=MAX_TOKENS, system=None):
-    session = ChatSession(worker, tiny_model().tokenizer, resolve("run", flags_for("run", max_tokens=max_tokens), env={}).sampling,
+    session = ChatSession(worker, tiny_model().tokenizer, resolve("run", flags_for("run", max_tokens=max_tokens),
+                                                                  env={}).sampling,
                           system=system)
     renderer = renderer_cls(console(), console(), interactive=interactive)
     return Repl(session, renderer, scripted(lines)), session
@@ -172,7 +172,8 @@ def test_ctrl_c_mid_answer_aborts_the_request_and_keeps_what_was_shown(worker):
                 raise KeyboardInterrupt
             seen.append(event.text)
 
-    session = ChatSession(worker, tiny_model().tokenizer, resolve("run", flags_for("run", max_tokens=200), env={}).sampling)
+    session = ChatSession(worker, tiny_model().tokenizer, resolve("run", flags_for("run", max_tokens=200),
+                                                                  env={}).sampling)
     turn = session.ask("Hello world", interrupt_at_third_token)
     assert turn.interrupted and turn.finished.finish_reason == "abort"
     assert turn.text == "".join(seen) and session.history[-1] == {"role": "assistant", "content": turn.text}
@@ -187,7 +188,8 @@ def test_ctrl_c_as_the_answer_finishes_needs_no_abort(worker):
         if isinstance(event, Finished):
             raise KeyboardInterrupt
 
-    session = ChatSession(worker, tiny_model().tokenizer, resolve("run", flags_for("run", max_tokens=4), env={}).sampling)
+    session = ChatSession(worker, tiny_model().tokenizer, resolve("run", flags_for("run", max_tokens=4),
+                                                                  env={}).sampling)
     turn = session.ask("Hello world", interrupt_at_the_end)  # returns at once: nothing left to drain
     assert turn.interrupted and turn.finished.finish_reason == "length" and len(session.history) == 2
 

@@ -27,7 +27,8 @@ needs_ipv6 = pytest.mark.skipif(not _has_ipv6_loopback(), reason="no IPv6 loopba
 
 
 def test_hosts_and_aliases_are_comma_separated():
-    cfg = resolve("serve", flags_for("serve", host=" 127.0.0.1, ::1,127.0.0.1 ", model_alias="first, second,,first", port=0), env={})
+    cfg = resolve("serve", flags_for("serve", host=" 127.0.0.1, ::1,127.0.0.1 ", model_alias="first, second,,first",
+                                     port=0), env={})
     assert cfg.server.hosts == ("127.0.0.1", "::1") and cfg.server.host == "127.0.0.1"
     assert cfg.server.model_aliases == ("first", "second") and cfg.server.model_alias == "first"
     assert cfg.server.urls() == ["http://127.0.0.1:0", "http://[::1]:0"]
@@ -78,7 +79,8 @@ def test_bad_values_are_config_errors(kwargs, message):
 
 
 def test_summary_lists_every_url_and_the_origins():
-    cfg = resolve("serve", flags_for("serve", host="127.0.0.1,::1", port=9000, cors_origins="http://a.example:3000"), env={})
+    cfg = resolve("serve", flags_for("serve", host="127.0.0.1,::1", port=9000, cors_origins="http://a.example:3000"),
+                  env={})
     lines = startup_summary(cfg)
     assert lines[-3].startswith("server http://127.0.0.1:9000, http://[::1]:9000 (no api key, ")
     assert lines[-2] == "cors loopback origins, http://a.example:3000"
@@ -190,7 +192,8 @@ def test_bad_reasoning_flags_are_config_errors(kwargs, message):
 def test_the_pooling_flag_reads_llama_servers_variable(monkeypatch):
     assert resolve("serve", env={}).server.pooling is None  # the model's, else last (server/embeddings)
     assert resolve("serve", env={"LLAMA_ARG_POOLING": "mean"}).server.pooling == "mean"
-    assert resolve("serve", flags_for("serve", pooling="cls"), env={"LLAMA_ARG_POOLING": "mean"}).server.pooling == "cls"
+    assert resolve("serve", flags_for("serve", pooling="cls"),
+                   env={"LLAMA_ARG_POOLING": "mean"}).server.pooling == "cls"
     with pytest.raises(ConfigError, match=r"^--pooling must be one of mean, cls, last, none \(got 'rank'\)"):
         resolve("serve", flags_for("serve", pooling="rank"), env={})
     with pytest.raises(ConfigError, match=r"^LLAMA_ARG_POOLING must be one of"):

@@ -20,12 +20,14 @@ LLAMA, QWEN = str(FIXTURES / "llama-f16.gguf"), str(FIXTURES / "qwen2-f16.gguf")
 def test_one_model_is_todays_config():
     cfg = resolve("serve", flags_for("serve", model=LLAMA), env={})
     assert cfg.router is None and cfg.model.path == LLAMA and cfg.server.model_aliases == ()
-    named = resolve("serve", flags_for("serve", model=f"fast={LLAMA}"), env={})  # NAME=SPEC with one model: NAME is its --alias
+    named = resolve("serve", flags_for("serve", model=f"fast={LLAMA}"),
+                    env={})  # NAME=SPEC with one model: NAME is its --alias
     assert named.router is None and named.model.path == LLAMA and named.server.model_aliases == ("fast",)
 
 
 def test_several_models_are_named_by_flag_or_stem():
-    cfg = resolve("serve", flags_for("serve", model=f"a={LLAMA}", extra_models=(QWEN, "org/repo:Q4_K_M"), models_max=2, keep_alive="5m", models_memory=1.5, models_preload="qwen2-f16,a"), env={})
+    cfg = resolve("serve", flags_for("serve", model=f"a={LLAMA}", extra_models=(QWEN, "org/repo:Q4_K_M"), models_max=2,
+                                     keep_alive="5m", models_memory=1.5, models_preload="qwen2-f16,a"), env={})
     router = cfg.router
     assert router.entries == (ModelEntry("a", LLAMA, named=True), ModelEntry("qwen2-f16", QWEN),
                               ModelEntry("org/repo:Q4_K_M", "org/repo:Q4_K_M"))

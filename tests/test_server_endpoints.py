@@ -5,9 +5,8 @@ import pytest
 
 from mlxcel_py.config import resolve
 from mlxcel_py.errors import ConfigError
-from server_helpers import error_of, start_server, stop_server
-
 from config_helpers import flags_for
+from server_helpers import error_of, start_server, stop_server
 
 
 @pytest.fixture(scope="module")

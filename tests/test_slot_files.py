@@ -10,11 +10,10 @@ from mlxcel_py.engine import Request, SamplingParams, build_engine
 from mlxcel_py.engine.core.slots import FORMAT, SlotAction, read_header, valid_filename
 from mlxcel_py.errors import SlotActionError
 
+from config_helpers import flags_for
 from kv_models import loaded32, prompt, run_engine
 from server_helpers import start_server, stop_server
 from tiny import tiny_model
-
-from config_helpers import flags_for
 
 
 def greedy(n):

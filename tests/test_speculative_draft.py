@@ -12,9 +12,8 @@ from mlxcel_py.config import resolve
 from mlxcel_py.engine import Request, SamplingParams, build_engine
 
 from test_speculative import copy_prompt, greedy, prompt, run
-from tiny import tiny_model
-
 from config_helpers import flags_for
+from tiny import tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -148,9 +147,11 @@ def test_the_resolver_names_the_draft_flag_and_its_variable():
     from mlxcel_py.errors import ConfigError
 
     assert resolve("serve", env={"LLAMA_ARG_MODEL_DRAFT": "d.gguf"}).model.draft == "d.gguf"
-    assert resolve("generate", flags_for("generate", draft_model="x.gguf"), env={"LLAMA_ARG_MODEL_DRAFT": "d.gguf"}).model.draft == "x.gguf"
+    assert resolve("generate", flags_for("generate", draft_model="x.gguf"),
+                   env={"LLAMA_ARG_MODEL_DRAFT": "d.gguf"}).model.draft == "x.gguf"
     with pytest.raises(ConfigError, match="--draft-model cannot be used with --distributed"):
-        resolve("serve", flags_for("serve", draft_model="d.gguf", distributed="Tensor"), env={"OMPI_COMM_WORLD_SIZE": "2"})
+        resolve("serve", flags_for("serve", draft_model="d.gguf", distributed="Tensor"),
+                env={"OMPI_COMM_WORLD_SIZE": "2"})
     with pytest.raises(ConfigError, match="--draft-model must not be empty"):
         resolve("serve", flags_for("serve", draft_model=" "), env={})
 

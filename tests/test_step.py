@@ -7,10 +7,9 @@ from mlxcel_py.config import resolve
 from mlxcel_py.engine import SamplingParams, build_engine
 from mlxcel_py.engine.core.step import BeginSequence, PrefillPiece, Retire, Step, StepOutput
 
+from config_helpers import flags_for
 from fakes import make_engine, request
 from tiny import tiny_model
-
-from config_helpers import flags_for
 
 
 def _prompt(n, seed):

@@ -18,9 +18,8 @@ from mlxcel_py.config import resolve
 from mlxcel_py.errors import ConfigError
 from mlxcel_py.server.app import create_app
 from mlxcel_py.server.webui import STATIC_DIR, accepts_html
-from server_helpers import start_server, stop_server
-
 from config_helpers import flags_for
+from server_helpers import start_server, stop_server
 
 ROOT = Path(__file__).resolve().parents[1]
 BROWSER = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
@@ -99,7 +98,8 @@ def same_answer(a, b) -> None:
 def test_slash_answers_other_clients_as_before(ready, headers):
     """curl and health checkers get what they got before the page existed: the API's 404 JSON."""
     with TestClient(create_app(ready.worker, ready.runtime.loaded, ready.config)) as with_page, \
-            TestClient(create_app(ready.worker, ready.runtime.loaded, resolve("serve", flags_for("serve", no_webui=True), env={}))) as without:
+            TestClient(create_app(ready.worker, ready.runtime.loaded,
+                                  resolve("serve", flags_for("serve", no_webui=True), env={}))) as without:
         before = without.get("/", headers=headers)
         assert before.status_code == 404 and before.json()["error"]["type"] == "not_found_error"
         same_answer(with_page.get("/", headers=headers), before)
