@@ -80,8 +80,9 @@ def test_every_record_is_one_set_of_options_in_its_help_order():
     for kind in RECORDS:
         names = [name for name, _, _ in leaves(kind)]
         assert len(names) == len(set(names)), kind
-        assert list(signature_of(kind).parameters) == sorted(names, key=kind.help_order.index) \
-            if hasattr(kind, "help_order") else names
+        order = getattr(kind, "help_order", None)
+        want = names if order is None else sorted(names, key=order.index)  # each option named in the order
+        assert list(signature_of(kind).parameters) == want, kind
     twice = dataclasses.make_dataclass("Twice", [("model", ModelFlags), ("again", ModelFlags)])
     with pytest.raises(TypeError, match="appear in two groups"):
         signature_of(twice)
