@@ -58,9 +58,10 @@ def chat_prompts(lm, n: int) -> list[tuple[int, ...]]:
 def run_ours(lm, ps, tokens: int) -> tuple[float, float]:
     """(aggregate decode tok/s while all decode, mean non-model ms per decode tick)."""
     from mlxcel_py.config import resolve
+    from mlxcel_py.flags import GenerateFlags, ServeFlags, build
     from mlxcel_py.engine import Finished, Request, SamplingParams, build_engine
 
-    cfg = resolve("serve", env={}, parallel=len(ps), prompt_cache=False)
+    cfg = resolve("serve", build(ServeFlags, dict(parallel=len(ps), prompt_cache=False)), env={})
     engine = build_engine(cfg.engine, lm)
     model_time = [0.0]
     execute = engine.runner.execute
@@ -137,10 +138,11 @@ reference BLAS) is measured by `fast-path`, in its own process.
 
 def generate_ours(lm, ids: list[int], max_tokens: int) -> tuple[float, float, float]:
     from mlxcel_py.config import resolve
+    from mlxcel_py.flags import GenerateFlags, ServeFlags, build
     from mlxcel_py.engine import Finished, Request, SamplingParams, build_engine
     from mlxcel_py.engine.core.worker import EngineWorker
 
-    cfg = resolve("generate", env={}, max_tokens=max_tokens)
+    cfg = resolve("generate", build(GenerateFlags, dict(max_tokens=max_tokens)), env={})
     worker = EngineWorker(build_engine(cfg.engine, lm)).start()
     try:
         params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)

@@ -161,6 +161,7 @@ def paced_server(port: int, tick_s: float) -> None:
 
     preload_blas("auto")
     from mlxcel_py.config import resolve
+    from mlxcel_py.flags import ServeFlags, build
     from mlxcel_py.engine import build_engine
     from mlxcel_py.engine.core.worker import EngineWorker
     from mlxcel_py.server.app import create_app
@@ -168,7 +169,7 @@ def paced_server(port: int, tick_s: float) -> None:
     sys.path.insert(0, str(ROOT / "tests"))
     from tiny import tiny_model
 
-    cfg = resolve("serve", env={}, port=port, parallel=4, ctx_size=16384, threads=1)
+    cfg = resolve("serve", build(ServeFlags, dict(port=port, parallel=4, ctx_size=16384, threads=1)), env={})
     model = tiny_model()
     engine = build_engine(cfg.engine, model)
     step = engine.step
@@ -260,11 +261,12 @@ MODELS_PROMPT = "Write one sentence about the sea."
 
 def _two_models(path: str):
     from mlxcel_py.config import resolve
+    from mlxcel_py.flags import ServeFlags, build
     from mlxcel_py.models.cpu.blas import preload_blas
     from mlxcel_py.server.app import create_app
     from mlxcel_py.server.http.serving import bind_socket, make_server
 
-    cfg = resolve("serve", env={}, port=0, model=f"a={path}", extra_models=(f"b={path}",), log_level="warning")
+    cfg = resolve("serve", build(ServeFlags, dict(port=0, model=(f"a={path}", f"b={path}"), log_level="warning")), env={})
     preload_blas(cfg.blas)
     app = create_app(None, None, cfg)
     sock = bind_socket("127.0.0.1", 0)

@@ -50,10 +50,11 @@ def run_once(loaded, prompt_ids, ngram: int, draft_max: int, max_tokens: int, dr
     of that many slots: one stream's tok/s is its timings' decode_tps; several streams' is the sum of
     their tokens over the time from the last first token to the last finish (all decoding together)."""
     from mlxcel_py.config import resolve
+    from mlxcel_py.flags import ServeFlags, build
     from mlxcel_py.engine import Finished, Request, SamplingParams, TokenDelta, build_engine
 
-    cfg = resolve("serve", env={}, parallel=streams, lookup_ngram=ngram or None, draft_max=draft_max,
-                  max_tokens=max_tokens)
+    cfg = resolve("serve", build(ServeFlags, dict(parallel=streams, lookup_ngram=ngram or None, draft_max=draft_max,
+                                              max_tokens=max_tokens)), env={})
     engine = build_engine(cfg.engine, loaded, draft=draft)
     for i in range(streams):
         engine.add_request(Request(f"r{i}", tuple(prompt_ids), SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos)))

@@ -356,12 +356,13 @@ def kv_ours(path: str, kv_type: str, prompt: int, ctx: int, parallel: int) -> di
     import mlx.core as mx
 
     from mlxcel_py.config import resolve
+    from mlxcel_py.flags import ServeFlags, build
     from mlxcel_py.engine import Request, SamplingParams, build_engine
     from mlxcel_py.models import load_model
 
     lm = load_model(path, threads=2)
     types = {} if kv_type == "default" else {"cache_type_k": kv_type, "cache_type_v": kv_type}
-    engine = build_engine(resolve("serve", env={}, parallel=parallel, ctx_size=ctx, **types).engine, lm)
+    engine = build_engine(resolve("serve", build(ServeFlags, dict(parallel=parallel, ctx_size=ctx, **types)), env={}).engine, lm)
     greedy = SamplingParams(max_tokens=8, ignore_eos=True, temperature=0.0)
     _run(engine, Request("warm", tuple(range(5, 40)), greedy, cache_prompt=False))
     mx.clear_cache()

@@ -9,7 +9,7 @@ import dataclasses
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Literal, Mapping, Optional
+from typing import Any, Literal, Mapping, Optional
 
 from .engine.chunking.fixed import PrefillChunkPolicy
 from .engine.core.drafting import DraftConfig
@@ -19,6 +19,9 @@ from .config_chunk import (
 )
 from .config_values import check_range, choice, drafting_config, env_bool, flag_or_env
 from .errors import ConfigError, RequestError
+from .flags import (
+    KVFlags, ModelFlags, SamplingFlags, ServeCacheFlags, ServeFlags, ServeSlotFlags, TemplateFlags, build, values_of,
+)
 from .models.loader import CPU_WEIGHTS
 from .serve_models import RouterConfig, models_config
 from .serve_config import (
@@ -95,9 +98,13 @@ class AppConfig:
     server: Optional[ServerConfig] = None
     distributed: Optional[DistributedConfig] = None  # None: one process, mx.distributed untouched
     router: Optional[RouterConfig] = None  # several models (serve_models.py); None: the one model
+    # The command's flag record as parsed (flags.py): a consumer of a new flag reads its field here.
+    flags: Any = None
 
 
-def _sampling(command: str, given: dict[str, object]) -> SamplingParams:
+def _sampling(command: str, flags: SamplingFlags) -> SamplingParams:
+    given = {"temperature": flags.temp, "top_p": flags.top_p, "top_k": flags.top_k, "min_p": flags.min_p,
+             "repetition_penalty": flags.repeat_penalty, "seed": flags.seed, "max_tokens": flags.max_tokens}
     if given["max_tokens"] is not None and given["max_tokens"] < 1:  # type: ignore[operator]
         raise ConfigError(f"--max-tokens must be at least 1 (got {given['max_tokens']})", flag="--max-tokens")
     values = dict(_SERVER_SAMPLING if command in _SERVER_COMMANDS else _GREEDY_SAMPLING)
@@ -113,10 +120,10 @@ def _sampling(command: str, given: dict[str, object]) -> SamplingParams:
         raise ConfigError(message, flag=flag) from None
 
 
-def _engine(command: str, env: Mapping[str, str], chunk: ResolvedChunk, parallel: Optional[int],
-            ctx_size: Optional[int], max_queue: Optional[int], cache: PromptCacheConfig,
-            itl_budget_ms: Optional[int] = None) -> EngineConfig:
+def _engine(command: str, env: Mapping[str, str], chunk: ResolvedChunk, slots: ServeSlotFlags,
+            cache: PromptCacheConfig, itl_budget_ms: Optional[int]) -> EngineConfig:
     serving = command in _SERVER_COMMANDS
+    parallel, ctx_size, max_queue = slots.parallel, slots.ctx_size, slots.max_queue
     if not serving and parallel is not None and parallel > 1:
         raise ConfigError(f"--parallel applies to serve and bench; {command} uses one slot (got {parallel})",
                           flag="--parallel")
@@ -129,19 +136,20 @@ def _engine(command: str, env: Mapping[str, str], chunk: ResolvedChunk, parallel
     check_range("--max-queue", max_queue, 1)
     chunk_label = "--prefill-chunk-size" if chunk.source == "default" else chunk.source
     check_range(chunk_label, chunk.explicit, 0, MAX_PREFILL_CHUNK)
-    slots = (4 if parallel is None else parallel) if serving else 1
+    num_slots = (4 if parallel is None else parallel) if serving else 1
     queue = 64 if max_queue is None else max_queue
-    return EngineConfig(PrefillChunkPolicy.resolve(chunk.explicit), slots, ctx_size, queue, cache, itl_budget_ms)
+    return EngineConfig(PrefillChunkPolicy.resolve(chunk.explicit), num_slots, ctx_size, queue, cache, itl_budget_ms)
 
 
-def _prompt_cache(enabled: bool, max_bytes, max_entries, min_prefix, env: Mapping[str, str],
-                  cache_ram: Optional[int] = None) -> PromptCacheConfig:
-    given = {"max_bytes": max_bytes, "max_entries": max_entries, "min_prefix": min_prefix}
+def _prompt_cache(env: Mapping[str, str], flags: ServeCacheFlags) -> PromptCacheConfig:
+    given = {"max_bytes": flags.cache_max_bytes, "max_entries": flags.cache_max_entries,
+             "min_prefix": flags.cache_min_prefix}
     for name, value in given.items():
         check_range("--cache-" + name.replace("_", "-"), value, 0)
-    ram, label = flag_or_env(cache_ram, "--cache-ram", env, "LLAMA_ARG_CACHE_RAM", parse=_mib)
+    enabled = flags.prompt_cache
+    ram, label = flag_or_env(flags.cache_ram, "--cache-ram", env, "LLAMA_ARG_CACHE_RAM", parse=_mib)
     if ram is not None:
-        if max_bytes is not None:
+        if flags.cache_max_bytes is not None:
             raise ConfigError(f"{label} and --cache-max-bytes both cap the prompt cache; give one", flag=label)
         check_range(label, ram, -1)
         enabled = enabled and ram != 0  # llama-server's 0: the prompt cache is off
@@ -157,128 +165,95 @@ def _mib(raw: str, name: str) -> int:
     raise ConfigError(f"{name} must be an integer number of MiB (-1: no limit, 0: off) (got {raw!r})", flag=name)
 
 
-def _kv_types(env: Mapping[str, str], type_k: Optional[str], type_v: Optional[str]) -> tuple[Optional[str], ...]:
+def _kv_types(env: Mapping[str, str], flags: KVFlags) -> tuple[Optional[str], ...]:
     """--cache-type-k / --cache-type-v (llama-server's names and variables); None keeps the model's dtype."""
     return tuple(choice(value, flag, env, name, KV_CACHE_TYPES, None) for value, flag, name in (
-        (type_k, "--cache-type-k", "LLAMA_ARG_CACHE_TYPE_K"), (type_v, "--cache-type-v", "LLAMA_ARG_CACHE_TYPE_V")))
+        (flags.cache_type_k, "--cache-type-k", "LLAMA_ARG_CACHE_TYPE_K"),
+        (flags.cache_type_v, "--cache-type-v", "LLAMA_ARG_CACHE_TYPE_V")))
 
 
-def resolve(
-    command: Command,
-    *,
-    model: Optional[str] = None,
-    prefill_chunk_size: Optional[int] = None,
-    batch_size: Optional[int] = None,
-    parallel: Optional[int] = None,
-    ctx_size: Optional[int] = None,
-    max_queue: Optional[int] = None,
-    prompt_cache: bool = True,
-    cache_max_bytes: Optional[int] = None,
-    cache_max_entries: Optional[int] = None,
-    cache_min_prefix: Optional[int] = None,
-    temp: Optional[float] = None,
-    top_p: Optional[float] = None,
-    top_k: Optional[int] = None,
-    min_p: Optional[float] = None,
-    repeat_penalty: Optional[float] = None,
-    seed: Optional[int] = None,
-    max_tokens: Optional[int] = None,
-    host: Optional[str] = None,
-    port: Optional[int] = None,
-    api_key: Optional[str] = None,
-    log_level: Optional[str] = None,
-    model_alias: Optional[str] = None,
-    itl_budget_ms: Optional[int] = None,
-    max_body_bytes: Optional[int] = None,
-    shutdown_grace: Optional[float] = None,
-    distributed: Optional[str] = None,
-    distributed_timeout: Optional[float] = None,
-    cors_origins: Optional[str] = None,
-    no_webui: bool = False,
-    metrics: Optional[bool] = None,
-    slots: Optional[bool] = None,
-    tags: Optional[str] = None,
-    threads: Optional[int] = None,
-    cpu_weights: Optional[str] = None,
-    chat_template: Optional[str] = None,
-    chat_template_file: Optional[str] = None,
-    chat_template_kwargs: Optional[str] = None,
-    reasoning_format: Optional[str] = None,
-    reasoning_budget: Optional[int] = None,
-    pooling: Optional[str] = None,
-    lookup_ngram: Optional[int] = None,
-    draft_max: Optional[int] = None,
-    draft_min: Optional[int] = None,
-    draft_model: Optional[str] = None,
-    context_shift: Optional[bool] = None,
-    extra_models: tuple[str, ...] = (),
-    models_dir: Optional[str] = None,
-    models_max: Optional[int] = None,
-    models_memory: Optional[float] = None,
-    keep_alive: Optional[str] = None,
-    models_preload: Optional[str] = None,
-    cache_type_k: Optional[str] = None,
-    cache_type_v: Optional[str] = None,
-    cache_ram: Optional[int] = None,
-    slot_save_path: Optional[str] = None,
-    env: Optional[Mapping[str, str]] = None,
-) -> AppConfig:
-    """Merge flags (None = not given) with the environment into one frozen AppConfig; raises ConfigError."""
+def resolve(command: Command, flags: Any = None, env: Optional[Mapping[str, str]] = None) -> AppConfig:
+    """Merge a command's flag record (flags.py; None: nothing given) with the environment into one
+    frozen AppConfig; raises ConfigError. A record of any command is read as a ServeFlags whose flags
+    that command lacks are not given; the record itself rides along as `AppConfig.flags`."""
     if command not in _DEFAULT_MAX_TOKENS:
         raise ConfigError(f"unknown command {command!r}; expected one of {', '.join(_DEFAULT_MAX_TOKENS)}")
     env = os.environ if env is None else env
-    if model is not None and not model.strip():
+    given = ServeFlags() if flags is None else flags
+    f = widen(given)
+    specs = _model_specs(f.model.model)
+    if specs and not specs[0].strip():
         raise ConfigError("--model must not be empty (omit it to use the embedded default model)", flag="--model")
-    level = (log_level or "info").lower()
+    level = (f.log_level or "info").lower()
     if level not in LOG_LEVELS:
-        raise ConfigError(f"--log-level must be one of {', '.join(LOG_LEVELS)} (got {log_level!r})", flag="--log-level")
-    router, first = models_config(command, env, ((model,) if model is not None else ()) + tuple(extra_models),
-                                  models_dir, models_max, models_memory, keep_alive, models_preload, model_alias)
-    model = first.spec if first is not None else None
-    if router is None and first is not None and first.named and model_alias is None:
-        model_alias = first.name  # -m NAME=SPEC with one model: NAME is the id replies report
-    chunk = resolve_prefill_chunk_size(prefill_chunk_size, batch_size, env)
-    cache = _prompt_cache(prompt_cache, cache_max_bytes, cache_max_entries, cache_min_prefix, env, cache_ram)
-    budget = _itl_budget(itl_budget_ms, env, chunk)
-    engine = _engine(command, env, chunk, parallel, ctx_size, max_queue, cache, budget)
-    type_k, type_v = _kv_types(env, cache_type_k, cache_type_v)
-    engine = dataclasses.replace(engine, drafting=drafting_config(env, lookup_ngram, draft_max, draft_min),
-                                 kv_type_k=type_k, kv_type_v=type_v)
-    shift, _ = flag_or_env(context_shift, "--context-shift", env, "LLAMA_ARG_CONTEXT_SHIFT", parse=env_bool)
-    engine = dataclasses.replace(engine, context_shift=bool(shift))
-    given = {"temperature": temp, "top_p": top_p, "top_k": top_k, "min_p": min_p}
-    given |= {"repetition_penalty": repeat_penalty, "seed": seed, "max_tokens": max_tokens}
-    sampling = _sampling(command, given)
-    server = None
-    if command in _SERVER_COMMANDS:
-        server = server_config(env, host=host, port=port, api_key=api_key, log_level=level, model_alias=model_alias,
-                               max_body_bytes=max_body_bytes, shutdown_grace=shutdown_grace, cors_origins=cors_origins,
-                               no_webui=no_webui, metrics=metrics, slots=slots, tags=tags,
-                               chat_template=chat_template, chat_template_file=chat_template_file,
-                               chat_template_kwargs=chat_template_kwargs, reasoning_format=reasoning_format,
-                               reasoning_budget=reasoning_budget, pooling=pooling, slot_save_path=slot_save_path)
-    elif slot_save_path is not None:
-        raise ConfigError(f"--slot-save-path applies to serve, not {command}", flag="--slot-save-path")
-    elif pooling is not None:
-        raise ConfigError(f"--pooling applies to serve, not {command}", flag="--pooling")
-    elif host is not None or port is not None or api_key is not None:
-        raise ConfigError(f"--host, --port and --api-key apply to serve and bench, not {command}", flag="--host")
-    elif (chat_template, chat_template_file, chat_template_kwargs, reasoning_format, reasoning_budget) != (None,) * 5:
-        raise ConfigError(f"--chat-template* and --reasoning-* apply to serve, not {command}", flag="--chat-template")
+        raise ConfigError(f"--log-level must be one of {', '.join(LOG_LEVELS)} (got {f.log_level!r})",
+                          flag="--log-level")
+    alias = f.server.model_alias
+    router, first = models_config(command, env, specs, f.router, alias)
+    if router is None and first is not None and first.named and alias is None:
+        alias = first.name  # -m NAME=SPEC with one model: NAME is the id replies report
+    engine, chunk = _engine_config(command, env, f)
+    sampling = _sampling(command, f.sampling)
+    server = _server(command, env, f, level, alias)
     blas = (env.get("MLXCEL_BLAS") or "").strip() or "auto"
-    dist = distributed_config(command, env, distributed, distributed_timeout)
-    threads, threads_label = _count_flag(threads, "--threads", env, "LLAMA_ARG_THREADS")
+    dist = distributed_config(command, env, f.dist)
+    model = _model_spec(env, f.model, first.spec if first is not None else None, router, dist)
+    return AppConfig(command, model, engine, sampling, chunk, blas, server, dist, router, given)
+
+
+def widen(flags: Any) -> ServeFlags:
+    """Any command's record (or a record with extra fields) as the ServeFlags resolve reads."""
+    return flags if type(flags) is ServeFlags else build(ServeFlags, values_of(flags))
+
+
+def _model_specs(model: Any) -> tuple[str, ...]:
+    """serve's repeated -m (a sequence) or another command's one (a string), as a tuple."""
+    if model is None:
+        return ()
+    return (model,) if isinstance(model, str) else tuple(model)
+
+
+def _engine_config(command: str, env: Mapping[str, str], f: ServeFlags) -> tuple[EngineConfig, ResolvedChunk]:
+    chunk = resolve_prefill_chunk_size(f.chunk.prefill_chunk_size, f.chunk.batch_size, env)
+    cache = _prompt_cache(env, f.cache)
+    budget = _itl_budget(f.chunk.itl_budget_ms, env, chunk)
+    engine = _engine(command, env, chunk, f.engine, cache, budget)
+    type_k, type_v = _kv_types(env, f.cache)
+    engine = dataclasses.replace(engine, drafting=drafting_config(env, f.draft), kv_type_k=type_k, kv_type_v=type_v)
+    shift, _ = flag_or_env(f.engine.context_shift, "--context-shift", env, "LLAMA_ARG_CONTEXT_SHIFT", parse=env_bool)
+    return dataclasses.replace(engine, context_shift=bool(shift)), chunk
+
+
+def _server(command: str, env: Mapping[str, str], f: ServeFlags, level: str,
+            alias: Optional[str]) -> Optional[ServerConfig]:
+    """serve's and bench's ServerConfig; for run and generate, an error for any server flag given."""
+    server, template = f.server, f.template
+    if command in _SERVER_COMMANDS:
+        return server_config(env, dataclasses.replace(server, model_alias=alias), template, level)
+    if server.slot_save_path is not None:
+        raise ConfigError(f"--slot-save-path applies to serve, not {command}", flag="--slot-save-path")
+    if server.pooling is not None:
+        raise ConfigError(f"--pooling applies to serve, not {command}", flag="--pooling")
+    if server.host is not None or server.port is not None or server.api_key is not None:
+        raise ConfigError(f"--host, --port and --api-key apply to serve and bench, not {command}", flag="--host")
+    if template != TemplateFlags():
+        raise ConfigError(f"--chat-template* and --reasoning-* apply to serve, not {command}", flag="--chat-template")
+    return None
+
+
+def _model_spec(env: Mapping[str, str], flags: ModelFlags, path: Optional[str], router: Optional[RouterConfig],
+                dist: Optional[DistributedConfig]) -> ModelSpec:
+    threads, threads_label = _count_flag(flags.threads, "--threads", env, "LLAMA_ARG_THREADS")
     check_range(threads_label, threads, 1, MAX_THREADS)
-    weights = choice(cpu_weights, "--cpu-weights", env, "MLXCEL_CPU_WEIGHTS", CPU_WEIGHTS, None)
+    weights = choice(flags.cpu_weights, "--cpu-weights", env, "MLXCEL_CPU_WEIGHTS", CPU_WEIGHTS, None)
     if router is not None and dist is not None:
         raise ConfigError("several models cannot be served over the ranks of mlx.launch (--distributed); "
                           "serve one model there", flag="--models-dir")
-    draft = _draft_model(draft_model, env, dist)
+    draft = _draft_model(flags.draft_model, env, dist)
     if draft is not None and router is not None:
         raise ConfigError("--draft-model drafts for one model; it cannot be used with several models",
                           flag="--draft-model")
-    return AppConfig(command, ModelSpec(model, threads, weights, draft), engine, sampling, chunk, blas, server, dist,
-                     router)
+    return ModelSpec(path, threads, weights, draft)
 
 
 def _draft_model(flag: Optional[str], env: Mapping[str, str], dist: Optional[DistributedConfig]) -> Optional[str]:

@@ -10,6 +10,7 @@ from typing import Callable, Mapping, Optional, TypeVar
 
 from .engine.core.drafting import DraftConfig
 from .errors import ConfigError
+from .flags import DraftFlags
 
 T = TypeVar("T")
 
@@ -63,9 +64,9 @@ def check_range(label: str, value: Optional[float], low: float, high: Optional[f
 MAX_DRAFT = 256
 
 
-def drafting_config(env: Mapping[str, str], ngram: Optional[int], draft_max: Optional[int],
-                    draft_min: Optional[int]) -> DraftConfig:
+def drafting_config(env: Mapping[str, str], flags: DraftFlags) -> DraftConfig:
     """--lookup-ngram (MLXCEL_LOOKUP_NGRAM), --draft-max / --draft-min (llama-server's LLAMA_ARG_DRAFT_*)."""
+    ngram, draft_max, draft_min = flags.lookup_ngram, flags.draft_max, flags.draft_min
     ngram, ngram_label = flag_or_env(ngram, "--lookup-ngram", env, "MLXCEL_LOOKUP_NGRAM", parse=env_count)
     draft_max, max_label = flag_or_env(draft_max, "--draft-max", env, "LLAMA_ARG_DRAFT_MAX", parse=env_count)
     draft_min, min_label = flag_or_env(draft_min, "--draft-min", env, "LLAMA_ARG_DRAFT_MIN", parse=env_count)

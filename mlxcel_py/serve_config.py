@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from .config_values import check_range, env_bool, env_count, flag_or_env
 from .errors import ConfigError
+from .flags import DistFlags, ServerFlags, TemplateFlags
 from .models.chat_template import ChatTemplate, check_kwargs, one_line, probe, template_of
 
 DEFAULT_MAX_BODY_BYTES = 8 << 20
@@ -132,43 +133,38 @@ def _port(value: Optional[int], env: Mapping[str, str]) -> int:
     return port
 
 
-def server_config(env: Mapping[str, str], *, host: Optional[str] = None, port: Optional[int] = None,
-                  api_key: Optional[str] = None, log_level: str = "info", model_alias: Optional[str] = None,
-                  max_body_bytes: Optional[int] = None, shutdown_grace: Optional[float] = None,
-                  cors_origins: Optional[str] = None, no_webui: bool = False,
-                  metrics: Optional[bool] = None, slots: Optional[bool] = None, chat_template: Optional[str] = None,
-                  chat_template_file: Optional[str] = None, chat_template_kwargs: Optional[str] = None,
-                  reasoning_format: Optional[str] = None, reasoning_budget: Optional[int] = None,
-                  tags: Optional[str] = None, pooling: Optional[str] = None,
-                  slot_save_path: Optional[str] = None) -> ServerConfig:
-    """Flags (None = not given) over the environment -> ServerConfig; raises ConfigError."""
-    host_text, host_label = flag_or_env(host, "--host", env, "LLAMA_ARG_HOST")
+def server_config(env: Mapping[str, str], flags: ServerFlags, template: TemplateFlags,
+                  log_level: str = "info") -> ServerConfig:
+    """The server's flags (None = not given) over the environment -> ServerConfig; raises ConfigError."""
+    host_text, host_label = flag_or_env(flags.host, "--host", env, "LLAMA_ARG_HOST")
     hosts = _list(host_text, host_label, "address") or ("127.0.0.1",)
-    alias_text, alias_label = flag_or_env(model_alias, "--alias", env, "LLAMA_ARG_ALIAS")
+    alias_text, alias_label = flag_or_env(flags.model_alias, "--alias", env, "LLAMA_ARG_ALIAS")
     aliases = _list(alias_text, alias_label, "model name")
-    tags_text, tags_label = flag_or_env(tags, "--tags", env, "LLAMA_ARG_TAGS")
-    cors_text, cors_label = flag_or_env(cors_origins, "--cors-origins", env, "MLXCEL_CORS_ORIGINS",
+    tags_text, tags_label = flag_or_env(flags.tags, "--tags", env, "LLAMA_ARG_TAGS")
+    cors_text, cors_label = flag_or_env(flags.cors_origins, "--cors-origins", env, "MLXCEL_CORS_ORIGINS",
                                          "LLAMA_ARG_CORS_ORIGINS")
     origins = tuple(check_origin(o, cors_label) for o in _list(cors_text, cors_label, "origin"))
-    metrics, _ = flag_or_env(metrics, "--metrics", env, "LLAMA_ARG_ENDPOINT_METRICS", parse=env_bool)
-    slots, _ = flag_or_env(slots, "--slots", env, "LLAMA_ARG_ENDPOINT_SLOTS", parse=env_bool)
+    metrics, _ = flag_or_env(flags.metrics, "--metrics", env, "LLAMA_ARG_ENDPOINT_METRICS", parse=env_bool)
+    slots, _ = flag_or_env(flags.slots, "--slots", env, "LLAMA_ARG_ENDPOINT_SLOTS", parse=env_bool)
+    api_key = flags.api_key
     if api_key == "":
         raise ConfigError("--api-key must not be empty (omit it to disable authentication)", flag="--api-key")
     api_key = api_key if api_key is not None else env.get("MLXCEL_API_KEY") or None
-    check_range("--max-body-bytes", max_body_bytes, 1024)
-    check_range("--shutdown-grace", shutdown_grace, 0, MAX_SHUTDOWN_GRACE_S)
-    fmt, budget = _reasoning(env, reasoning_format, reasoning_budget)
-    template = chat_template_config(env, chat_template, chat_template_file, chat_template_kwargs, thinking=budget != 0)
+    check_range("--max-body-bytes", flags.max_body_bytes, 1024)
+    check_range("--shutdown-grace", flags.shutdown_grace, 0, MAX_SHUTDOWN_GRACE_S)
+    fmt, budget = _reasoning(env, template.reasoning_format, template.reasoning_budget)
+    chat = chat_template_config(env, template.chat_template, template.chat_template_file,
+                                template.chat_template_kwargs, thinking=budget != 0)
     return ServerConfig(
-        hosts=hosts, port=_port(port, env), api_key=api_key, log_level=log_level, model_aliases=aliases,
-        shutdown_grace_s=10.0 if shutdown_grace is None else shutdown_grace,
-        max_body_bytes=DEFAULT_MAX_BODY_BYTES if max_body_bytes is None else max_body_bytes,
-        cors_origins=origins, webui=not _no_webui(no_webui, env),
+        hosts=hosts, port=_port(flags.port, env), api_key=api_key, log_level=log_level, model_aliases=aliases,
+        shutdown_grace_s=10.0 if flags.shutdown_grace is None else flags.shutdown_grace,
+        max_body_bytes=DEFAULT_MAX_BODY_BYTES if flags.max_body_bytes is None else flags.max_body_bytes,
+        cors_origins=origins, webui=not _no_webui(flags.no_webui, env),
         endpoint_metrics=True if metrics is None else metrics,
         endpoint_slots=True if slots is None else slots,
-        chat_template=template, reasoning_format=fmt, reasoning_budget=budget,
-        model_tags=_list(tags_text, tags_label, "tag"), pooling=_pooling(env, pooling),
-        slot_save_path=_slot_save_path(slot_save_path),
+        chat_template=chat, reasoning_format=fmt, reasoning_budget=budget,
+        model_tags=_list(tags_text, tags_label, "tag"), pooling=_pooling(env, flags.pooling),
+        slot_save_path=_slot_save_path(flags.slot_save_path),
     )
 
 
@@ -268,9 +264,9 @@ def server_summary(server: ServerConfig) -> list[str]:
     ]
 
 
-def distributed_config(command: str, env: Mapping[str, str], mode: Optional[str],
-                 timeout: Optional[float]) -> Optional[DistributedConfig]:
+def distributed_config(command: str, env: Mapping[str, str], flags: DistFlags) -> Optional[DistributedConfig]:
     """Set when `--distributed` is given or a launcher started this process; else None."""
+    mode, timeout = flags.distributed, flags.distributed_timeout
     given = mode is not None or timeout is not None
     if given and command != "serve":
         raise ConfigError(f"--distributed applies to serve, not {command}", flag="--distributed")

@@ -14,6 +14,7 @@ from typing import Mapping, Optional
 
 from .config_values import check_range, env_count, flag_or_env
 from .errors import ConfigError
+from .flags import RouterFlags
 
 DEFAULT_MODELS_MAX = 4  # llama-server's --models-max
 NEVER = -1.0  # --keep-alive -1: a model stays resident until the budget needs its room
@@ -128,11 +129,12 @@ def _entries(models: tuple[str, ...], folder: Optional[str], folder_label: str) 
     return tuple(entries)
 
 
-def models_config(command: str, env: Mapping[str, str], models: tuple[str, ...], models_dir: Optional[str],
-                  models_max: Optional[int], models_memory: Optional[float], keep_alive: Optional[str],
-                  preload: Optional[str], alias: Optional[str]) -> tuple[Optional[RouterConfig], Optional[ModelEntry]]:
+def models_config(command: str, env: Mapping[str, str], models: tuple[str, ...], flags: RouterFlags,
+                  alias: Optional[str]) -> tuple[Optional[RouterConfig], Optional[ModelEntry]]:
     """(the router config, None for one model; the first model, whose spec is ModelSpec.path)."""
-    folder, folder_label = flag_or_env(models_dir, "--models-dir", env, "LLAMA_ARG_MODELS_DIR")
+    models_max, models_memory, keep_alive = flags.models_max, flags.models_memory, flags.keep_alive
+    preload = flags.models_preload
+    folder, folder_label = flag_or_env(flags.models_dir, "--models-dir", env, "LLAMA_ARG_MODELS_DIR")
     given = (models_max, models_memory, keep_alive, preload)
     if command != "serve":
         if folder is not None or len(models) > 1 or given != (None,) * 4:

@@ -14,6 +14,7 @@ import dataclasses
 import time
 
 from mlxcel_py.config import resolve
+from mlxcel_py.flags import ServeFlags, build
 from mlxcel_py.engine import Request, SamplingParams, build_engine
 from mlxcel_py.loadtest.prompts import build_prompt
 from mlxcel_py.models import encode_chat, load_model
@@ -31,7 +32,7 @@ def prompts(loaded) -> list[tuple[int, ...]]:
 def greedy(loaded, kv_type, ids, n) -> tuple[list[int], float]:
     from mlxcel_py.engine import TokenDelta
 
-    cfg = resolve("serve", env={}, parallel=1, prompt_cache=False, cache_type_k=kv_type, cache_type_v=kv_type)
+    cfg = resolve("serve", build(ServeFlags, dict(parallel=1, prompt_cache=False, cache_type_k=kv_type, cache_type_v=kv_type)), env={})
     engine = build_engine(cfg.engine, loaded)
     engine.add_request(Request("r", ids, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)))
     out = [e.token_id for e in engine.step() if isinstance(e, TokenDelta)]
@@ -58,8 +59,8 @@ def main() -> None:
     print(f"model dtype without the CPU decode step: identical {sum(r == b for (r, _), (b, _) in zip(runs, base))}"
           f"/{len(runs)}, {sum(t for _, t in runs) / max(len(runs), 1) * 1000:.1f} ms per decode tick", flush=True)
     for kv_type in args.types.split(","):
-        engine = build_engine(resolve("serve", env={}, parallel=1, cache_type_k=kv_type,
-                                      cache_type_v=kv_type).engine, loaded)
+        engine = build_engine(resolve("serve", build(ServeFlags, dict(parallel=1, cache_type_k=kv_type, cache_type_v=kv_type)),
+                                      env={}).engine, loaded)
         runs = [greedy(loaded, kv_type, p, args.tokens) for p in ps]
         same = sum(r == b for (r, _), (b, _) in zip(runs, base))
         agree = [next((i for i, (x, y) in enumerate(zip(r, b)) if x != y), len(b)) for (r, _), (b, _) in zip(runs, base)]

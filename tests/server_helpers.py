@@ -22,6 +22,7 @@ from mlxcel_py.engine.core.worker import EngineWorker
 from mlxcel_py.server.app import create_app
 from mlxcel_py.server.runtime import Runtime
 from mlxcel_py.server.http.serving import GracefulServer, bind_socket, make_server
+from config_helpers import flags_for
 from tiny import tiny_model
 
 START_TIMEOUT_S = 20.0
@@ -57,7 +58,7 @@ def start_server(loaded: bool = True, grace_s: Optional[float] = None, model: An
                  sampling: Optional[dict] = None, **resolve_kwargs: Any) -> RunningServer:
     """Resolve a serve config (port 0), build the engine on `model` (default: the tiny one), run uvicorn
     in a thread. `sampling` overrides the requests' defaults (e.g. a logit_bias no dialect can send)."""
-    cfg = resolve("serve", env={}, port=0, **resolve_kwargs)
+    cfg = resolve("serve", flags_for("serve", port=0, **resolve_kwargs), env={})
     if sampling:
         cfg = dataclasses.replace(cfg, sampling=dataclasses.replace(cfg.sampling, **sampling))
     if grace_s is not None:

@@ -21,7 +21,7 @@ from mlxcel_py.engine.chunking.fixed import PrefillChunkPolicy
 from mlxcel_py.errors import ConfigError
 from mlxcel_py.logs import setup_logging
 
-from config_helpers import reset_prefill_chunk_override
+from config_helpers import flags_for, reset_prefill_chunk_override
 
 
 @pytest.fixture(autouse=True)
@@ -47,7 +47,7 @@ def test_no_flag_gives_the_two_state_policy():
 
 def test_explicit_2048_conflicting_with_batch_size_is_explicit_and_warns(caplog):
     with caplog.at_level(logging.WARNING, logger="mlxcel_py.config"):
-        cfg = resolve("serve", prefill_chunk_size=2048, batch_size=1024, env={})
+        cfg = resolve("serve", flags_for("serve", prefill_chunk_size=2048, batch_size=1024), env={})
     assert cfg.chunk.explicit == 2048 and cfg.chunk.conflict
     assert policy_of(cfg) == (2048, 2048)
     assert [r.getMessage() for r in caplog.records] == [
@@ -60,7 +60,7 @@ def test_equal_flag_and_batch_size_is_no_conflict():
 
 
 def test_batch_size_alone_is_the_chunk():
-    cfg = resolve("serve", batch_size=1024, env={})
+    cfg = resolve("serve", flags_for("serve", batch_size=1024), env={})
     assert policy_of(cfg) == (1024, 1024)
     assert "prefill_chunk_size explicit=1024 (alone and contended) via --batch-size" in startup_summary(cfg)
 
@@ -93,7 +93,7 @@ def test_mlxcel_prefill_chunk_overrides_both_states(monkeypatch):
 def test_flag_beats_the_env_override(monkeypatch):
     monkeypatch.setenv("MLXCEL_PREFILL_CHUNK", "1024")
     monkeypatch.setenv("LLAMA_ARG_BATCH", "256")
-    assert policy_of(resolve("serve", prefill_chunk_size=4096)) == (4096, 4096)
+    assert policy_of(resolve("serve", flags_for("serve", prefill_chunk_size=4096))) == (4096, 4096)
     assert policy_of(resolve("serve")) == (256, 256)  # LLAMA_ARG_BATCH is --batch-size
 
 
@@ -105,7 +105,7 @@ def test_override_tolerates_whitespace(monkeypatch):
 def test_zero_pins_both_states_to_no_chunking(monkeypatch):
     monkeypatch.setenv("MLXCEL_PREFILL_CHUNK", "0")
     assert policy_of(resolve("serve")) == (0, 0)
-    assert policy_of(resolve("serve", prefill_chunk_size=0, env={})) == (0, 0)
+    assert policy_of(resolve("serve", flags_for("serve", prefill_chunk_size=0), env={})) == (0, 0)
 
 
 @pytest.mark.parametrize("raw", ["abc", "-5", "1.5", "+3", "12x"])
@@ -149,7 +149,7 @@ def test_serve_defaults_are_llama_servers():
 
 @pytest.mark.parametrize(("command", "max_tokens"), [("run", 4096), ("generate", 256)])
 def test_run_and_generate_are_one_greedy_slot(command, max_tokens):
-    cfg = resolve(command, parallel=1, env={"LLAMA_ARG_N_PARALLEL": "8"})
+    cfg = resolve(command, flags_for(command, parallel=1), env={"LLAMA_ARG_N_PARALLEL": "8"})
     s = cfg.sampling
     assert (s.temperature, s.top_k, s.top_p, s.min_p) == (0.0, 0, 1.0, 0.0) and s.greedy
     assert s.max_tokens == max_tokens
@@ -174,13 +174,14 @@ def test_serve_reads_llama_server_env():
     assert (cfg.engine.num_slots, cfg.engine.ctx_size) == (8, 8192)
     assert (cfg.server.host, cfg.server.port, cfg.server.api_key) == ("0.0.0.0", 9000, "secret")
     assert cfg.blas == "off"
-    flags = resolve("serve", parallel=2, ctx_size=1024, host="::1", port=0, api_key="k", env=env)
+    flags = resolve("serve", flags_for("serve", parallel=2, ctx_size=1024, host="::1", port=0, api_key="k"), env=env)
     assert (flags.engine.num_slots, flags.engine.ctx_size) == (2, 1024)
     assert (flags.server.host, flags.server.port, flags.server.api_key) == ("::1", 0, "k")
 
 
 def test_flags_override_sampling_defaults():
-    cfg = resolve("generate", temp=0.7, top_p=0.9, top_k=20, min_p=0.1, repeat_penalty=1.1, seed=3, max_tokens=9)
+    cfg = resolve("generate", flags_for("generate", temp=0.7, top_p=0.9, top_k=20, min_p=0.1, repeat_penalty=1.1,
+                                        seed=3, max_tokens=9))
     s = cfg.sampling
     assert (s.temperature, s.top_p, s.top_k, s.min_p, s.repetition_penalty, s.seed, s.max_tokens) == (
         0.7, 0.9, 20, 0.1, 1.1, 3, 9,
@@ -188,7 +189,8 @@ def test_flags_override_sampling_defaults():
 
 
 def test_prompt_cache_settings():
-    cfg = resolve("serve", prompt_cache=False, cache_max_bytes=0, cache_max_entries=2, cache_min_prefix=8, env={})
+    cfg = resolve("serve", flags_for("serve", prompt_cache=False, cache_max_bytes=0, cache_max_entries=2,
+                                     cache_min_prefix=8), env={})
     cache = cfg.engine.prompt_cache
     assert (cache.enabled, cache.max_bytes, cache.max_entries, cache.min_prefix) == (False, 0, 2, 8)
 
@@ -199,15 +201,16 @@ def test_prompt_cache_settings():
 @pytest.mark.parametrize("command", ["serve", "run", "generate", "bench"])
 def test_itl_budget_is_off_by_default_and_resolved_from_flag_or_env(command):
     assert resolve(command, env={}).engine.itl_budget_ms is None
-    assert resolve(command, itl_budget_ms=300, env={}).engine.itl_budget_ms == 300
+    assert resolve(command, flags_for(command, itl_budget_ms=300), env={}).engine.itl_budget_ms == 300
     assert resolve(command, env={"MLXCEL_ITL_BUDGET_MS": " 250 "}).engine.itl_budget_ms == 250
-    assert resolve(command, itl_budget_ms=300, env={"MLXCEL_ITL_BUDGET_MS": "250"}).engine.itl_budget_ms == 300
+    assert resolve(command, flags_for(command, itl_budget_ms=300),
+                   env={"MLXCEL_ITL_BUDGET_MS": "250"}).engine.itl_budget_ms == 300
     assert resolve(command, env={"MLXCEL_ITL_BUDGET_MS": ""}).engine.itl_budget_ms is None
 
 
 def test_itl_budget_keeps_the_two_state_policy_as_the_fallback_and_warns_nothing(caplog):
     with caplog.at_level(logging.WARNING, logger="mlxcel_py.config"):
-        cfg = resolve("serve", itl_budget_ms=300, env={})
+        cfg = resolve("serve", flags_for("serve", itl_budget_ms=300), env={})
     # The engine starts on 2048/512 and switches to the budget policy once calibrated.
     assert cfg.engine.policy == PrefillChunkPolicy(2048, 512) and cfg.chunk.explicit is None
     assert "itl_budget_ms 300" in startup_summary(cfg)
@@ -230,7 +233,7 @@ def test_itl_budget_keeps_the_two_state_policy_as_the_fallback_and_warns_nothing
 )
 def test_an_explicit_chunk_wins_over_the_budget_with_a_warning(caplog, kwargs, env, warning):
     with caplog.at_level(logging.WARNING, logger="mlxcel_py.config"):
-        cfg = resolve("serve", env=env, **kwargs)
+        cfg = resolve("serve", flags_for("serve", **kwargs), env=env)
     assert cfg.engine.itl_budget_ms is None and cfg.chunk.explicit is not None
     assert policy_of(cfg) == (cfg.chunk.explicit, cfg.chunk.explicit)
     assert [r.getMessage() for r in caplog.records] == [warning]
@@ -273,7 +276,7 @@ ERRORS = [
 @pytest.mark.parametrize(("command", "kwargs", "message"), ERRORS)
 def test_bad_values_name_the_flag(command, kwargs, message):
     with pytest.raises(ConfigError) as info:
-        resolve(command, env={}, **kwargs)
+        resolve(command, flags_for(command, **kwargs), env={})
     assert str(info.value) == message
 
 
@@ -300,7 +303,7 @@ def test_bad_env_values_name_the_variable(env, message):
 
 def test_resolve_or_exit_prints_one_line_and_exits_2(capsys):
     with pytest.raises(typer.Exit) as info:
-        resolve_or_exit("serve", temp=-1.0, env={})
+        resolve_or_exit("serve", flags_for("serve", temp=-1.0), env={})
     assert info.value.exit_code == 2
     assert capsys.readouterr().err == "error: --temp must be between 0 and 100 (got -1.0)\n"
 
@@ -333,12 +336,12 @@ def test_setup_logging_installs_one_rich_handler():
 def test_threads_flag_then_llama_env_then_every_core(command):
     assert resolve(command, env={}).model.threads is None  # every core
     assert resolve(command, env={"LLAMA_ARG_THREADS": "1"}).model.threads == 1
-    assert resolve(command, threads=2, env={"LLAMA_ARG_THREADS": "1"}).model.threads == 2
+    assert resolve(command, flags_for(command, threads=2), env={"LLAMA_ARG_THREADS": "1"}).model.threads == 2
     with pytest.raises(ConfigError, match=r"--threads must be between 1 and 1024 \(got 0\)"):
-        resolve(command, threads=0, env={})
+        resolve(command, flags_for(command, threads=0), env={})
     with pytest.raises(ConfigError, match=r"LLAMA_ARG_THREADS must be a non-negative integer"):
         resolve(command, env={"LLAMA_ARG_THREADS": "many"})
-    assert "threads 2" in startup_summary(resolve(command, threads=2, env={}))
+    assert "threads 2" in startup_summary(resolve(command, flags_for(command, threads=2), env={}))
 
 
 def test_lookup_ngram_and_draft_bounds_resolve_from_flags_and_env():
@@ -348,9 +351,10 @@ def test_lookup_ngram_and_draft_bounds_resolve_from_flags_and_env():
     assert not resolve("serve", env={}).engine.drafting.enabled
     cfg = resolve("serve", env={"MLXCEL_LOOKUP_NGRAM": "3", "LLAMA_ARG_DRAFT_MAX": "8", "LLAMA_ARG_DRAFT_MIN": "2"})
     assert cfg.engine.drafting == DraftConfig(3, 8, 2)
-    assert resolve("generate", lookup_ngram=2, draft_max=4, env={"LLAMA_ARG_DRAFT_MAX": "8"}).engine.drafting == DraftConfig(2, 4, 0)
+    assert resolve("generate", flags_for("generate", lookup_ngram=2, draft_max=4),
+                   env={"LLAMA_ARG_DRAFT_MAX": "8"}).engine.drafting == DraftConfig(2, 4, 0)
     assert "lookup_ngram 3 draft_model none draft_max 8 draft_min 2" in startup_summary(cfg)
     with pytest.raises(ConfigError, match="--draft-min 9 exceeds --draft-max 8"):
-        resolve("serve", lookup_ngram=3, draft_max=8, draft_min=9, env={})
+        resolve("serve", flags_for("serve", lookup_ngram=3, draft_max=8, draft_min=9), env={})
     with pytest.raises(ConfigError, match="--draft-max must be between 1 and 256"):
-        resolve("serve", draft_max=0, env={})
+        resolve("serve", flags_for("serve", draft_max=0), env={})

@@ -14,6 +14,7 @@ from mlxcel_py.engine.core.step import BeginSequence, PrefillPiece, Shift, Step
 from mlxcel_py.engine.runner.model_runner import ModelRunner
 
 from test_speculative import run  # run requests to completion: (tokens, Finished) per id
+from config_helpers import flags_for
 from tiny import tiny_model
 
 CTX = 64
@@ -29,7 +30,8 @@ def prompt(n, start=5):
 
 
 def engine_for(lm, parallel=1, mode="prefill", **kw):
-    cfg = resolve("serve", env={}, parallel=parallel, ctx_size=CTX * parallel, context_shift=True, **kw)
+    cfg = resolve("serve", flags_for("serve", parallel=parallel, ctx_size=CTX * parallel, context_shift=True, **kw),
+                  env={})
     engine = build_engine(cfg.engine, lm)
     engine.runner.shift_mode = mode
     return engine
@@ -129,7 +131,7 @@ def test_sliding_window_layers_refuse_context_shift_at_startup():
     from mlxcel_py.errors import ConfigError
 
     runner = ModelRunner(_Windowed())
-    cfg = resolve("serve", env={}, parallel=1, ctx_size=CTX, context_shift=True).engine
+    cfg = resolve("serve", flags_for("serve", parallel=1, ctx_size=CTX, context_shift=True), env={}).engine
     with pytest.raises(ConfigError, match=r"--context-shift is not available for this model: its RotatingKVCache"):
         _context_shift(cfg, runner)
     assert _context_shift(dataclasses.replace(cfg, context_shift=False), runner) is False
@@ -143,7 +145,7 @@ def test_a_runner_that_cannot_shift_is_refused():
     class Remote(Runner):
         pass
 
-    cfg = resolve("serve", env={}, parallel=1, ctx_size=CTX, context_shift=True).engine
+    cfg = resolve("serve", flags_for("serve", parallel=1, ctx_size=CTX, context_shift=True), env={}).engine
     with pytest.raises(ConfigError, match="Remote does not shift the KV cache"):
         _context_shift(cfg, Remote())
 
@@ -161,7 +163,8 @@ def test_draft_model_rows_shift_token_exact(lm, parallel):
     # the target's own tokens (all accepted), and the output is plain decoding's, alone and batched.
     requests = [greedy(rid, prompt(30, start), 90) for rid, start in (("a", 5), ("b", 50), ("c", 90))][:parallel]
     plain = run(engine_for(lm, parallel), requests)
-    cfg = resolve("serve", env={}, parallel=parallel, ctx_size=CTX * parallel, context_shift=True, draft_max=4)
+    cfg = resolve("serve", flags_for("serve", parallel=parallel, ctx_size=CTX * parallel, context_shift=True,
+                                     draft_max=4), env={})
     drafted = run(build_engine(cfg.engine, lm, draft=lm), requests)
     for rid, (tokens, done) in drafted.items():
         assert tokens == plain[rid][0], rid
@@ -172,6 +175,7 @@ def test_draft_model_rows_shift_token_exact(lm, parallel):
 def test_a_kv_type_other_than_the_models_refuses_context_shift_at_startup(lm):
     from mlxcel_py.errors import ConfigError
 
-    cfg = resolve("serve", env={}, parallel=1, ctx_size=CTX, context_shift=True, cache_type_k="f16", cache_type_v="f16")
+    cfg = resolve("serve", flags_for("serve", parallel=1, ctx_size=CTX, context_shift=True, cache_type_k="f16",
+                                     cache_type_v="f16"), env={})
     with pytest.raises(ConfigError, match="--context-shift is not available for this model: the KV is stored as K f16"):
         build_engine(cfg.engine, lm)

@@ -13,6 +13,7 @@ from mlxcel_py.models.cpu import decode_kernels as K
 
 from gguf_fixtures import FIXTURES
 from test_cpu_decode import ATOL, compare, make_batch, prompt
+from config_helpers import flags_for
 from tiny import greedy_tokens
 
 # fixture -> the mlx-lm module its spec reads; mistral's converter writes a llama GGUF
@@ -61,7 +62,8 @@ def _engine_greedy(lm, prompts, parallel, n):
 
     from test_speculative import greedy, run
 
-    engine = build_engine(resolve("serve", env={}, parallel=parallel, prompt_cache=False).engine, lm)
+    engine = build_engine(resolve("serve", flags_for("serve", parallel=parallel, prompt_cache=False),
+                                  env={}).engine, lm)
     assert engine.runner._fast_decode is lm.cpu_decode  # the numba step, not mlx-lm's forward
     out = run(engine, [greedy(f"r{i}", p, n) for i, p in enumerate(prompts)])
     return [out[f"r{i}"][0] for i in range(len(prompts))]

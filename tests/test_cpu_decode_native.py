@@ -14,6 +14,7 @@ from mlxcel_py.models.cpu.native import NativeDecoder, blocks_of, native_decoder
 from mlxcel_py.models.cpu.quant import int8_ir, products
 
 from test_cpu_decode import compare, make_batch, prompt
+from config_helpers import flags_for
 from tiny import LAYERS, write_tiny_gguf
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gguf"
@@ -91,10 +92,12 @@ def test_cpu_weights_flag_and_env_resolve_and_refuse_bad_values():
     assert resolve("generate", env={}).model.cpu_weights is None  # the loader's default_cpu_weights()
     assert "cpu_weights auto" in " ".join(startup_summary(resolve("serve", env={})))
     assert resolve("generate", env={"MLXCEL_CPU_WEIGHTS": "Native"}).model.cpu_weights == "native"
-    assert resolve("serve", cpu_weights="f32", env={"MLXCEL_CPU_WEIGHTS": "native"}).model.cpu_weights == "f32"
-    assert "cpu_weights native" in " ".join(startup_summary(resolve("run", cpu_weights="native", env={})))
+    assert resolve("serve", flags_for("serve", cpu_weights="f32"),
+                   env={"MLXCEL_CPU_WEIGHTS": "native"}).model.cpu_weights == "f32"
+    assert "cpu_weights native" in " ".join(startup_summary(resolve("run", flags_for("run", cpu_weights="native"),
+                                                                    env={})))
     with pytest.raises(ConfigError, match=r"^--cpu-weights must be one of native, f32 \(got 'q4'\)$"):
-        resolve("generate", cpu_weights="q4", env={})
+        resolve("generate", flags_for("generate", cpu_weights="q4"), env={})
     with pytest.raises(ConfigError, match=r"^MLXCEL_CPU_WEIGHTS must be one of native, f32 \(got 'x'\)$"):
         resolve("generate", env={"MLXCEL_CPU_WEIGHTS": "x"})
 

@@ -9,6 +9,7 @@ from mlxcel_py.engine import Request, SamplingParams, build_engine
 from mlxcel_py.engine.core.step import BeginSequence, PrefillPiece, Step
 from mlxcel_py.engine.runner.model_runner import ModelRunner
 
+from config_helpers import flags_for
 from kv_models import prompt, run_engine
 from tiny import tiny_model
 
@@ -78,7 +79,8 @@ def test_a_fused_decode_row_gets_the_logits_it_gets_alone(lm):
 
 def test_the_engine_with_small_pieces_matches_each_request_alone(lm):
     # one forward per tick in the engine: each request's tokens are the ones it gets alone
-    cfg = lambda **kw: resolve("serve", env={}, parallel=3, ctx_size=3 * 256, prefill_chunk_size=16, **kw).engine  # noqa: E731
+    cfg = lambda **kw: resolve("serve", flags_for("serve", parallel=3, ctx_size=3 * 256, prefill_chunk_size=16, **kw),
+                               env={}).engine  # noqa: E731
     requests = [Request(f"r{i}", prompt(n, i), greedy(12)) for i, n in enumerate((70, 33, 120))]
     engine = build_engine(cfg(), lm)
     calls = []
@@ -96,7 +98,7 @@ def test_the_default_policy_keeps_separate_records(lm):
     # finishes, as before: 512 while the stream decodes, then 2048 once it is done.
     from mlxcel_py.engine import PromptProgress
 
-    engine = build_engine(resolve("serve", env={}, parallel=2, prompt_cache=False).engine, lm)
+    engine = build_engine(resolve("serve", flags_for("serve", parallel=2, prompt_cache=False), env={}).engine, lm)
     assert engine.runner.one_forward and not engine._one_forward()
     engine.add_request(Request("stream", prompt(10, 1), greedy(3)))
     events = engine.step()
@@ -104,7 +106,7 @@ def test_the_default_policy_keeps_separate_records(lm):
     while engine.has_work():
         events += engine.step()
     assert [e.processed for e in events if isinstance(e, PromptProgress)] == [10, 512, 2560, 3000]
-    small = build_engine(resolve("serve", env={}, parallel=2, prefill_chunk_size=64).engine, lm)
+    small = build_engine(resolve("serve", flags_for("serve", parallel=2, prefill_chunk_size=64), env={}).engine, lm)
     assert small._one_forward()
 
 

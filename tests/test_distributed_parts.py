@@ -24,6 +24,7 @@ from mlxcel_py.models.shard import choose_mode
 from mlxcel_py.server.http.cluster import _check_ranks
 
 from cluster_helpers import tiny_qwen2
+from config_helpers import flags_for
 from fakes import make_engine, request
 from server_helpers import start_server, stop_server
 from tiny import tiny_model
@@ -42,7 +43,8 @@ def test_a_launcher_turns_it_on_and_names_the_backend():
     cfg = resolve("serve", env={"MLX_RANK": "1", "MLX_HOSTFILE": "/tmp/h.json"})
     assert cfg.distributed == DistributedConfig("auto", "ring", 60.0)
     assert "distributed auto backend=ring timeout=60s" in startup_summary(cfg)
-    mpi = resolve("serve", distributed="Tensor", distributed_timeout=5, env={"OMPI_COMM_WORLD_SIZE": "2"})
+    mpi = resolve("serve", flags_for("serve", distributed="Tensor", distributed_timeout=5),
+                  env={"OMPI_COMM_WORLD_SIZE": "2"})
     assert mpi.distributed == DistributedConfig("tensor", "mpi", 5.0)
 
 
@@ -53,7 +55,7 @@ def test_a_launcher_turns_it_on_and_names_the_backend():
 ])
 def test_bad_distributed_flags(command, kwargs, flag, message):
     with pytest.raises(ConfigError, match=re.escape(message)) as info:
-        resolve(command, env={}, **kwargs)
+        resolve(command, flags_for(command, **kwargs), env={})
     assert info.value.flag == flag
 
 

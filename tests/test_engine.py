@@ -9,6 +9,7 @@ from mlxcel_py.config import resolve
 from mlxcel_py.engine import EngineWorker, Finished, PromptProgress, Request, SamplingParams, TokenDelta, build_engine
 from mlxcel_py.engine.core.step import BeginSequence, PrefillPiece, Step
 
+from config_helpers import flags_for
 from tiny import greedy_tokens, tiny_model
 
 TIMEOUT = 60
@@ -43,7 +44,7 @@ def run_all(worker, requests):
 
 
 def make_worker(lm, **kw):
-    cfg = resolve("serve", env={}, **kw)
+    cfg = resolve("serve", flags_for("serve", **kw), env={})
     return EngineWorker(build_engine(cfg.engine, lm)).start()
 
 
@@ -75,7 +76,7 @@ def test_one_slot_engine_matches_the_reference_greedy_loop(lm):
 
 
 def test_cache_hit_at_a_split_point_gives_the_logits_of_the_miss(lm):
-    cfg = resolve("serve", env={}, parallel=1, prefill_chunk_size=64, cache_min_prefix=8)
+    cfg = resolve("serve", flags_for("serve", parallel=1, prefill_chunk_size=64, cache_min_prefix=8), env={})
     p = prompt(200, 3)
 
     def final_logits(engine, request):
@@ -121,7 +122,7 @@ def test_chat_turn_adopts_the_history_boundary_snapshot(lm):
 
 def test_prompt_whose_chunk_changes_mid_prefill_completes(lm):
     # Driven tick by tick (no thread) so "the stream finishes after the first piece" is exact.
-    engine = build_engine(resolve("serve", env={}, parallel=2, prompt_cache=False).engine, lm)
+    engine = build_engine(resolve("serve", flags_for("serve", parallel=2, prompt_cache=False), env={}).engine, lm)
     engine.add_request(Request("stream", prompt(10, 1), greedy(3)))
     events = engine.step()  # stream prefilled; its first token sampled: it decodes from now on
     engine.add_request(Request("long", prompt(3000, 2), greedy(5)))
@@ -150,7 +151,7 @@ def test_aborted_request_frees_its_slot(lm):
 
 
 def test_prefill_piece_only_computes_logits_when_terminal(lm):
-    engine = build_engine(resolve("serve", env={}, prefill_chunk_size=16).engine, lm)
+    engine = build_engine(resolve("serve", flags_for("serve", prefill_chunk_size=16), env={}).engine, lm)
     p = prompt(40, 9)
     begin = BeginSequence(greedy(1), ())
     pieces = [PrefillPiece(1, s, p[s : s + 16], 16, s + 16 >= 40, None, begin if s == 0 else None) for s in (0, 16, 32)]

@@ -11,6 +11,7 @@ import pytest
 from mlxcel_py.config import resolve
 from mlxcel_py.engine import Embedding, EngineWorker, Finished, PromptProgress, Request, SamplingParams, TokenDelta
 from mlxcel_py.engine import build_engine
+from config_helpers import flags_for
 from tiny import tiny_model
 
 TIMEOUT = 60
@@ -27,7 +28,7 @@ def prompt(n: int, seed: int) -> tuple[int, ...]:
 
 
 def make_worker(lm, **kw):
-    cfg = resolve("serve", env={}, **kw)
+    cfg = resolve("serve", flags_for("serve", **kw), env={})
     return EngineWorker(build_engine(cfg.engine, lm)).start()
 
 

@@ -11,6 +11,7 @@ import numpy as np
 from mlxcel_py.config import resolve
 from mlxcel_py.engine import Embedding, EngineWorker, Finished, Request, SamplingParams, TokenDelta
 from mlxcel_py.engine import build_engine
+from config_helpers import flags_for
 from tiny import tiny_model
 
 TIMEOUT = 120
@@ -43,7 +44,7 @@ def vector_of(events) -> np.ndarray:
 
 
 def test_embeddings_arriving_while_four_streams_decode_equal_their_alone_vectors():
-    cfg = resolve("serve", env={}, parallel=STREAMS + 4)
+    cfg = resolve("serve", flags_for("serve", parallel=STREAMS + 4), env={})
     worker = EngineWorker(build_engine(cfg.engine, tiny_model())).start()
     gens = [Request(f"g{i}", prompt(20, i), SamplingParams(max_tokens=GEN_TOKENS, ignore_eos=True))
             for i in range(STREAMS)]

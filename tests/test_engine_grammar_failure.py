@@ -5,6 +5,7 @@ from mlxcel_py.config import resolve
 from mlxcel_py.engine import Finished, PromptProgress, Request, SamplingParams, TokenDelta, build_engine
 from mlxcel_py.engine.core.request import ConstraintSpec
 
+from config_helpers import flags_for
 from tiny import tiny_model
 
 # Compiles, but its forced prefix exceeds llguidance's item limit at the first token.
@@ -12,7 +13,7 @@ TOO_BIG = ConstraintSpec("gbnf", 'root ::= "a"{50000}')
 
 
 def run(requests):
-    engine = build_engine(resolve("serve", env={}, parallel=4).engine, tiny_model())
+    engine = build_engine(resolve("serve", flags_for("serve", parallel=4), env={}).engine, tiny_model())
     for r in requests:
         engine.add_request(r)
     events = {r.request_id: [] for r in requests}

@@ -12,6 +12,7 @@ from mlxcel_py.config import resolve
 from mlxcel_py.engine import Finished, PromptProgress, Request, SamplingParams, TokenDelta, build_engine
 from mlxcel_py.engine.core.request import ConstraintSpec
 
+from config_helpers import flags_for
 from tiny import tiny_model
 
 SCHEMA = {
@@ -34,7 +35,7 @@ def prompt(n, seed):
 
 def run(lm, requests, parallel=4, **kw):
     """Run requests to completion on one engine, tick by tick; events per request id."""
-    engine = build_engine(resolve("serve", env={}, parallel=parallel, **kw).engine, lm)
+    engine = build_engine(resolve("serve", flags_for("serve", parallel=parallel, **kw), env={}).engine, lm)
     for r in requests:
         engine.add_request(r)
     events = {r.request_id: [] for r in requests}

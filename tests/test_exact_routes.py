@@ -11,6 +11,8 @@ from mlxcel_py.config import resolve
 from mlxcel_py.engine import Request, SamplingParams, build_engine
 from mlxcel_py.engine.core.events import Finished, TokenDelta
 
+from config_helpers import flags_for
+
 pytestmark = pytest.mark.slow  # the real default model (make test-fast skips it)
 
 PROMPTS = ["Name three rivers in Europe and describe each one briefly.", "What is the capital of France?",
@@ -41,7 +43,7 @@ def request(rid: str, ids, n: int = TOKENS) -> Request:
 
 
 def engine(lm, draft=None, **kw):
-    built = build_engine(resolve("serve", env={}, **kw).engine, lm, draft=draft)
+    built = build_engine(resolve("serve", flags_for("serve", **kw), env={}).engine, lm, draft=draft)
     built.scheduler.gate = None  # the draft gate would stop drafting by the machine's timing
     return built
 

@@ -9,6 +9,7 @@ from mlxcel_py.engine.core.step import BeginSequence, PrefillPiece, Retire, Step
 from mlxcel_py.engine.runner.kv_rows import RowKV
 from mlxcel_py.engine.runner.model_runner import ModelRunner
 
+from config_helpers import flags_for
 from kv_models import prompt
 from tiny import tiny_model
 
@@ -172,7 +173,8 @@ def test_a_verify_span_runs_through_the_fused_step_token_identical_to_plain_deco
     monkeypatch.setattr(decoder, "step_rows", lambda *a: widths.append(a[6]) or step_rows(*a))
     ids = tuple(fixture.tokenizer.encode("one two three four five six seven eight nine ten")) * 3
     requests = [greedy_request("copy", ids, 24), greedy_request("b", prompt(9, 2), 16)]
-    cfg = lambda ngram: resolve("serve", env={}, parallel=2, lookup_ngram=ngram).engine  # noqa: E731
+    cfg = lambda ngram: resolve("serve", flags_for("serve", parallel=2, lookup_ngram=ngram),
+                                env={}).engine  # noqa: E731
     spec = run(build_engine(cfg(3), fixture), requests)
     assert max(widths) > 1  # spans went through the fused step
     plain = run(build_engine(cfg(None), fixture), requests)

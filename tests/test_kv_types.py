@@ -10,6 +10,7 @@ from mlxcel_py.engine.runner import kv
 from mlxcel_py.engine.runner.model_runner import ModelRunner
 from mlxcel_py.errors import ConfigError
 
+from config_helpers import flags_for
 from kv_models import loaded32, model32, prompt, run_engine
 from tiny import tiny_model
 
@@ -19,7 +20,7 @@ def greedy(n):
 
 
 def engine_for(loaded, **kw):
-    return build_engine(resolve("serve", env={}, **kw).engine, loaded)
+    return build_engine(resolve("serve", flags_for("serve", **kw), env={}).engine, loaded)
 
 
 def reference(model, ids, n, bits=0):
@@ -182,9 +183,9 @@ def test_the_flags_their_short_names_and_variables_reach_the_config(monkeypatch,
     ({"slot_save_path": "/no/such/dir"}, "--slot-save-path '/no/such/dir' is not a directory"),
 ])
 def test_bad_values_name_their_flag(kw, message):
-    kw.setdefault("env", {})
+    env = kw.pop("env", {})
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        resolve("serve", **kw)
+        resolve("serve", flags_for("serve", **kw), env=env)
 
 
 @pytest.mark.parametrize("name", ["f16", "q8_0"])

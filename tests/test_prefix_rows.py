@@ -12,6 +12,7 @@ from mlxcel_py.engine.runner.kv_rows import PinnedPrefix
 from mlxcel_py.engine.runner.model_runner import ModelRunner
 from mlxcel_py.models.footprint import mapped_resident_bytes
 
+from config_helpers import flags_for
 from kv_models import prompt
 from tiny import tiny_model
 
@@ -193,7 +194,8 @@ def test_eight_concurrent_requests_share_the_system_prompt_and_match_a_miss(lm):
     from kv_models import run_engine
 
     def run(prompt_cache=True, share=True):
-        engine = build_engine(resolve("serve", env={}, parallel=8, prompt_cache=prompt_cache).engine, lm)
+        engine = build_engine(resolve("serve", flags_for("serve", parallel=8, prompt_cache=prompt_cache),
+                                      env={}).engine, lm)
         engine.runner.share_prefixes = share
         shared = []
         execute = engine.runner.execute

@@ -14,6 +14,7 @@ from mlxcel_py.engine import build_engine
 from mlxcel_py.engine import Finished, PromptProgress, TokenDelta, Timings, Usage
 from mlxcel_py.engine.core.worker import EngineWorker
 from mlxcel_py.models import encode_chat
+from config_helpers import flags_for
 from tiny import tiny_model
 
 MAX_TOKENS = 8
@@ -22,7 +23,7 @@ CUT = f"(answer cut at {MAX_TOKENS} tokens; raise --max-tokens for longer ones)\
 
 
 def start_worker(**flags):
-    cfg = resolve("run", env={}, **flags)
+    cfg = resolve("run", flags_for("run", **flags), env={})
     return EngineWorker(build_engine(cfg.engine, tiny_model())).start(), cfg
 
 
@@ -51,7 +52,8 @@ def console():
 
 
 def make_repl(worker, lines, *, renderer_cls=ChatRenderer, interactive=False, max_tokens=MAX_TOKENS, system=None):
-    session = ChatSession(worker, tiny_model().tokenizer, resolve("run", env={}, max_tokens=max_tokens).sampling,
+    session = ChatSession(worker, tiny_model().tokenizer, resolve("run", flags_for("run", max_tokens=max_tokens),
+                                                                  env={}).sampling,
                           system=system)
     renderer = renderer_cls(console(), console(), interactive=interactive)
     return Repl(session, renderer, scripted(lines)), session
@@ -134,7 +136,7 @@ def test_second_turn_adopts_the_cache_and_matches_a_cold_run(worker):
                      rf"{warm.usage.prompt_tokens - warm.usage.cached_tokens} prefilled\)", out)
     cold_worker, cfg = start_worker()
     try:  # a fresh engine, given the whole two-turn conversation at once
-        cold = ChatSession(cold_worker, tok, resolve("run", env={}, max_tokens=12).sampling)
+        cold = ChatSession(cold_worker, tok, resolve("run", flags_for("run", max_tokens=12), env={}).sampling)
         cold.history = list(session.history[:2])
         turn = cold.ask(session.history[2]["content"])
     finally:
@@ -170,7 +172,8 @@ def test_ctrl_c_mid_answer_aborts_the_request_and_keeps_what_was_shown(worker):
                 raise KeyboardInterrupt
             seen.append(event.text)
 
-    session = ChatSession(worker, tiny_model().tokenizer, resolve("run", env={}, max_tokens=200).sampling)
+    session = ChatSession(worker, tiny_model().tokenizer, resolve("run", flags_for("run", max_tokens=200),
+                                                                  env={}).sampling)
     turn = session.ask("Hello world", interrupt_at_third_token)
     assert turn.interrupted and turn.finished.finish_reason == "abort"
     assert turn.text == "".join(seen) and session.history[-1] == {"role": "assistant", "content": turn.text}
@@ -185,7 +188,8 @@ def test_ctrl_c_as_the_answer_finishes_needs_no_abort(worker):
         if isinstance(event, Finished):
             raise KeyboardInterrupt
 
-    session = ChatSession(worker, tiny_model().tokenizer, resolve("run", env={}, max_tokens=4).sampling)
+    session = ChatSession(worker, tiny_model().tokenizer, resolve("run", flags_for("run", max_tokens=4),
+                                                                  env={}).sampling)
     turn = session.ask("Hello world", interrupt_at_the_end)  # returns at once: nothing left to drain
     assert turn.interrupted and turn.finished.finish_reason == "length" and len(session.history) == 2
 

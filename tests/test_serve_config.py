@@ -11,6 +11,8 @@ from mlxcel_py.config import resolve, startup_summary
 from mlxcel_py.errors import ConfigError, ServeError
 from mlxcel_py.models.chat_template import ChatTemplate
 
+from config_helpers import flags_for
+
 
 def _has_ipv6_loopback() -> bool:
     try:
@@ -25,7 +27,8 @@ needs_ipv6 = pytest.mark.skipif(not _has_ipv6_loopback(), reason="no IPv6 loopba
 
 
 def test_hosts_and_aliases_are_comma_separated():
-    cfg = resolve("serve", host=" 127.0.0.1, ::1,127.0.0.1 ", model_alias="first, second,,first", port=0, env={})
+    cfg = resolve("serve", flags_for("serve", host=" 127.0.0.1, ::1,127.0.0.1 ", model_alias="first, second,,first",
+                                     port=0), env={})
     assert cfg.server.hosts == ("127.0.0.1", "::1") and cfg.server.host == "127.0.0.1"
     assert cfg.server.model_aliases == ("first", "second") and cfg.server.model_alias == "first"
     assert cfg.server.urls() == ["http://127.0.0.1:0", "http://[::1]:0"]
@@ -37,17 +40,17 @@ def test_env_fallbacks_and_flags_win():
     cfg = resolve("serve", env=env)
     assert (cfg.server.hosts, cfg.server.model_aliases) == (("0.0.0.0", "::"), ("a", "b"))
     assert cfg.server.cors_origins == ("http://ui.example:3000",)  # MLXCEL_ first
-    flags = resolve("serve", host="127.0.0.1", model_alias="c", cors_origins="*", env=env).server
+    flags = resolve("serve", flags_for("serve", host="127.0.0.1", model_alias="c", cors_origins="*"), env=env).server
     assert (flags.hosts, flags.model_aliases, flags.cors_origins) == (("127.0.0.1",), ("c",), ("*",))
     defaults = resolve("serve", env={}).server
     assert (defaults.hosts, defaults.model_aliases, defaults.cors_origins) == (("127.0.0.1",), (), ())
 
 
 def test_tags_are_comma_separated_from_the_flag_or_llama_arg_tags():
-    assert resolve("serve", tags=" b, a,,b ", env={}).server.model_tags == ("b", "a")
+    assert resolve("serve", flags_for("serve", tags=" b, a,,b "), env={}).server.model_tags == ("b", "a")
     env = {"LLAMA_ARG_TAGS": "x,y"}
     assert resolve("serve", env=env).server.model_tags == ("x", "y")
-    assert resolve("serve", tags="z", env=env).server.model_tags == ("z",)
+    assert resolve("serve", flags_for("serve", tags="z"), env=env).server.model_tags == ("z",)
     assert resolve("serve", env={}).server.model_tags == ()
     with pytest.raises(ConfigError, match=r"^LLAMA_ARG_TAGS must name at least one tag \(got ' , '\)"):
         resolve("serve", env={"LLAMA_ARG_TAGS": " , "})
@@ -56,7 +59,7 @@ def test_tags_are_comma_separated_from_the_flag_or_llama_arg_tags():
 @pytest.mark.parametrize("origins", ["*", "localhost", "http://a.example", "https://a.example:8443",
                                      "http://192.168.1.5:*", "http://[fe80::1]:3000", "http://[::1]:*"])
 def test_valid_origins(origins):
-    assert resolve("serve", cors_origins=origins, env={}).server.cors_origins == (origins,)
+    assert resolve("serve", flags_for("serve", cors_origins=origins), env={}).server.cors_origins == (origins,)
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
@@ -71,12 +74,13 @@ def test_valid_origins(origins):
 def test_bad_values_are_config_errors(kwargs, message):
     env = kwargs.pop("env", {})
     with pytest.raises(ConfigError) as info:
-        resolve("serve", env=env, **kwargs)
+        resolve("serve", flags_for("serve", **kwargs), env=env)
     assert str(info.value).startswith(message)
 
 
 def test_summary_lists_every_url_and_the_origins():
-    cfg = resolve("serve", host="127.0.0.1,::1", port=9000, cors_origins="http://a.example:3000", env={})
+    cfg = resolve("serve", flags_for("serve", host="127.0.0.1,::1", port=9000, cors_origins="http://a.example:3000"),
+                  env={})
     lines = startup_summary(cfg)
     assert lines[-3].startswith("server http://127.0.0.1:9000, http://[::1]:9000 (no api key, ")
     assert lines[-2] == "cors loopback origins, http://a.example:3000"
@@ -128,7 +132,7 @@ def test_the_server_answers_on_every_address():
     from mlxcel_py.server.app import create_app
     from server_helpers import START_TIMEOUT_S, wait_for
 
-    cfg = resolve("serve", host="127.0.0.1,::1", port=0, env={})
+    cfg = resolve("serve", flags_for("serve", host="127.0.0.1,::1", port=0), env={})
     socks = serving.bind_sockets(cfg.server.hosts, 0)
     server = serving.make_server(create_app(None, None, cfg), cfg)
     thread = threading.Thread(target=server.run, kwargs={"sockets": socks}, daemon=True)
@@ -153,7 +157,7 @@ def test_the_chat_template_flags_read_llama_servers_variables(tmp_path):
     assert by_file.server.chat_template.source == "{{ messages[0].content }}"
     assert by_file.server.chat_template.origin == f"LLAMA_ARG_CHAT_TEMPLATE_FILE {path}"
     # the flag wins over its variable; a value that is no name is Jinja
-    flag = resolve("serve", chat_template="{{ 1 }}", env={"LLAMA_ARG_CHAT_TEMPLATE": "gemma"})
+    flag = resolve("serve", flags_for("serve", chat_template="{{ 1 }}"), env={"LLAMA_ARG_CHAT_TEMPLATE": "gemma"})
     assert flag.server.chat_template == ChatTemplate(source="{{ 1 }}", origin="--chat-template")
     assert resolve("serve", env={}).server.chat_template == ChatTemplate()
     assert "chat_template built-in gemma kwargs={'a': 1}" in startup_summary(by_name)
@@ -161,7 +165,7 @@ def test_the_chat_template_flags_read_llama_servers_variables(tmp_path):
 
 def test_the_chat_template_flags_apply_to_serve_only():
     with pytest.raises(ConfigError, match=r"--chat-template\* and --reasoning-\* apply to serve, not generate"):
-        resolve("generate", chat_template="chatml", env={})
+        resolve("generate", flags_for("generate", chat_template="chatml"), env={})
 
 
 def test_the_reasoning_flags_read_llama_servers_variables():
@@ -181,20 +185,21 @@ def test_the_reasoning_flags_read_llama_servers_variables():
 ])
 def test_bad_reasoning_flags_are_config_errors(kwargs, message):
     with pytest.raises(ConfigError) as err:
-        resolve("serve", env={}, **kwargs)
+        resolve("serve", flags_for("serve", **kwargs), env={})
     assert str(err.value).startswith(message)
 
 
 def test_the_pooling_flag_reads_llama_servers_variable(monkeypatch):
     assert resolve("serve", env={}).server.pooling is None  # the model's, else last (server/embeddings)
     assert resolve("serve", env={"LLAMA_ARG_POOLING": "mean"}).server.pooling == "mean"
-    assert resolve("serve", pooling="cls", env={"LLAMA_ARG_POOLING": "mean"}).server.pooling == "cls"
+    assert resolve("serve", flags_for("serve", pooling="cls"),
+                   env={"LLAMA_ARG_POOLING": "mean"}).server.pooling == "cls"
     with pytest.raises(ConfigError, match=r"^--pooling must be one of mean, cls, last, none \(got 'rank'\)"):
-        resolve("serve", pooling="rank", env={})
+        resolve("serve", flags_for("serve", pooling="rank"), env={})
     with pytest.raises(ConfigError, match=r"^LLAMA_ARG_POOLING must be one of"):
         resolve("serve", env={"LLAMA_ARG_POOLING": "max"})
     with pytest.raises(ConfigError, match=r"^--pooling applies to serve, not generate"):
-        resolve("generate", pooling="mean", env={})
+        resolve("generate", flags_for("generate", pooling="mean"), env={})
     seen = []
     monkeypatch.setattr(serving, "serve_forever", seen.append)
     result = CliRunner().invoke(app, ["serve", "--pooling", "last", "--port", "0"])

@@ -12,19 +12,22 @@ from mlxcel_py.errors import ConfigError
 from mlxcel_py.serve_models import ModelEntry, parse_keep_alive
 from mlxcel_py.server.http import serving
 
+from config_helpers import flags_for
+
 LLAMA, QWEN = str(FIXTURES / "llama-f16.gguf"), str(FIXTURES / "qwen2-f16.gguf")
 
 
 def test_one_model_is_todays_config():
-    cfg = resolve("serve", model=LLAMA, env={})
+    cfg = resolve("serve", flags_for("serve", model=LLAMA), env={})
     assert cfg.router is None and cfg.model.path == LLAMA and cfg.server.model_aliases == ()
-    named = resolve("serve", model=f"fast={LLAMA}", env={})  # NAME=SPEC with one model: NAME is its --alias
+    named = resolve("serve", flags_for("serve", model=f"fast={LLAMA}"),
+                    env={})  # NAME=SPEC with one model: NAME is its --alias
     assert named.router is None and named.model.path == LLAMA and named.server.model_aliases == ("fast",)
 
 
 def test_several_models_are_named_by_flag_or_stem():
-    cfg = resolve("serve", model=f"a={LLAMA}", extra_models=(QWEN, "org/repo:Q4_K_M"), models_max=2,
-                  keep_alive="5m", models_memory=1.5, models_preload="qwen2-f16,a", env={})
+    cfg = resolve("serve", flags_for("serve", model=f"a={LLAMA}", extra_models=(QWEN, "org/repo:Q4_K_M"), models_max=2,
+                                     keep_alive="5m", models_memory=1.5, models_preload="qwen2-f16,a"), env={})
     router = cfg.router
     assert router.entries == (ModelEntry("a", LLAMA, named=True), ModelEntry("qwen2-f16", QWEN),
                               ModelEntry("org/repo:Q4_K_M", "org/repo:Q4_K_M"))
@@ -43,7 +46,7 @@ def test_models_dir_lists_gguf_files_and_mlx_dirs(tmp_path):
     (tmp_path / "mlxdir" / "config.json").write_text("{}")
     (tmp_path / "notes.txt").write_text("")
     (tmp_path / "empty").mkdir()
-    cfg = resolve("serve", models_dir=str(tmp_path), env={})
+    cfg = resolve("serve", flags_for("serve", models_dir=str(tmp_path)), env={})
     assert cfg.router.names == ("big", "mlxdir", "one")
     assert cfg.router.entries[0].spec == str(tmp_path / "big-00001-of-00002.gguf")
     assert (cfg.router.max_resident, cfg.router.keep_alive_s, cfg.router.memory_bytes) == (4, -1.0, None)
@@ -73,13 +76,13 @@ def test_keep_alive_durations(raw, seconds):
 ])
 def test_bad_model_settings_are_config_errors(kwargs, message):
     with pytest.raises(ConfigError) as info:
-        resolve("serve", env={}, **kwargs)
+        resolve("serve", flags_for("serve", **kwargs), env={})
     assert str(info.value).startswith(message), str(info.value)
 
 
 def test_other_commands_refuse_several_models():
     with pytest.raises(ConfigError, match="apply to serve, not generate"):
-        resolve("generate", model=LLAMA, extra_models=(QWEN,), env={})
+        resolve("generate", flags_for("generate", model=LLAMA, extra_models=(QWEN,)), env={})
 
 
 def test_cli_repeats_model(monkeypatch):

@@ -11,6 +11,7 @@ from mlxcel_py.config import resolve
 from mlxcel_py.errors import ConfigError
 from mlxcel_py.server.generation.template import BOTH
 from mlxcel_py.server.runtime import Runtime
+from config_helpers import flags_for
 from server_helpers import GREEDY, error_of, start_server, stop_server
 from tiny import tiny_model
 
@@ -139,7 +140,8 @@ def test_kwargs_the_template_chokes_on_are_a_400_naming_the_field():
 
 
 def test_a_template_that_fails_with_the_models_tokens_stops_the_start():
-    cfg = resolve("serve", env={}, port=0, chat_template="{% if bos_token %}{{ raise_exception('no bos here') }}{% endif %}")
+    bad = "{% if bos_token %}{{ raise_exception('no bos here') }}{% endif %}"
+    cfg = resolve("serve", flags_for("serve", port=0, chat_template=bad), env={})
     with pytest.raises(ConfigError) as err:
         Runtime(cfg)._check_template(tiny_model())
     assert str(err.value) == "--chat-template: the chat template does not render with this model: no bos here"

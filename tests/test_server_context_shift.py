@@ -6,6 +6,7 @@ import pytest
 
 from mlxcel_py.config import resolve
 from mlxcel_py.errors import ConfigError
+from config_helpers import flags_for
 from server_helpers import GREEDY, error_of, start_server, stop_server, wait_for
 
 PROMPT = [5 + (i * 7) % 290 for i in range(40)]  # token ids: no BOS, so n_keep counts from the first
@@ -97,7 +98,8 @@ def test_without_context_shift_n_keep_is_refused(plain, path):
 def test_the_flag_and_its_environment_variable():
     assert resolve("serve", env={}).engine.context_shift is False
     assert resolve("serve", env={"LLAMA_ARG_CONTEXT_SHIFT": "1"}).engine.context_shift is True
-    assert resolve("serve", env={"LLAMA_ARG_CONTEXT_SHIFT": "1"}, context_shift=False).engine.context_shift is False
+    assert resolve("serve", flags_for("serve", context_shift=False),
+                   env={"LLAMA_ARG_CONTEXT_SHIFT": "1"}).engine.context_shift is False
     with pytest.raises(ConfigError, match="LLAMA_ARG_CONTEXT_SHIFT"):
         resolve("serve", env={"LLAMA_ARG_CONTEXT_SHIFT": "maybe"})
 

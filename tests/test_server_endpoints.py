@@ -5,6 +5,7 @@ import pytest
 
 from mlxcel_py.config import resolve
 from mlxcel_py.errors import ConfigError
+from config_helpers import flags_for
 from server_helpers import error_of, start_server, stop_server
 
 
@@ -60,7 +61,7 @@ def test_the_environment_switches_them(raw, value):
 
 
 def test_a_flag_wins_over_the_environment_and_a_bad_value_names_its_variable():
-    server = resolve("serve", env={"LLAMA_ARG_ENDPOINT_METRICS": "0"}, metrics=True).server
+    server = resolve("serve", flags_for("serve", metrics=True), env={"LLAMA_ARG_ENDPOINT_METRICS": "0"}).server
     assert server.endpoint_metrics is True
     with pytest.raises(ConfigError, match="LLAMA_ARG_ENDPOINT_SLOTS must be one of .* \\(got 'maybe'\\)"):
         resolve("serve", env={"LLAMA_ARG_ENDPOINT_SLOTS": "maybe"})

@@ -15,6 +15,7 @@ from gguf_fixtures import FIXTURES
 from mlxcel_py.config import resolve
 from mlxcel_py.server.app import create_app
 from mlxcel_py.server.http.serving import bind_socket, make_server
+from config_helpers import flags_for
 from server_helpers import GREEDY, START_TIMEOUT_S, error_of, start_server, stop_server, wait_for
 
 LLAMA, QWEN = str(FIXTURES / "llama-f16.gguf"), str(FIXTURES / "qwen2-f16.gguf")
@@ -25,7 +26,8 @@ class Many:
     """A server with several models, uvicorn on a thread (the registry lives on its loop)."""
 
     def __init__(self, *models: str, **kwargs: Any):
-        self.config = resolve("serve", env={}, port=0, model=models[0], extra_models=models[1:], **kwargs)
+        self.config = resolve("serve", flags_for("serve", port=0, model=models[0], extra_models=models[1:], **kwargs),
+                              env={})
         self.app = create_app(None, None, self.config)
         self.registry = self.app.state.registry
         sock = bind_socket("127.0.0.1", 0)

@@ -10,6 +10,7 @@ from mlxcel_py.engine import Request, SamplingParams, build_engine
 from mlxcel_py.engine.core.slots import FORMAT, SlotAction, read_header, valid_filename
 from mlxcel_py.errors import SlotActionError
 
+from config_helpers import flags_for
 from kv_models import loaded32, prompt, run_engine
 from server_helpers import start_server, stop_server
 from tiny import tiny_model
@@ -22,7 +23,7 @@ def greedy(n):
 def engine_for(loaded, **kw):
     kw.setdefault("parallel", 1)
     kw.setdefault("cache_min_prefix", 8)
-    return build_engine(resolve("serve", env={}, **kw).engine, loaded)
+    return build_engine(resolve("serve", flags_for("serve", **kw), env={}).engine, loaded)
 
 
 def act(engine, action, path="", slot=0):

@@ -9,6 +9,7 @@ import pytest
 from mlxcel_py.config import resolve
 from mlxcel_py.engine import Finished, Request, SamplingParams, TokenDelta, build_engine
 
+from config_helpers import flags_for
 from tiny import TEXT, tiny_model
 
 
@@ -46,7 +47,8 @@ def run(engine, requests):
 
 
 def engine_for(lm, ngram, parallel=4, **kw):
-    return build_engine(resolve("serve", env={}, parallel=parallel, lookup_ngram=ngram, **kw).engine, lm)
+    return build_engine(resolve("serve", flags_for("serve", parallel=parallel, lookup_ngram=ngram, **kw),
+                                env={}).engine, lm)
 
 
 def greedy(rid, ids, n=40, **kw):

@@ -12,6 +12,7 @@ from mlxcel_py.config import resolve
 from mlxcel_py.engine import Request, SamplingParams, build_engine
 
 from test_speculative import copy_prompt, greedy, prompt, run
+from config_helpers import flags_for
 from tiny import tiny_model
 
 
@@ -26,7 +27,7 @@ def stranger():
 
 
 def engine_for(lm, draft, parallel=4, ngram=None, **kw):
-    cfg = resolve("serve", env={}, parallel=parallel, lookup_ngram=ngram, **kw).engine
+    cfg = resolve("serve", flags_for("serve", parallel=parallel, lookup_ngram=ngram, **kw), env={}).engine
     engine = build_engine(cfg, lm, draft=draft)
     # The draft gate would stop a self-draft once it measures its cost (it must), making the counts
     # below depend on the machine's timing; it has its own exact tests (tests/test_drafting.py).
@@ -146,11 +147,13 @@ def test_the_resolver_names_the_draft_flag_and_its_variable():
     from mlxcel_py.errors import ConfigError
 
     assert resolve("serve", env={"LLAMA_ARG_MODEL_DRAFT": "d.gguf"}).model.draft == "d.gguf"
-    assert resolve("generate", draft_model="x.gguf", env={"LLAMA_ARG_MODEL_DRAFT": "d.gguf"}).model.draft == "x.gguf"
+    assert resolve("generate", flags_for("generate", draft_model="x.gguf"),
+                   env={"LLAMA_ARG_MODEL_DRAFT": "d.gguf"}).model.draft == "x.gguf"
     with pytest.raises(ConfigError, match="--draft-model cannot be used with --distributed"):
-        resolve("serve", draft_model="d.gguf", distributed="Tensor", env={"OMPI_COMM_WORLD_SIZE": "2"})
+        resolve("serve", flags_for("serve", draft_model="d.gguf", distributed="Tensor"),
+                env={"OMPI_COMM_WORLD_SIZE": "2"})
     with pytest.raises(ConfigError, match="--draft-model must not be empty"):
-        resolve("serve", draft_model=" ", env={})
+        resolve("serve", flags_for("serve", draft_model=" "), env={})
 
 
 def test_serve_loads_the_draft_after_the_target_and_a_missing_one_is_one_line(lm, monkeypatch):

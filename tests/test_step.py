@@ -7,6 +7,7 @@ from mlxcel_py.config import resolve
 from mlxcel_py.engine import SamplingParams, build_engine
 from mlxcel_py.engine.core.step import BeginSequence, PrefillPiece, Retire, Step, StepOutput
 
+from config_helpers import flags_for
 from fakes import make_engine, request
 from tiny import tiny_model
 
@@ -26,7 +27,7 @@ def test_records_are_plain_data_that_survive_a_process_boundary():
 
 def test_the_runner_decodes_rows_in_the_records_order():
     lm = tiny_model()
-    engine_cfg = resolve("serve", env={}, parallel=2, prompt_cache=False).engine
+    engine_cfg = resolve("serve", flags_for("serve", parallel=2, prompt_cache=False), env={}).engine
     greedy = SamplingParams(max_tokens=100, ignore_eos=True)
 
     def joined_runner():

@@ -17,6 +17,8 @@ from mlxcel_py.engine.runner.thinking import ThinkingState
 from mlxcel_py.errors import RequestError
 from thinking_fixture import thinking_model, token_id
 
+from config_helpers import flags_for
+
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 6}}, "required": ["city"],
           "additionalProperties": False}
 
@@ -202,7 +204,8 @@ def test_budgeted_and_answer_only_rows_batched_equal_each_alone(lm, ids):
     from mlxcel_py.engine import Request, TokenDelta, build_engine
 
     def run(requests, parallel):
-        engine = build_engine(resolve("serve", env={}, parallel=parallel, prompt_cache=False).engine, lm)
+        engine = build_engine(resolve("serve", flags_for("serve", parallel=parallel, prompt_cache=False),
+                                      env={}).engine, lm)
         for r in requests:
             engine.add_request(r)
         out = {r.request_id: [] for r in requests}

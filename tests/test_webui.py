@@ -18,6 +18,7 @@ from mlxcel_py.config import resolve
 from mlxcel_py.errors import ConfigError
 from mlxcel_py.server.app import create_app
 from mlxcel_py.server.webui import STATIC_DIR, accepts_html
+from config_helpers import flags_for
 from server_helpers import start_server, stop_server
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +42,7 @@ URL = re.compile(r"https?://[^\s\"'`)\\]*")
 
 def client(**kwargs) -> TestClient:
     """The app in its loading state (no model needed): the page does not depend on it."""
-    return TestClient(create_app(None, None, resolve("serve", env={}, **kwargs)))
+    return TestClient(create_app(None, None, resolve("serve", flags_for("serve", **kwargs), env={})))
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +98,8 @@ def same_answer(a, b) -> None:
 def test_slash_answers_other_clients_as_before(ready, headers):
     """curl and health checkers get what they got before the page existed: the API's 404 JSON."""
     with TestClient(create_app(ready.worker, ready.runtime.loaded, ready.config)) as with_page, \
-            TestClient(create_app(ready.worker, ready.runtime.loaded, resolve("serve", env={}, no_webui=True))) as without:
+            TestClient(create_app(ready.worker, ready.runtime.loaded,
+                                  resolve("serve", flags_for("serve", no_webui=True), env={}))) as without:
         before = without.get("/", headers=headers)
         assert before.status_code == 404 and before.json()["error"]["type"] == "not_found_error"
         same_answer(with_page.get("/", headers=headers), before)
@@ -132,7 +134,7 @@ def test_the_page_needs_no_key_but_the_api_does():
                                             ({"MLXCEL_NO_WEBUI": "on"}, False), ({"LLAMA_ARG_NO_WEBUI": ""}, True)])
 def test_no_webui_from_the_environment(env, webui):
     assert resolve("serve", env=env).server.webui is webui
-    assert resolve("serve", env=env, no_webui=True).server.webui is False
+    assert resolve("serve", flags_for("serve", no_webui=True), env=env).server.webui is False
 
 
 def test_bad_no_webui_value_is_a_config_error():

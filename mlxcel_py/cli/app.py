@@ -1,4 +1,5 @@
-"""The Typer app: each command module declares its options and calls one shared function."""
+"""The Typer app: each command takes its options as one flag record (flags.py, cli/parse.py)
+and calls one shared function."""
 
 from __future__ import annotations
 

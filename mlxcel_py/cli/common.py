@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import Any, Mapping, NoReturn, Optional
 
 import typer
 from rich.console import Console
@@ -18,9 +18,9 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
-def resolve_or_exit(command: Command, **kwargs: Any) -> AppConfig:
+def resolve_or_exit(command: Command, flags: Any, env: Optional[Mapping[str, str]] = None) -> AppConfig:
     """config.resolve, with a bad flag or env value reported as a usage error (exit 2)."""
     try:
-        return resolve(command, **kwargs)
+        return resolve(command, flags, env)
     except ConfigError as exc:
         fail(str(exc), code=2)

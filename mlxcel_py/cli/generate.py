@@ -4,70 +4,32 @@ from __future__ import annotations
 
 import sys
 import uuid
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Optional
 
-import typer
 from rich.console import Console
 
 from ..config import AppConfig
 from ..errors import MlxcelError
+from ..flags import GenerateFlags
 from ..logs import setup_logging
 from .common import fail, resolve_or_exit
-from .options import (
-    CacheTypeKOpt, CacheTypeVOpt, ContextShiftOpt, CpuWeightsOpt,
-    BatchSizeOpt, CtxSizeOpt, ItlBudgetOpt, LookupNgramOpt, DraftMaxOpt, DraftMinOpt, DraftModelOpt, LogLevelOpt, MaxTokensOpt, MinPOpt, ModelOpt, ThreadsOpt, PrefillChunkOpt,
-    RepeatPenaltyOpt, SeedOpt, TempOpt, TopKOpt, TopPOpt,
-)
+from .parse import parses
 
 if TYPE_CHECKING:
     from ..engine import EngineStats, Finished, RequestHandle
 
-PromptArg = Annotated[
-    Optional[str], typer.Argument(help="The prompt; read from stdin when omitted.", show_default=False)
-]
 
-
-def generate(
-    prompt: PromptArg = None,
-    model: ModelOpt = None,
-    threads: ThreadsOpt = None,
-    cpu_weights: CpuWeightsOpt = None,
-    system: Annotated[Optional[str], typer.Option("--system", "-s", help="System prompt.")] = None,
-    raw: Annotated[bool, typer.Option("--raw", help="Send the prompt as is, without the chat template.")] = False,
-    max_tokens: MaxTokensOpt = None,
-    temp: TempOpt = None,
-    top_p: TopPOpt = None,
-    top_k: TopKOpt = None,
-    min_p: MinPOpt = None,
-    repeat_penalty: RepeatPenaltyOpt = None,
-    seed: SeedOpt = None,
-    ctx_size: CtxSizeOpt = None,
-    prefill_chunk_size: PrefillChunkOpt = None,
-    batch_size: BatchSizeOpt = None,
-    itl_budget_ms: ItlBudgetOpt = None,
-    lookup_ngram: LookupNgramOpt = None,
-    draft_max: DraftMaxOpt = None,
-    draft_min: DraftMinOpt = None,
-    draft_model: DraftModelOpt = None,
-    context_shift: ContextShiftOpt = None,
-    cache_type_k: CacheTypeKOpt = None,
-    cache_type_v: CacheTypeVOpt = None,
-    log_level: LogLevelOpt = None,
-) -> None:
+@parses(GenerateFlags)
+def generate(flags: GenerateFlags) -> None:
     """Generate a completion for one prompt; text to stdout, speed stats to stderr."""
-    cfg = resolve_or_exit(
-        "generate", model=model, threads=threads, cpu_weights=cpu_weights,
-        max_tokens=max_tokens, temp=temp, top_p=top_p, top_k=top_k, min_p=min_p,
-        repeat_penalty=repeat_penalty, seed=seed, ctx_size=ctx_size, prefill_chunk_size=prefill_chunk_size,
-        batch_size=batch_size, itl_budget_ms=itl_budget_ms, lookup_ngram=lookup_ngram, draft_max=draft_max, draft_min=draft_min, draft_model=draft_model,
-        context_shift=context_shift, cache_type_k=cache_type_k, cache_type_v=cache_type_v, log_level=log_level,
-    )
+    cfg = resolve_or_exit("generate", flags)
+    prompt = flags.prompt
     if prompt is None:
         prompt = "" if sys.stdin.isatty() else sys.stdin.read()
     if not prompt.strip():
         fail("the prompt is empty: pass it as an argument or on stdin", code=2)
-    setup_logging(log_level or "warning")  # generate prints text, not logs, unless asked
-    run_generate(cfg, prompt, system=system, raw=raw)
+    setup_logging(flags.log_level or "warning")  # generate prints text, not logs, unless asked
+    run_generate(cfg, prompt, system=flags.system, raw=flags.raw)
 
 
 def run_generate(cfg: AppConfig, prompt: str, *, system: Optional[str], raw: bool) -> "Finished":

@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 import hashlib
 import logging
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 from ..errors import ConfigError
 from .runner.constraints import compiler_for
@@ -63,7 +63,7 @@ def build_engine(config: "EngineConfig", loaded: "LoadedModel", runner: Optional
 
     `runner`: one built by the caller (rank 0's distributed runner); default a local ModelRunner
     with the CPU decode step and prefill kernels the loader chose. `draft`: the --draft-model."""
-    from .runner.model_runner import ModelRunner, kv_bytes_per_token  # the only import of the model-calling code
+    from .runner.model_runner import kv_bytes_per_token  # the model-calling code loads only to build an engine
     from .runner.kv import resolve_layout
 
     per_slot = slot_context(config.ctx_size, config.num_slots, loaded.context_length)
@@ -71,20 +71,7 @@ def build_engine(config: "EngineConfig", loaded: "LoadedModel", runner: Optional
     local = runner is None
     drafting = config.drafting
     if runner is None:
-        fast = loaded.cpu_decode if layout.native else None
-        if loaded.cpu_decode is not None and fast is None:  # it writes float32 into mlx-lm's BatchKVCache
-            log.info("CPU decode step off: it needs the model's own KV dtype; decoding through mlx-lm")
-        drafter = None
-        if draft is not None:
-            from .runner.draft_model import DraftModel
-
-            quick = draft.cpu_decode
-            drafter = DraftModel(draft.model, draft.cpu_kernels, decode=quick,
-                                 verify=quick.verify if quick is not None else None)
-            drafting = dataclasses.replace(drafting, model=True)
-        runner = ModelRunner(loaded.model, compiler_for(loaded), decode=fast, kernels=loaded.cpu_kernels,
-                             verify=fast.verify if fast is not None else None, draft=drafter, kv=layout,
-                             rows_hint=rows_hint(config.num_slots, per_slot))
+        runner, drafting = _local_runner(config, loaded, draft, layout, per_slot)
     elif not layout.native:
         raise ConfigError("--cache-type-k/-v apply to one process; a distributed engine keeps the model's dtype",
                           flag="--cache-type-k")
@@ -110,12 +97,46 @@ def build_engine(config: "EngineConfig", loaded: "LoadedModel", runner: Optional
         drafting=drafting,
         context_shift=_context_shift(config, runner),
     )
+    _log_engine(config, per_slot, layout.describe(), bytes_per_token, drafting)
+    kv = KVInfo(layout.k.name, layout.v.name, bytes_per_token)
+    identity = model_identity(loaded, kv) if local else None  # a distributed engine keeps no slot files
+    return Engine(scheduler, runner, itl_budget_ms=config.itl_budget_ms, vocab_size=loaded.logits_width, kv=kv,
+                  identity=identity)
+
+
+def _local_runner(config: "EngineConfig", loaded: "LoadedModel", draft: Optional["LoadedModel"], layout: Any,
+                  per_slot: int) -> tuple[Runner, Any]:
+    """A ModelRunner in this process, with the CPU decode step the loader chose and the --draft-model;
+    with the drafting settings it implies."""
+    from .runner.model_runner import ModelRunner
+
+    drafting = config.drafting
+    fast = loaded.cpu_decode if layout.native else None
+    if loaded.cpu_decode is not None and fast is None:  # it writes float32 into mlx-lm's BatchKVCache
+        log.info("CPU decode step off: it needs the model's own KV dtype; decoding through mlx-lm")
+    drafter = None
+    if draft is not None:
+        from .runner.draft_model import DraftModel
+
+        quick = draft.cpu_decode
+        drafter = DraftModel(draft.model, draft.cpu_kernels, decode=quick,
+                             verify=quick.verify if quick is not None else None)
+        drafting = dataclasses.replace(drafting, model=True)
+    runner = ModelRunner(loaded.model, compiler_for(loaded), decode=fast, kernels=loaded.cpu_kernels,
+                         verify=fast.verify if fast is not None else None, draft=drafter, kv=layout,
+                         rows_hint=rows_hint(config.num_slots, per_slot))
+    return runner, drafting
+
+
+def _log_engine(config: "EngineConfig", per_slot: int, layout: str, bytes_per_token: int, drafting: Any) -> None:
+    """The startup log lines of the engine just built."""
     log.info("prefill_chunk_size %s%s", config.policy.describe(),
              " until the ITL-budget calibration ends" if config.itl_budget_ms is not None else "")
     log.info("slots=%d context per slot=%d tokens (total %d)", config.num_slots, per_slot, per_slot * config.num_slots)
-    log.info("KV cache: %s; %d bytes per token, %.1f MiB per full slot", layout.describe(), bytes_per_token,
+    log.info("KV cache: %s; %d bytes per token, %.1f MiB per full slot", layout, bytes_per_token,
              bytes_per_token * per_slot / (1 << 20))
-    if cache is not None:
+    pc = config.prompt_cache
+    if pc.enabled:
         size = "no size limit" if pc.max_bytes >= 1 << 62 else f"{pc.max_bytes >> 20} MiB"
         log.info("prompt cache: up to %d entries, %s, min prefix %d", pc.max_entries, size, pc.min_prefix)
     else:
@@ -125,10 +146,6 @@ def build_engine(config: "EngineConfig", loaded: "LoadedModel", runner: Optional
             ["draft model"] if drafting.model else [])
         log.info("speculative decoding: %s, drafts of %d..%d tokens", " then ".join(sources),
                  max(drafting.draft_min, 1), drafting.draft_max)
-    kv = KVInfo(layout.k.name, layout.v.name, bytes_per_token)
-    identity = model_identity(loaded, kv) if local else None  # a distributed engine keeps no slot files
-    return Engine(scheduler, runner, itl_budget_ms=config.itl_budget_ms, vocab_size=loaded.logits_width, kv=kv,
-                  identity=identity)
 
 
 def model_identity(loaded: "LoadedModel", kv: KVInfo) -> ModelIdentity:
