@@ -113,21 +113,26 @@ def test_linear_runs_the_fastest_candidate_for_this_cpu():
 
 @needs_avx2
 @pytest.mark.parametrize("qtype", VECTOR, ids=lambda t: t.name)
-def test_the_fused_steps_tiles_give_each_sum_the_one_row_kernels_bits(qtype):
-    """quant/step._product takes two weight rows a call at one input row (vector._row_d2, 13 rows: an odd
-    one left) and four input rows a call with their offsets side by side (int8_ir.emit_dots): every sum
-    equals the one-input-row, one-weight-row call's (vector.stream_int8 of that row alone) bit for bit."""
+@pytest.mark.parametrize("columns", [512, 2048])
+def test_the_fused_steps_tiles_give_each_sum_the_one_row_kernels_bits(qtype, columns):
+    """quant/step._product takes two weight rows a call at one input row where a row is short
+    (vector.PAIR_ROW_BYTES; 13 rows: an odd one left), one a call where it is long, and four input rows
+    a call with their offsets side by side (int8_ir.emit_dots): every sum equals the one-input-row,
+    one-weight-row call's (vector.stream_int8 of that weight row alone) bit for bit."""
     from mlxcel_py.models.cpu.quant import step, vector
     from mlxcel_py.models.cpu.quant.vector_ir import UNITS
 
-    w = _weight(qtype, 13, 512, seed=5)
-    raw, units = np.ascontiguousarray(w.blocks), 512 // UNITS[int(qtype)][0]
-    x = np.random.default_rng(5).standard_normal((4, 512)).astype(np.float32)
-    q = (np.zeros((4, 512), np.int8), np.zeros((4, 16), np.float32), np.zeros((4, 32), np.int32), np.zeros((4, 32), np.float32))
+    w = _weight(qtype, 13, columns, seed=5)
+    raw, units = np.ascontiguousarray(w.blocks), columns // UNITS[int(qtype)][0]
+    x = np.random.default_rng(5).standard_normal((4, columns)).astype(np.float32)
+    q = (np.zeros((4, columns), np.int8), np.zeros((4, columns // 32), np.float32), np.zeros((4, columns // 16), np.int32),
+         np.zeros((4, columns // 16), np.float32))
     step._quantize(x, q)
     alone = np.zeros((4, 13), np.float32)
     for r in range(4):
-        vector.stream_int8(int(qtype), q[0][r : r + 1], q[1][r : r + 1], q[3][r : r + 1], raw, alone[r : r + 1], 1, units)
+        for n in range(13):
+            vector.stream_int8(int(qtype), q[0][r : r + 1], q[1][r : r + 1], q[3][r : r + 1], raw[n : n + 1],
+                               alone[r : r + 1, n : n + 1], 1, units)
     for rows in (1, 4):
         out = np.full((rows, 15), np.nan, np.float32)
         step._product(raw, int(qtype), units, 2, 0, 13, tuple(a[:rows] for a in q), out)
