@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 from gguf.constants import GGMLQuantizationType as T
 
-from mlxcel_py.models.cpu.quant import int8_ir, products, span
+from mlxcel_py.models.cpu.quant import int8_ir, kblock, products, span
 from test_quant_blocks import _reference, _weight
 
-VECTOR = (T.Q4_0, T.Q4_1, T.Q8_0, T.Q4_K, T.Q6_K)
+# the span's types; Q4_K and Q6_K leave it where kblock's product runs (test_k_quant_verifies_...)
+VECTOR = tuple(t for t in (T.Q4_0, T.Q4_1, T.Q8_0, T.Q4_K, T.Q6_K) if int(t) not in kblock.KBLOCK_TYPES)
 needs_avx2 = pytest.mark.skipif(not int8_ir.HAS_AVX2, reason="the span kernel is AVX2 code")
 
 
@@ -36,6 +37,20 @@ def test_span_rows_agree_with_the_one_token_kernel(qtype, rows):
     ref = _reference(w).astype(np.float64)
     assert np.all(np.abs(got - x_hat @ ref.T) <= 2e-5 * (np.abs(x_hat) @ np.abs(ref).T) + 1e-6)
     assert np.array_equal(got, _span(x, w, threads=2))  # no bit moves with threads
+
+
+@pytest.mark.skipif(not kblock.KBLOCK_TYPES, reason="kblock's product is AVX2 and FMA code")
+@pytest.mark.parametrize("qtype", (T.Q4_K, T.Q6_K), ids=lambda t: t.name)
+def test_k_quant_verifies_give_each_row_its_decode_bits(qtype):
+    """Q4_K and Q6_K stay off the span where kblock's product runs: a verify's rows (5-17 input rows
+    through products.linear) get each row's one-row product bit for bit, on 1 and 2 threads."""
+    w = _weight(qtype, 21, 1024, seed=3)
+    for rows in (5, 9, 17):
+        assert not span.reads(qtype, rows)
+        x = np.random.default_rng(rows).standard_normal((rows, 1024)).astype(np.float32)
+        one = np.concatenate([products.linear(x[r : r + 1], w) for r in range(rows)])
+        assert np.array_equal(products.linear(x, w), one)
+        assert np.array_equal(products.linear(x, w, threads=2), one)
 
 
 @needs_avx2

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from gguf.constants import GGMLQuantizationType as T
 
-from mlxcel_py.models.cpu.quant import blocks, int8_ir, products
+from mlxcel_py.models.cpu.quant import blocks, int8_ir, kblock, products
 from test_quant_blocks import _reference, _weight
 
 VECTOR = (T.Q4_0, T.Q4_1, T.Q8_0, T.Q4_K, T.Q6_K, T.Q5_0, T.Q5_1, T.Q2_K, T.Q3_K, T.Q5_K)
@@ -68,8 +68,12 @@ def test_int8_vector_products_match_the_same_formula_in_float64(qtype, rows):
     w = _weight(qtype, 13, 512, seed=rows)
     ref = _reference(w).astype(np.float64)
     x = np.random.default_rng(rows).standard_normal((rows, 512)).astype(np.float32)
-    xq, xd, _ = products.quantize_activations(x)  # tested against numpy in test_quant_blocks
-    x_hat = np.repeat(xd.astype(np.float64), 32, axis=1) * xq
+    if int(qtype) in kblock.KBLOCK_TYPES:  # Q4_K, Q6_K: the input per 256 values (test_quant_kblock)
+        xq, xd, _ = kblock.quantize(x)
+        x_hat = np.repeat(xd.astype(np.float64), 256, axis=1) * xq
+    else:
+        xq, xd, _ = products.quantize_activations(x)  # tested against numpy in test_quant_blocks
+        x_hat = np.repeat(xd.astype(np.float64), 32, axis=1) * xq
     got = products.linear_int8_vector(x, w)
     assert got.dtype == np.float32 and got.shape == (rows, 13)
     assert np.all(np.abs(got - x_hat @ ref.T) <= 2e-5 * (np.abs(x_hat) @ np.abs(ref).T) + 1e-6)
@@ -117,22 +121,25 @@ def test_linear_runs_the_fastest_candidate_for_this_cpu():
 def test_the_fused_steps_tiles_give_each_sum_the_one_row_kernels_bits(qtype, columns):
     """quant/step._product takes two weight rows a call at one input row where a row is short
     (vector.PAIR_ROW_BYTES; 13 rows: an odd one left), one a call where it is long, and four input rows
-    a call with their offsets side by side (int8_ir.emit_dots): every sum equals the one-input-row,
-    one-weight-row call's (vector.stream_int8 of that weight row alone) bit for bit."""
+    a call with their offsets side by side (int8_ir.emit_dots; kblock_ir.emit_kdots for Q4_K and Q6_K):
+    every sum equals the one-input-row, one-weight-row call's (vector.stream_int8 or kblock.stream_kblock
+    of that weight row alone) bit for bit."""
     from mlxcel_py.models.cpu.quant import step, vector
     from mlxcel_py.models.cpu.quant.vector_ir import UNITS
 
     w = _weight(qtype, 13, columns, seed=5)
     raw, units = np.ascontiguousarray(w.blocks), columns // UNITS[int(qtype)][0]
     x = np.random.default_rng(5).standard_normal((4, columns)).astype(np.float32)
-    q = (np.zeros((4, columns), np.int8), np.zeros((4, columns // 32), np.float32), np.zeros((4, columns // 16), np.int32),
-         np.zeros((4, columns // 16), np.float32))
+    (q,) = step.input_sets(4, (columns,))
     step._quantize(x, q)
     alone = np.zeros((4, 13), np.float32)
     for r in range(4):
         for n in range(13):
-            vector.stream_int8(int(qtype), q[0][r : r + 1], q[1][r : r + 1], q[3][r : r + 1], raw[n : n + 1],
-                               alone[r : r + 1, n : n + 1], 1, units)
+            one = (raw[n : n + 1], alone[r : r + 1, n : n + 1], 1, units)
+            if int(qtype) in kblock.KBLOCK_TYPES:  # Q4_K, Q6_K: over the input per 256 (kblock.py)
+                kblock.stream_kblock(int(qtype), *(a[r : r + 1] for a in q[4:]), *one)
+            else:
+                vector.stream_int8(int(qtype), q[0][r : r + 1], q[1][r : r + 1], q[3][r : r + 1], *one)
     for rows in (1, 4):
         out = np.full((rows, 15), np.nan, np.float32)
         step._product(raw, int(qtype), units, 2, 0, 13, tuple(a[:rows] for a in q), out)

@@ -132,9 +132,7 @@ class FusedDecoder(PromptRows, NativeDecoder):
         hidden, attn, qkv, gate_up, vocab = self._sizes()
         z = lambda n: np.zeros((rows, n), np.float32)  # noqa: E731
         acts = (z(qkv), z(attn), z(hidden), z(gate_up), z(hidden), z(vocab if head else 0))
-        sets = tuple((np.zeros((rows, k), np.int8), z(k // 32), np.zeros((rows, k // 16), np.int32), z(k // 16))
-                     for k in (hidden, attn, gate_up // 2))
-        return acts, sets
+        return acts, step.input_sets(rows, (hidden, attn, gate_up // 2))
 
     def _attention(self, rows: int, stop: np.ndarray) -> tuple:
         """(the phases, the partials buffer) for `rows` rows whose last position is below max(stop)."""

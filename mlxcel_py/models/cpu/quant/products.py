@@ -11,7 +11,7 @@ import numba
 import numpy as np
 from gguf.constants import GGMLQuantizationType as T
 
-from . import int8_ir, kernels, span, vector
+from . import int8_ir, kblock, kernels, span, vector
 from .float_ir import FLOAT_UNITS
 from .blocks import BLOCK_TYPES, QuantWeight
 from .unpack import LANES
@@ -89,14 +89,19 @@ def linear_vector(x: np.ndarray, w: QuantWeight, out=None, threads: int | None =
 
 
 def linear_int8_vector(x: np.ndarray, w: QuantWeight, out=None, threads: int | None = None) -> np.ndarray:
-    """Candidate d: candidate b (x as int8 per 32) with AVX2's vpmaddubsw/vpmaddwd (int8_ir)."""
+    """Candidate d: candidate b (x as int8 per 32) with AVX2's vpmaddubsw/vpmaddwd (int8_ir); Q4_K and
+    Q6_K with x as int8 per 256, summed in integers over each super-block (kblock.py)."""
     if int(w.qtype) not in vector.VECTOR_TYPES or not int8_ir.HAS_AVX2:
         raise ValueError(f"the int8 vector kernel does not read {w.qtype.name} on this CPU")
     out = _out(x, w, out)
     if out.dtype != np.float32 or not out.flags.c_contiguous:
         raise ValueError("out must be a C-contiguous float32 array")
-    xq, xd, xs = vector.quantize_x(np.ascontiguousarray(x, dtype=np.float32))
     units = w.shape[1] // UNITS[int(w.qtype)][0]
+    if int(w.qtype) in kblock.KBLOCK_TYPES:  # Q4_K, Q6_K: the input per 256, as the fused step reads them
+        kq, kd, ks = kblock.quantize(x)
+        kblock.stream_kblock(int(w.qtype), kq, kd, ks, np.ascontiguousarray(w.blocks), out, _threads(threads), units)
+        return out
+    xq, xd, xs = vector.quantize_x(np.ascontiguousarray(x, dtype=np.float32))
     vector.stream_int8(int(w.qtype), xq, xd, xs, np.ascontiguousarray(w.blocks), out, _threads(threads), units)
     return out
 

@@ -17,6 +17,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from . import int8_ir
+from .kblock import KBLOCK_TYPES
 from .unpack import Q4_0, Q4_1, Q4_K, Q6_K, Q8_0
 from .vector import quantize_x
 from .vector_intrinsics import _contiguous, _emit_rows
@@ -24,7 +25,9 @@ from .vector_ir import UNITS
 
 XROWS = 8  # most input rows per pass
 MIN_ROWS = 5  # products of fewer input rows stay on vector.stream_int8 (measured: docs/SPECULATIVE.md)
-SPAN_TYPES = tuple(int(t) for t in (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K))  # the types `_tile` has; others stay on stream_int8
+# the types `_tile` has; others stay on stream_int8 (Q4_K and Q6_K on kblock's product where it runs,
+# whose sums a verify must share with decoding)
+SPAN_TYPES = tuple(int(t) for t in (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) if int(t) not in KBLOCK_TYPES)
 
 
 def _codegen(qtype):

@@ -28,8 +28,12 @@ from numba import njit, prange
 from ..decode_attention import CHUNK, combine, item
 from ..decode_kernels import rms_norm, rope, silu_mul
 from .atomics import count_done, fetch_add, wait_at_least
+from .kblock import KBLOCK_TYPES, kblock_rows, quantize_rows_q8k
 from .kernels import quantize_rows_q8
 from .vector import product_rows
+
+Q4_K, Q6_K = 12, 14
+KBLOCK = bool(KBLOCK_TYPES)  # Q4_K and Q6_K products over super-block activations (kblock.py)
 
 
 # Phase kinds, in a layer's order; a product reads the int8 activations the phase before it wrote.
@@ -40,19 +44,36 @@ CLAIMED, SLEEPERS, DONE = 0, 8, 16  # counter slots, 64 bytes apart or more (lin
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def _quantize(x, q):  # pragma: no cover - jitted
-    """x (B, K) -> q = (codes, scales, code sums, d * sums), as vector.quantize_x computes them."""
-    xq, xd, xsum, xs = q
+    """x (B, K) -> q = (codes, scales, code sums, d * sums), as vector.quantize_x computes them, then
+    (codes, scales, sums) per 256 as kblock.quantize does, where q has room for them (K a multiple of 256)."""
+    xq, xd, xsum, xs, kq, kd, ks = q
     quantize_rows_q8(x, xq, xd, xsum)
     for b in range(x.shape[0]):
         for g in range(x.shape[1] // 16):
             xs[b, g] = xd[b, g >> 1] * np.float32(xsum[b, g])
+    if kq.shape[1] == x.shape[1]:
+        quantize_rows_q8k(x, kq, kd, ks)
 
 
 @njit(fastmath=True, cache=True, nogil=True, error_model="numpy")
 def _product(raw, qtype, units, col, r0, r1, q, out):  # pragma: no cover - jitted
     """Output columns col + r0 .. col + r1 of out = x @ W.T (rows r0..r1 of W's blocks raw)."""
-    xq, xd, _, xs = q
-    product_rows(qtype, raw, r0, r1, xq, xd, xs, out, col, units)
+    xq, xd, _, xs, kq, kd, ks = q
+    if KBLOCK and (qtype == Q4_K or qtype == Q6_K):
+        kblock_rows(qtype, raw, r0, r1, kq, kd, ks, out, col, units)
+    else:
+        product_rows(qtype, raw, r0, r1, xq, xd, xs, out, col, units)
+
+
+def input_sets(rows: int, widths) -> tuple:
+    """Zeroed int8 input sets (run_step's q) for `rows` rows of each width in `widths`; the per-256
+    arrays are empty where a width is not a multiple of 256 (no K-quant row reads it)."""
+    def one(k: int) -> tuple:
+        kk = k if KBLOCK and k % 256 == 0 else 0
+        return (np.zeros((rows, k), np.int8), np.zeros((rows, k // 32), np.float32), np.zeros((rows, k // 16), np.int32),
+                np.zeros((rows, k // 16), np.float32), np.zeros((rows, kk), np.int8), np.zeros((rows, kk // 256), np.float32),
+                np.zeros((rows, kk // 16), np.int16))
+    return tuple(one(k) for k in widths)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -145,8 +166,8 @@ def run_step(threads, phases, w, kv, rows, acts, q, f):  # pragma: no cover - ji
     values (rows, kv_heads, capacity, dim); rows = (kv_row (B,), desc (B, 5): each row's
     decode_attention descriptor, pos (B,), cos, sin (B, dim / 2)); acts = (h, qkv, attn, o,
     gate_up, down, logits, part) float32 buffers, part the attention's partials (B, kv_heads, chunks,
-    group, dim + 2), an ATTEND phase's tasks its items; q = three (codes, scales, sums, d * sums)
-    sets for hidden, attention and FFN inputs; f = (heads, kv_heads, head_dim,
+    group, dim + 2), an ATTEND phase's tasks its items; q = three (codes, scales, sums, d * sums,
+    codes, scales and sums per 256) sets for hidden, attention and FFN inputs (`input_sets`); f = (heads, kv_heads, head_dim,
     scale, eps)."""
     counters = np.zeros(32, np.int64)
     # a parallel region takes arrays and scalars, not tuples: unpacked here, packed again inside
@@ -154,9 +175,10 @@ def run_step(threads, phases, w, kv, rows, acts, q, f):  # pragma: no cover - ji
     keys, values = kv
     kv_row, desc, pos, cos, sin = rows
     h, qkv, attn, o, gate_up, down, logits, part = acts
-    (q0, d0, s0, x0), (q1, d1, s1, x1), (q2, d2, s2, x2) = q
+    (q0, d0, s0, x0, k0, e0, t0), (q1, d1, s1, x1, k1, e1, t1), (q2, d2, s2, x2, k2, e2, t2) = q
     heads, kv_heads, dim, scale, eps = f
     for _ in prange(threads):
         _work(counters, phases, (tasks, segs, raws, norms1, norms2, final_norm), (keys, values),
               (kv_row, desc, pos, cos, sin), (h, qkv, attn, o, gate_up, down, logits, part),
-              ((q0, d0, s0, x0), (q1, d1, s1, x1), (q2, d2, s2, x2)), (heads, kv_heads, dim, scale, eps))
+              ((q0, d0, s0, x0, k0, e0, t0), (q1, d1, s1, x1, k1, e1, t1), (q2, d2, s2, x2, k2, e2, t2)),
+              (heads, kv_heads, dim, scale, eps))

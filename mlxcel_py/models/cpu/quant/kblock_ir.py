@@ -1,0 +1,152 @@
+"""LLVM IR for the K-quant decode products over super-block activations (AVX2): Q4_K and Q6_K
+against input rows quantized per 256 values (llama.cpp's Q8_K: one float scale a block, int8 codes,
+int16 code sums per 16), summed in integers across the whole block.
+
+int8_ir's product quantizes the input per 32 values, so each chunk of 32 weights ends in a float
+conversion, two multiplies and an add (about 100 cycles a Q4_K block on a Zen 4, a third of the
+memory bus). With one input scale per 256 values a block is integer work up to its end: each chunk
+is `vpmaddubsw` (codes x input codes, pairs to int16) and `vpmaddwd` by the chunk's 6-bit (Q4_K) or
+int8 (Q6_K) scales broadcast as int16, added into eight int32 lanes; then, once a block,
+
+    Q4_K: acc += (d * d_x) * float(sumi) ; mins += (dmin * d_x) * float(m . bsums)
+    Q6_K: acc += (d * d_x) * float(sumi - 32 * (scales . bsums))      (the codes' bias of 32)
+
+and the row's sum is reduce(acc) - reduce(mins). Integer sums are exact, and every (weight row,
+input row) pair runs the same operations in the same order whatever the tile, so a sum never
+depends on the thread count, the tile or the batch. Bounds: |x codes| <= 127, so a pair of
+products is at most 2 * 63 * 127 = 16,002 (Q6_K), and a block's int32 sum below 2^26."""
+
+from __future__ import annotations
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from .int8_ir import HAS_AVX2, V8I32, V16I16, _x86
+from .vector_ir import F32, I32, I64, V8F, V16I8, V32I8, _f16_scalar, _load, _splat, reduce_sum
+
+I16 = ir.IntType(16)
+HAS_FMA = bool(llvm.get_host_cpu_features().get("fma")) if HAS_AVX2 else False
+V8I8, V8I16 = ir.VectorType(ir.IntType(8), 8), ir.VectorType(I16, 8)
+Q4_K, Q6_K = 12, 14
+KBLOCK_TYPES = (Q4_K, Q6_K) if HAS_AVX2 and HAS_FMA else ()  # the types this product reads (x86 with AVX2)
+BLOCK_BYTES = {Q4_K: 144, Q6_K: 210}
+PREFETCH_BYTES = 2048  # as int8_ir's: how far ahead of the block being read
+
+
+def _splat8f(builder, value):
+    one = builder.insert_element(ir.Constant(ir.VectorType(F32, 1), None), value, ir.Constant(I32, 0))
+    return builder.shuffle_vector(one, one, ir.Constant(ir.VectorType(I32, 8), [0] * 8))
+
+
+def _shuffle(builder, v, idx):
+    return builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, len(idx)), idx))
+
+
+def _k4_codes(builder, row, base):
+    """Q4_K's 6-bit sub-block scales and mins as <8 x i16> (unpack._scale_min_k4's rule), d and dmin."""
+    q = _load(builder, row, builder.add(base, ir.Constant(I64, 4)), V16I8)  # 12 bytes used
+    c = lambda values: ir.Constant(V8I8, values)  # noqa: E731
+    first = c([1] * 4 + [0] * 4)  # sub-blocks 0-3 hold 6 plain bits
+    sc_src, m_src = _shuffle(builder, q, [0, 1, 2, 3, 8, 9, 10, 11]), _shuffle(builder, q, [4, 5, 6, 7, 8, 9, 10, 11])
+    top_sc, top_m = _shuffle(builder, q, [0, 1, 2, 3, 0, 1, 2, 3]), _shuffle(builder, q, [4, 5, 6, 7, 4, 5, 6, 7])
+    high = lambda v: builder.shl(builder.lshr(v, c([6] * 8)), c([4] * 8))  # noqa: E731 - bits 6-7 as 4-5
+    sc = builder.or_(builder.and_(sc_src, c([63] * 4 + [15] * 4)), builder.mul(high(top_sc), builder.sub(c([1] * 8), first)))
+    m_low = builder.select(builder.icmp_unsigned("!=", first, c([0] * 8)), builder.and_(m_src, c([63] * 8)),
+                           builder.lshr(m_src, c([4] * 8)))
+    m = builder.or_(m_low, builder.mul(high(top_m), builder.sub(c([1] * 8), first)))
+    d, dmin = _f16_scalar(builder, row, base), _f16_scalar(builder, row, builder.add(base, ir.Constant(I64, 2)))
+    return builder.zext(sc, V8I16), builder.zext(m, V8I16), d, dmin
+
+
+def _block(builder, qtype, row, u):
+    """One weight row's block u: ([(chunk j, <32 x i8> unsigned codes, <16 x i16> scales)], the
+    <16 x i16> the block's code sums are multiplied by, d, dmin or None)."""
+    base = builder.mul(u, ir.Constant(I64, BLOCK_BYTES[qtype]))
+    at = lambda n: builder.add(base, ir.Constant(I64, n))  # noqa: E731
+    chunks = []
+    if qtype == Q4_K:  # d, dmin, 12 scale bytes, qs[128]; 32 bytes of qs hold sub-blocks 2p, 2p + 1
+        sc, m, d, dmin = _k4_codes(builder, row, base)
+        for p in range(4):
+            v = _load(builder, row, at(16 + 32 * p), V32I8)
+            for j, codes in ((2 * p, builder.and_(v, _splat(V32I8, 15))), (2 * p + 1, builder.lshr(v, _splat(V32I8, 4)))):
+                chunks.append((j, codes, _shuffle(builder, sc, [j] * 16)))
+        return chunks, _shuffle(builder, m, [k // 2 for k in range(16)]), d, dmin
+    # Q6_K: ql[128], qh[64], int8 scales[16], d; halves of 128 weights; codes 0-63 (bias 32)
+    d = _f16_scalar(builder, row, at(208))
+    scales = builder.sext(_load(builder, row, at(192), V16I8), V16I16)
+    for h in range(2):
+        ql0, ql1, high = (_load(builder, row, at(n), V32I8) for n in (64 * h, 64 * h + 32, 128 + 32 * h))
+        for s, low in enumerate((builder.and_(ql0, _splat(V32I8, 15)), builder.and_(ql1, _splat(V32I8, 15)),
+                                 builder.lshr(ql0, _splat(V32I8, 4)), builder.lshr(ql1, _splat(V32I8, 4)))):
+            bits = builder.and_(builder.lshr(high, _splat(V32I8, 2 * s)), _splat(V32I8, 3))
+            j = 4 * h + s
+            chunks.append((j, builder.or_(low, builder.shl(bits, _splat(V32I8, 4))),
+                           _shuffle(builder, scales, [2 * j] * 8 + [2 * j + 1] * 8)))
+    return chunks, scales, d, None
+
+
+def _fma(builder, a, b, c):
+    """a * b + c, fused always (the same bits in every tile: no contraction left to LLVM's choice)."""
+    fn = builder.module.globals.get("llvm.fma.v8f32") or ir.Function(
+        builder.module, ir.FunctionType(V8F, [V8F, V8F, V8F]), "llvm.fma.v8f32")
+    return builder.call(fn, [a, b, c])
+
+
+def _prefetch(builder, wrows, u, size):
+    fn = builder.module.globals.get("llvm.prefetch.p0i8") or ir.Function(
+        builder.module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), I32, I32, I32]), "llvm.prefetch.p0i8")
+    ahead = builder.add(builder.mul(u, ir.Constant(I64, size)), ir.Constant(I64, PREFETCH_BYTES))
+    for w in wrows:
+        builder.call(fn, [builder.gep(w, [ahead]), ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
+
+
+def emit_kdots(builder, qtype, wrows, xq, xd, xs, units):
+    """Every weight row of `wrows` (i8*, `units` blocks each) against every input row: sums in
+    (weight row, input row) order. xq: i8* codes, xd: float* scale per 256, xs: i16* code sums per
+    16, one of each per input row."""
+    pairs = [(i, r) for i in range(len(wrows)) for r in range(len(xq))]
+    entry = builder.block
+    loop, done = builder.append_basic_block("kloop"), builder.append_basic_block("kdone")
+    builder.branch(loop)
+    builder.position_at_end(loop)
+    u = builder.phi(I64)
+    accs = [builder.phi(V8F) for _ in pairs]
+    mins = [builder.phi(V8F) for _ in pairs] if qtype == Q4_K else []
+    new_acc, new_min = list(accs), list(mins)
+    _prefetch(builder, wrows, u, BLOCK_BYTES[qtype])
+    blocks = [_block(builder, qtype, w, u) for w in wrows]
+    first = builder.mul(u, ir.Constant(I64, 256))
+    dxs = [builder.load(builder.gep(d, [u]), align=4) for d in xd]
+    sums = [builder.load(builder.bitcast(builder.gep(s, [builder.mul(u, ir.Constant(I64, 16))]), V16I16.as_pointer()), align=2)
+            for s in xs]
+    sumi = [None] * len(pairs)
+    for c in range(8):
+        qs = [builder.load(builder.bitcast(builder.gep(q, [builder.add(first, ir.Constant(I64, 32 * c))]), V32I8.as_pointer()),
+                           align=1) for q in xq]
+        for p, (i, r) in enumerate(pairs):
+            _, codes, sc = blocks[i][0][c]
+            part = _x86(builder, "llvm.x86.avx2.pmadd.wd", V8I32, _x86(builder, "llvm.x86.avx2.pmadd.ub.sw", V16I16, codes, qs[r]), sc)
+            sumi[p] = part if sumi[p] is None else builder.add(sumi[p], part)
+    for p, (i, r) in enumerate(pairs):
+        _, by, d, dmin = blocks[i]
+        bsum = _x86(builder, "llvm.x86.avx2.pmadd.wd", V8I32, sums[r], by)
+        total = sumi[p]
+        if qtype == Q6_K:
+            total = builder.sub(total, builder.shl(bsum, ir.Constant(V8I32, [5] * 8)))
+        scale = _splat8f(builder, builder.fmul(d, dxs[r]))
+        new_acc[p] = _fma(builder, builder.sitofp(total, V8F), scale, accs[p])
+        if qtype == Q4_K:
+            mscale = _splat8f(builder, builder.fmul(dmin, dxs[r]))
+            new_min[p] = _fma(builder, builder.sitofp(bsum, V8F), mscale, mins[p])
+    nxt = builder.add(u, ir.Constant(I64, 1))
+    u.add_incoming(ir.Constant(I64, 0), entry)
+    u.add_incoming(nxt, loop)
+    for phi, value in list(zip(accs, new_acc)) + list(zip(mins, new_min)):
+        phi.add_incoming(ir.Constant(V8F, None), entry)
+        phi.add_incoming(value, loop)
+    builder.cbranch(builder.icmp_signed("<", nxt, units), loop, done)
+    builder.position_at_end(done)
+    out = [reduce_sum(builder, v) for v in new_acc]
+    if mins:
+        out = [builder.fsub(s, reduce_sum(builder, m)) for s, m in zip(out, new_min)]
+    return out
