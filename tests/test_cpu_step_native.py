@@ -188,3 +188,12 @@ def test_a_step_over_nan_keys_returns_instead_of_hanging_its_threads(tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "returned (3, 400)"  # three rows of the fixture vocabulary's logits
+
+
+def test_product_tasks_are_about_task_bytes_and_at_least_min_tasks_a_product():
+    from mlxcel_py.models.cpu import fused_step as F
+
+    assert F.task_rows(16384, 1152) == F.TASK_BYTES // 1152  # the 1B's gate/up rows: ~512 KiB a task
+    assert F.task_rows(2048, 1152) == 2048 // F.MIN_TASKS  # a small product still splits 16 ways
+    assert F.task_rows(64, 360) == 16 and F.task_rows(10, 10**7) == 16  # never under 16 rows
+    assert F.task_rows(49152, 1680) == F.TASK_BYTES // 1680
