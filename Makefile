@@ -24,11 +24,13 @@ blas:
 
 # The tests also need Playwright and chromium for the chat page's browser smoke (skipped, saying
 # why, where chromium cannot be installed); `make serve` does not.
+# Two pytest-xdist workers, each test file on one of them (its module fixtures shared, its order kept);
+# ARGS='-n 0' runs the suite in one process.
 test: setup $(VENV)/.webui-stamp chromium
-	$(BIN)/python -m pytest $(ARGS)
+	$(BIN)/python -m pytest -n 2 --dist loadfile $(ARGS)
 
 # The edit-test loop (about 1.5 minutes on 2 cores): every test but those that run the real default
-# model (marked slow), on two pytest-xdist workers. `make test` (CI's) runs everything, one at a time.
+# model (marked slow), on two pytest-xdist workers. `make test` (CI's) runs everything.
 test-fast: setup
 	$(BIN)/python -m pytest -n 2 -m 'not slow and not cluster_extended and not webui_full' $(ARGS)
 
