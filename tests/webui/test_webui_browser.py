@@ -66,11 +66,16 @@ def test_smoke_a_question_gets_a_streamed_answer_and_nothing_leaves(recorded, se
     recorded.page.add_init_script(TIMELINE)
     page = open_page(recorded)
     set_settings(page, temperature="0", max_tokens="200")
-    ask(page, "What is the capital of France?")
+    with page.expect_response(lambda r: r.url.endswith("/v1/chat/completions")) as reply:
+        ask(page, "What is the capital of France?")
     turn = wait_answered(page)
     assert page.locator('[data-role="user"] .body').inner_text() == "What is the capital of France?"
     assert turn.locator(".body").inner_text().strip()
-    assert len(page.evaluate("window.__timeline.lengths")) > 1  # the text grew in steps: streamed
+    # streamed: asked for a stream and read one (the page renders once a frame, so a short reply on a
+    # busy machine can land in one frame: the text's growth is not what proves it)
+    assert json.loads(reply.value.request.post_data)["stream"] is True
+    assert reply.value.headers["content-type"].startswith("text/event-stream")
+    assert page.evaluate("window.__timeline.lengths")  # the reply's text reached the page as it was rendered
     stats = turn.locator(".stats").inner_text()
     assert "tok/s" in stats and "TTFT" in stats and "cached" in stats
     assert page.get_by_role("button", name="Send").is_enabled()

@@ -8,16 +8,13 @@ integer chains interleave; vector.PAIR_ROW_BYTES), each sum the same bits whiche
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, prange, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from numba import njit, prange
 
 from .kblock_ir import KBLOCK_TYPES, Q4_K, Q6_K, emit_kdots
-from .vector import PAIR_ROW_BYTES
-from .vector_intrinsics import _contiguous, _rows_switch
+from .vector import _rows_loop
+from .vector_intrinsics import _int8_intrinsic, _int8_pair_intrinsic
 
-MAX_ROWS = 4
+MAX_ROWS = 4  # input rows a call (vector._rows_loop's passes)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -55,99 +52,15 @@ def quantize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return q
 
 
-def _width(builder, a):
-    return cgutils.unpack_tuple(builder, a.shape, 2)[1]
+# d's and its pair's calls (vector_intrinsics) over kblock_ir's sums: `dot(row, xq, xd, xs, b, count, out, n,
+# units)`, a weight row against input rows b..b+count; `dot2(raw, n, xq, xd, xs, b, out, col, units)`, two
+# weight rows against input row b
+_d_q4_k, _d_q6_k = (_int8_intrinsic(t, emit_kdots) for t in (Q4_K, Q6_K))
+_e_q4_k, _e_q6_k = (_int8_pair_intrinsic(t, emit_kdots) for t in (Q4_K, Q6_K))
 
 
-def _dot_intrinsic(qtype):
-    """`dot(row, xq, xd, xs, b, count, out, n, units)`: out[b:b+count, n] = input rows b.. . W row."""
-
-    @intrinsic
-    def dot(typingctx, row, xq, xd, xs, b, count, out, n, units):
-        if not _contiguous(row, xq, xd, xs, out):
-            return None
-
-        def codegen(context, builder, signature, args):
-            row_a, xq_a, xd_a, xs_a, out_a = (context.make_array(signature.args[i])(context, builder, args[i])
-                                              for i in (0, 1, 2, 3, 6))
-            b, count, n = args[4], args[5], args[7]
-
-            def emit(rows):
-                firsts = [builder.add(b, ir.Constant(b.type, r)) for r in range(rows)]
-                ptrs = [[builder.gep(a.data, [builder.mul(f, _width(builder, a))]) for f in firsts] for a in (xq_a, xd_a, xs_a)]
-                for f, value in zip(firsts, emit_kdots(builder, qtype, [row_a.data], *ptrs, args[8])):
-                    builder.store(value, builder.gep(out_a.data, [builder.add(builder.mul(f, _width(builder, out_a)), n)]))
-
-            return _rows_switch(context, builder, count, emit, MAX_ROWS)
-
-        return types.void(row, xq, xd, xs, b, count, out, n, units), codegen
-
-    return dot
-
-
-def _pair_intrinsic(qtype):
-    """`dot2(raw, n, xq, xd, xs, b, out, col, units)`: out[b, col + k] = x[b] . raw[n + k], k = 0, 1."""
-
-    @intrinsic
-    def dot2(typingctx, raw, n, xq, xd, xs, b, out, col, units):
-        if not _contiguous(raw, xq, xd, xs, out):
-            return None
-
-        def codegen(context, builder, signature, args):
-            raw_a, xq_a, xd_a, xs_a, out_a = (context.make_array(signature.args[i])(context, builder, args[i])
-                                              for i in (0, 2, 3, 4, 6))
-            n, b, col = args[1], args[5], args[7]
-            rows = [builder.gep(raw_a.data, [builder.mul(builder.add(n, ir.Constant(n.type, k)), _width(builder, raw_a))])
-                    for k in (0, 1)]
-            xs = [[builder.gep(a.data, [builder.mul(b, _width(builder, a))])] for a in (xq_a, xd_a, xs_a)]
-            for k, value in enumerate(emit_kdots(builder, qtype, rows, *xs, args[8])):
-                at = builder.add(builder.mul(b, _width(builder, out_a)), builder.add(col, ir.Constant(col.type, k)))
-                builder.store(value, builder.gep(out_a.data, [at]))
-            return context.get_dummy_value()
-
-        return types.void(raw, n, xq, xd, xs, b, out, col, units), codegen
-
-    return dot2
-
-
-_d_q4_k, _d_q6_k = _dot_intrinsic(Q4_K), _dot_intrinsic(Q6_K)
-_e_q4_k, _e_q6_k = _pair_intrinsic(Q4_K), _pair_intrinsic(Q6_K)
-
-
-@njit(nogil=True, inline="always")
-def _rows_q4_k(raw, r0, r1, xq, xd, xs, out, col, units):  # pragma: no cover - jitted
-    count = xq.shape[0]
-    if count == 1 and raw.shape[1] > PAIR_ROW_BYTES:
-        for n in range(r0, r1):
-            _d_q4_k(raw[n], xq, xd, xs, 0, 1, out, col + n, units)
-        return
-    if count == 1:
-        for n in range(r0, r1 - 1, 2):
-            _e_q4_k(raw, n, xq, xd, xs, 0, out, col + n, units)
-        if (r1 - r0) % 2:
-            _d_q4_k(raw[r1 - 1], xq, xd, xs, 0, 1, out, col + r1 - 1, units)
-        return
-    for n in range(r0, r1):
-        for b in range(0, count, MAX_ROWS):
-            _d_q4_k(raw[n], xq, xd, xs, b, min(MAX_ROWS, count - b), out, col + n, units)
-
-
-@njit(nogil=True, inline="always")
-def _rows_q6_k(raw, r0, r1, xq, xd, xs, out, col, units):  # pragma: no cover - jitted
-    count = xq.shape[0]
-    if count == 1 and raw.shape[1] > PAIR_ROW_BYTES:
-        for n in range(r0, r1):
-            _d_q6_k(raw[n], xq, xd, xs, 0, 1, out, col + n, units)
-        return
-    if count == 1:
-        for n in range(r0, r1 - 1, 2):
-            _e_q6_k(raw, n, xq, xd, xs, 0, out, col + n, units)
-        if (r1 - r0) % 2:
-            _d_q6_k(raw[r1 - 1], xq, xd, xs, 0, 1, out, col + r1 - 1, units)
-        return
-    for n in range(r0, r1):
-        for b in range(0, count, MAX_ROWS):
-            _d_q6_k(raw[n], xq, xd, xs, b, min(MAX_ROWS, count - b), out, col + n, units)
+# Each type's loop over a product's weight rows: vector's, so short rows go two a call and long ones one
+_rows_q4_k, _rows_q6_k = _rows_loop(_d_q4_k, _e_q4_k), _rows_loop(_d_q6_k, _e_q6_k)
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -27,11 +27,16 @@ def _rows_switch(context, builder, count, emit, most=vector_ir.MAX_ROWS):
     return context.get_dummy_value()
 
 
-def _emit_rows(context, builder, qtype, quantized, w, xs_a, out_a, b, count, n, units, most=vector_ir.MAX_ROWS):
+def _emit_rows(context, builder, qtype, quantized, w, xs_a, out_a, b, count, n, units, most=vector_ir.MAX_ROWS,
+               dots=None):
     """Weight row `w` (i8*) against input rows b..b+count (1..most) of the arrays xs_a, sums stored in
-    out_a[:, n]: the body of c's and d's calls here and of span.py's tiles."""
+    out_a[:, n]: the body of c's and d's calls here, of span.py's tiles and (`dots`: an emitter of
+    (weight rows, input rows) sums such as kblock_ir.emit_kdots) of kblock.py's calls."""
     widths = [cgutils.unpack_tuple(builder, a.shape, 2)[1] for a in (*xs_a, out_a)]
-    row_dots = (int8_ir if quantized else vector_ir).emit_row_dots
+    if dots is None:
+        row_dots = (int8_ir if quantized else vector_ir).emit_row_dots
+    else:
+        row_dots = lambda builder, qtype, rows, w, *rest: dots(builder, qtype, [w], *rest)  # noqa: E731
 
     def emit(rows):
         firsts = [builder.add(b, ir.Constant(b.type, r)) for r in range(rows)]
@@ -42,7 +47,7 @@ def _emit_rows(context, builder, qtype, quantized, w, xs_a, out_a, b, count, n, 
     return _rows_switch(context, builder, count, emit, most)
 
 
-def _codegen(qtype, quantized):
+def _codegen(qtype, quantized, dots=None):
     """The IR of one call: weight row `row` against input rows b..b+count, sums stored in out[:, n]."""
     n_x = 3 if quantized else 1
 
@@ -51,7 +56,7 @@ def _codegen(qtype, quantized):
                   for t, v in zip(signature.args, args)]
         w, xs_a, out_a = arrays[0].data, arrays[1 : 1 + n_x], arrays[n_x + 3]
         b, count, n, units = args[n_x + 1], args[n_x + 2], args[n_x + 4], args[n_x + 5]
-        return _emit_rows(context, builder, qtype, quantized, w, xs_a, out_a, b, count, n, units)
+        return _emit_rows(context, builder, qtype, quantized, w, xs_a, out_a, b, count, n, units, dots=dots)
 
     return codegen
 
@@ -71,18 +76,19 @@ def _float_intrinsic(qtype):
     return dot
 
 
-def _int8_intrinsic(qtype):
-    """d: `dot(row, xq, xd, xs, b, count, out, n, units)` on quantize_x's arrays."""
+def _int8_intrinsic(qtype, dots=None):
+    """d: `dot(row, xq, xd, xs, b, count, out, n, units)` on quantize_x's arrays (`dots`: another
+    emitter of the sums over other int8 inputs, as kblock's)."""
 
     @intrinsic
     def dot(typingctx, row, xq, xd, xs, b, count, out, n, units):
         if _contiguous(row, xq, xd, xs, out):
-            return types.void(row, xq, xd, xs, b, count, out, n, units), _codegen(qtype, True)
+            return types.void(row, xq, xd, xs, b, count, out, n, units), _codegen(qtype, True, dots)
 
     return dot
 
 
-def _int8_pair_intrinsic(qtype):
+def _int8_pair_intrinsic(qtype, dots=int8_ir.emit_dots):
     """d at one input row, two weight rows a call: `dot2(raw, n, xq, xd, xs, b, out, col, units)`:
     out[b, col + k] = x[b] . raw[n + k] for k = 0, 1. The two FMA chains interleave (Q4_0/Q4_1/Q5_0/Q5_1
     14-20% faster, Q8_0 9%, Q4_K/Q3_K/Q5_K 7-12%; Q2_K equal; not Q6_K, which spills);
@@ -100,7 +106,7 @@ def _int8_pair_intrinsic(qtype):
             width = lambda a: cgutils.unpack_tuple(builder, a.shape, 2)[1]  # noqa: E731
             rows = [builder.gep(raw_a.data, [builder.mul(builder.add(n, ir.Constant(n.type, k)), width(raw_a))]) for k in (0, 1)]
             xs = [[builder.gep(a.data, [builder.mul(b, width(a))])] for a in (xq_a, xd_a, xs_a)]
-            for k, value in enumerate(int8_ir.emit_dots(builder, qtype, rows, *xs, args[8])):
+            for k, value in enumerate(dots(builder, qtype, rows, *xs, args[8])):
                 at = builder.add(builder.mul(b, width(out_a)), builder.add(col, ir.Constant(col.type, k)))
                 builder.store(value, builder.gep(out_a.data, [at]))
             return context.get_dummy_value()

@@ -77,9 +77,9 @@ def _lanes(builder, v, idx):
     return builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, len(idx)), idx))
 
 
-def _k4_scales(builder, row, base):
-    """Q4_K's 8 sub-block scales d * sc and offsets -(dmin * m) (<8 x float>) from its 12 packed
-    6-bit bytes at base + 4, as unpack._scale_min_k4 computes them one by one."""
+def k4_scale_codes(builder, row, base):
+    """Q4_K's 8 sub-block scales and mins (<8 x i8>, 6 bits each) from its 12 packed bytes at base + 4,
+    as unpack._scale_min_k4 computes them one by one, and its d and dmin as floats."""
     q = _load(builder, row, builder.add(base, ir.Constant(I64, 4)), V16I8)  # 12 bytes used
     v8 = ir.VectorType(I8, 8)
     first = ir.Constant(v8, [1] * 4 + [0] * 4)  # sub-blocks 0-3 hold 6 plain bits
@@ -92,6 +92,12 @@ def _k4_scales(builder, row, base):
                            builder.lshr(m_src, c([4] * 8)))
     m = builder.or_(m_low, builder.mul(high(top_m), builder.sub(c([1] * 8), first)))
     d, dmin = _f16_scalar(builder, row, base), _f16_scalar(builder, row, builder.add(base, ir.Constant(I64, 2)))
+    return sc, m, d, dmin
+
+
+def _k4_scales(builder, row, base):
+    """Q4_K's 8 sub-block scales d * sc and offsets -(dmin * m) (<8 x float>)."""
+    sc, m, d, dmin = k4_scale_codes(builder, row, base)
     scales = builder.fmul(_splat_f(builder, d, 8), builder.uitofp(sc, V8F))
     offsets = builder.fneg(builder.fmul(_splat_f(builder, dmin, 8), builder.uitofp(m, V8F)))
     return scales, offsets
