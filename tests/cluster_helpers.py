@@ -79,6 +79,7 @@ class LocalCluster:
     args: tuple[str, ...] = ()
     size: int = 2
     rank_args: dict[int, tuple[str, ...]] = field(default_factory=dict)  # appended for one rank
+    rank_models: dict[int, str] = field(default_factory=dict)  # one rank's -m instead of `model`
     procs: list[subprocess.Popen] = field(default_factory=list)
     port: int = 0
 
@@ -91,12 +92,13 @@ class LocalCluster:
         hostfile = write_hostfile(self.folder, self.size)
         self.port = free_ports(1)[0]
         script = str(Path(sys.executable).parent / "mlxcel-py")
-        cmd = [script, "serve", "-m", self.model, "--port", str(self.port), "--log-level", "info", *self.args]
         for rank in range(self.size):
             env = rank_env(rank, hostfile)
             if self.size == 1:  # one plain process: no launcher variables at all
                 env = {k: v for k, v in env.items() if not k.startswith("MLX_")}
             log = open(self.log_path(rank), "w")
+            model = self.rank_models.get(rank, self.model)
+            cmd = [script, "serve", "-m", model, "--port", str(self.port), "--log-level", "info", *self.args]
             argv = cmd + list(self.rank_args.get(rank, ()))
             self.procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=log))
 

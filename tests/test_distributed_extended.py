@@ -65,7 +65,7 @@ def test_a_stalled_follower_fails_requests_within_the_timeout(tiny_path, tmp_pat
 
 def test_a_rank_that_cannot_load_stops_every_rank_with_its_reason(tiny_path, tmp_path):
     missing = str(tmp_path / "missing.gguf")
-    cluster = LocalCluster(tmp_path, tiny_path, rank_args={1: ("-m", missing)})
+    cluster = LocalCluster(tmp_path, tiny_path, rank_models={1: missing})  # one -m a rank: a second is a second model
     cluster.spawn()
     try:
         reason = f"cannot serve on every rank: rank 1: model path not found: {missing}"
