@@ -197,3 +197,19 @@ def test_product_tasks_are_about_task_bytes_and_at_least_min_tasks_a_product():
     assert F.task_rows(2048, 1152) == 2048 // F.MIN_TASKS  # a small product still splits 16 ways
     assert F.task_rows(64, 360) == 16 and F.task_rows(10, 10**7) == 16  # never under 16 rows
     assert F.task_rows(49152, 1680) == F.TASK_BYTES // 1680
+
+
+@avx2
+def test_only_the_inputs_a_k_quant_product_reads_are_quantized_per_256():
+    from mlxcel_py.models.cpu.quant.kblock import KBLOCK_TYPES
+
+    from mlxcel_py.models.loader import default_model_path
+
+    # the default model is Q4_1: its FFN input (1,536 wide) is a multiple of 256 that no K-quant product reads
+    for path, read in ((default_model_path(), (False, False, False)), (FIXTURES / "llamaq-q4_k_m.gguf", (True, True, True))):
+        lm = load_model(str(path))
+        decoder = lm.cpu_decode
+        expected = tuple(r and bool(KBLOCK_TYPES) for r in read)
+        assert decoder._kblock_inputs == expected
+        _, sets = decoder._new_acts(2, head=True)
+        assert [s[4].shape[1] > 0 for s in sets] == [e and s[0].shape[1] % 256 == 0 for e, s in zip(expected, sets)]

@@ -22,6 +22,7 @@ from .prompt_rows import PromptRows, step_phases
 from .native import NativeDecoder, Product, native_decoder_for
 from .quant import int8_ir, products, step, vector
 from .quant.blocks import QuantWeight
+from .quant.kblock import KBLOCK_TYPES
 from .quant.dispatch import TypedCall, layout
 from .quant.vector_ir import UNITS
 
@@ -68,6 +69,7 @@ class _Plan:
     def __init__(self, decoder: NativeDecoder):
         self.segs, self.raws, self.tasks, self.phases = [], List(), [], []
         self.why: Optional[str] = None
+        self.kblock_kinds: set[int] = set()  # the product kinds with a K-quant segment (quant/kblock.py)
         for i, layer in enumerate(decoder._layers):
             self._add(step.NORM1, i, 1)
             self._product(step.QKV, i, layer.qkv)
@@ -94,6 +96,8 @@ class _Plan:
                 self.why = self.why or f"a product over {getattr(part, 'qtype', 'float32')!r} weights"
                 return self._add(kind, layer, 0)
             seg, rows = len(self.segs), part.shape[0]
+            if int(part.qtype) in KBLOCK_TYPES:
+                self.kblock_kinds.add(kind)
             self.segs.append((int(part.qtype), part.shape[1] // UNITS[int(part.qtype)][0], col))
             self.raws.append(_readonly(part.blocks))
             chunk = task_rows(rows, part.blocks.shape[1])
@@ -120,6 +124,9 @@ class FusedDecoder(PromptRows, NativeDecoder):
         norms = [np.stack([np.asarray(getattr(l, n).weight, np.float32) for l in layers])
                  for n in ("input_layernorm", "post_attention_layernorm")]
         self._weights = (tasks, segs, plan.raws, norms[0], norms[1], np.asarray(self._norm, np.float32))
+        # which input sets (hidden, attention, FFN) a K-quant product reads: only those are quantized per 256
+        self._kblock_inputs = tuple(bool(plan.kblock_kinds & set(kinds)) for kinds in
+                                    ((step.QKV, step.GATE_UP, step.HEAD), (step.O,), (step.DOWN,)))
         self._widths = (self._layers[0].qkv, self._layers[0].gate_up, self._head_product)
         self._floats = (self.heads, self.kv_heads, self.head_dim, self.scale, self.eps)
         self._buffers: dict[int, tuple] = {}
@@ -139,7 +146,7 @@ class FusedDecoder(PromptRows, NativeDecoder):
         hidden, attn, qkv, gate_up, vocab = self._sizes()
         z = lambda n: np.zeros((rows, n), np.float32)  # noqa: E731
         acts = (z(qkv), z(attn), z(hidden), z(gate_up), z(hidden), z(vocab if head else 0))
-        return acts, step.input_sets(rows, (hidden, attn, gate_up // 2))
+        return acts, step.input_sets(rows, (hidden, attn, gate_up // 2), self._kblock_inputs)
 
     def _attention(self, rows: int, stop: np.ndarray) -> tuple:
         """(the phases, the partials buffer) for `rows` rows whose last position is below max(stop)."""

@@ -108,7 +108,7 @@ def emit_dots(builder, qtype, wrows, xq, xd, xs, units):
 PREFETCH_BYTES = 2048  # how far ahead of the block being read (1,024 and 4,096 measured no better, Zen 3 and Zen 5)
 
 
-def _prefetch(builder, wrows, u, size):
+def _prefetch(builder, wrows, u, size, ahead=None):
     """Ask for the bytes PREFETCH_BYTES ahead of each weight row's unit u (the rows lie one after
     another, so past a row's end this is the next rows'): out-of-order execution alone keeps too few
     lines in flight to stream the blocks from DRAM. Q8_0 on a Zen 3: one thread 5.4 ns a block from
@@ -116,7 +116,7 @@ def _prefetch(builder, wrows, u, size):
     step at one row 8.3 -> 6.0-6.3 ms, its Q4_1 gate/up products 2.4-2.6 -> 1.45 ms (docs/CPU_DECODE.md)."""
     fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), I32, I32, I32]),
                                         "llvm.prefetch.p0i8")
-    ahead = builder.add(builder.mul(u, ir.Constant(I64, size)), ir.Constant(I64, PREFETCH_BYTES))
+    ahead = builder.add(builder.mul(u, ir.Constant(I64, size)), ir.Constant(I64, PREFETCH_BYTES if ahead is None else ahead))
     for w in wrows:
         builder.call(fn, [builder.gep(w, [ahead]), ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
 

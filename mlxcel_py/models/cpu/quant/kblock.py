@@ -11,6 +11,7 @@ import numpy as np
 from numba import njit, prange
 
 from .kblock_ir import KBLOCK_TYPES, Q4_K, Q6_K, emit_kdots
+from .kernels import quantize_groups
 from .vector import _rows_loop
 from .vector_intrinsics import _int8_intrinsic, _int8_pair_intrinsic
 
@@ -19,25 +20,9 @@ MAX_ROWS = 4  # input rows a call (vector._rows_loop's passes)
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def quantize_rows_q8k(x, xq, xd, xs):  # pragma: no cover - jitted
-    """x (B, K), K a multiple of 256 -> int8 codes xq (B, K), a scale per 256 xd (B, K/256) and
-    code sums per 16 xs (B, K/16, int16): d = max|x| / 127, q = round half away from 0 of x / d
-    (int8_ir's rule over 256 values instead of 32), so |q| <= 127."""
-    for b in range(x.shape[0]):
-        for j in range(x.shape[1] // 256):
-            amax = np.float32(0.0)
-            for i in range(256):
-                amax = max(amax, abs(x[b, j * 256 + i]))
-            d = amax / np.float32(127.0)
-            inv = np.float32(1.0) / d if d > 0 else np.float32(0.0)
-            xd[b, j] = d
-            for g in range(16):
-                total = 0
-                for i in range(16):
-                    v = x[b, j * 256 + g * 16 + i] * inv
-                    q = np.int32(v + np.float32(0.5)) if v >= 0 else -np.int32(np.float32(0.5) - v)
-                    xq[b, j * 256 + g * 16 + i] = q
-                    total += q
-                xs[b, j * 16 + g] = total
+    """x (B, K), K a multiple of 256 -> int8 codes xq (B, K), a scale per 256 xd (B, K/256) and code
+    sums per 16 xs (B, K/16, int16): int8_ir's rule (kernels.quantize_groups) over 256 values, not 32."""
+    quantize_groups(x, xq, xd, xs, 256)
 
 
 def activations(rows: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -21,8 +21,8 @@ from __future__ import annotations
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from .int8_ir import HAS_AVX2, V8I32, V16I16, _x86
-from .vector_ir import F32, I32, I64, V8F, V16I8, V32I8, _f16_scalar, _load, _splat, k4_scale_codes, reduce_sum
+from .int8_ir import HAS_AVX2, V8I32, V16I16, _prefetch, _x86
+from .vector_ir import I64, V8F, V16I8, V32I8, _f16_scalar, _lanes, _load, _splat, _splat_f, k4_scale_codes, reduce_sum
 
 I16 = ir.IntType(16)
 HAS_FMA = bool(llvm.get_host_cpu_features().get("fma")) if HAS_AVX2 else False
@@ -34,15 +34,6 @@ BLOCK_BYTES = {Q4_K: 144, Q6_K: 210}
 # compiles, interleaved) 22.6-23.7 ms at 512 against 24.9-25.6 at int8_ir's 2,048 (batch 4: 48.9 against
 # 57-61): farther ahead, the prefetched lines evict the input rows' codes a long row reuses.
 PREFETCH_BYTES = 512
-
-
-def _splat8f(builder, value):
-    one = builder.insert_element(ir.Constant(ir.VectorType(F32, 1), None), value, ir.Constant(I32, 0))
-    return builder.shuffle_vector(one, one, ir.Constant(ir.VectorType(I32, 8), [0] * 8))
-
-
-def _shuffle(builder, v, idx):
-    return builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, len(idx)), idx))
 
 
 def _block(builder, qtype, row, u):
@@ -57,8 +48,8 @@ def _block(builder, qtype, row, u):
         for p in range(4):
             v = _load(builder, row, at(16 + 32 * p), V32I8)
             for j, codes in ((2 * p, builder.and_(v, _splat(V32I8, 15))), (2 * p + 1, builder.lshr(v, _splat(V32I8, 4)))):
-                chunks.append((j, codes, _shuffle(builder, sc, [j] * 16)))
-        return chunks, _shuffle(builder, m, [k // 2 for k in range(16)]), d, dmin
+                chunks.append((j, codes, _lanes(builder, sc, [j] * 16)))
+        return chunks, _lanes(builder, m, [k // 2 for k in range(16)]), d, dmin
     # Q6_K: ql[128], qh[64], int8 scales[16], d; halves of 128 weights; codes 0-63 (bias 32)
     d = _f16_scalar(builder, row, at(208))
     scales = builder.sext(_load(builder, row, at(192), V16I8), V16I16)
@@ -69,7 +60,7 @@ def _block(builder, qtype, row, u):
             bits = builder.and_(builder.lshr(high, _splat(V32I8, 2 * s)), _splat(V32I8, 3))
             j = 4 * h + s
             chunks.append((j, builder.or_(low, builder.shl(bits, _splat(V32I8, 4))),
-                           _shuffle(builder, scales, [2 * j] * 8 + [2 * j + 1] * 8)))
+                           _lanes(builder, scales, [2 * j] * 8 + [2 * j + 1] * 8)))
     return chunks, scales, d, None
 
 
@@ -78,14 +69,6 @@ def _fma(builder, a, b, c):
     fn = builder.module.globals.get("llvm.fma.v8f32") or ir.Function(
         builder.module, ir.FunctionType(V8F, [V8F, V8F, V8F]), "llvm.fma.v8f32")
     return builder.call(fn, [a, b, c])
-
-
-def _prefetch(builder, wrows, u, size):
-    fn = builder.module.globals.get("llvm.prefetch.p0i8") or ir.Function(
-        builder.module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), I32, I32, I32]), "llvm.prefetch.p0i8")
-    ahead = builder.add(builder.mul(u, ir.Constant(I64, size)), ir.Constant(I64, PREFETCH_BYTES))
-    for w in wrows:
-        builder.call(fn, [builder.gep(w, [ahead]), ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
 
 
 def emit_kdots(builder, qtype, wrows, xq, xd, xs, units):
@@ -101,7 +84,7 @@ def emit_kdots(builder, qtype, wrows, xq, xd, xs, units):
     accs = [builder.phi(V8F) for _ in pairs]
     mins = [builder.phi(V8F) for _ in pairs] if qtype == Q4_K else []
     new_acc, new_min = list(accs), list(mins)
-    _prefetch(builder, wrows, u, BLOCK_BYTES[qtype])
+    _prefetch(builder, wrows, u, BLOCK_BYTES[qtype], PREFETCH_BYTES)
     blocks = [_block(builder, qtype, w, u) for w in wrows]
     first = builder.mul(u, ir.Constant(I64, 256))
     dxs = [builder.load(builder.gep(d, [u]), align=4) for d in xd]
@@ -121,10 +104,10 @@ def emit_kdots(builder, qtype, wrows, xq, xd, xs, units):
         total = sumi[p]
         if qtype == Q6_K:
             total = builder.sub(total, builder.shl(bsum, ir.Constant(V8I32, [5] * 8)))
-        scale = _splat8f(builder, builder.fmul(d, dxs[r]))
+        scale = _splat_f(builder, builder.fmul(d, dxs[r]), 8)
         new_acc[p] = _fma(builder, builder.sitofp(total, V8F), scale, accs[p])
         if qtype == Q4_K:
-            mscale = _splat8f(builder, builder.fmul(dmin, dxs[r]))
+            mscale = _splat_f(builder, builder.fmul(dmin, dxs[r]), 8)
             new_min[p] = _fma(builder, builder.sitofp(bsum, V8F), mscale, mins[p])
     nxt = builder.add(u, ir.Constant(I64, 1))
     u.add_incoming(ir.Constant(I64, 0), entry)

@@ -99,28 +99,34 @@ def stream_float(qtype, x, raw, out, threads, lanes):  # pragma: no cover - jitt
             _dots(x, w, out, n)
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
-def quantize_rows_q8(x, xq, xd, xsum):  # pragma: no cover - jitted
-    """x (B, K) -> int8 codes xq (B, K), scales xd (B, K/32), code sums xsum (B, K/16) (int32).
-
-    Q8_0's rule (ggml's quantize_row_q8_0_ref): d = max|x| / 127, q = round half away from 0 of
-    x / d. No fastmath, so a numpy reference computes the same codes."""
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def quantize_groups(x, xq, xd, xsum, group):  # pragma: no cover - jitted
+    """x (B, K) -> int8 codes xq (B, K), a scale per `group` values xd (B, K/group) and code sums per 16
+    xsum (B, K/16): d = max|x| / 127, q = round half away from 0 of x / d, so |q| <= 127. No fastmath,
+    so a numpy reference computes the same codes."""
     for b in range(x.shape[0]):
-        for j in range(x.shape[1] // 32):
+        for j in range(x.shape[1] // group):
             amax = np.float32(0.0)
-            for i in range(32):
-                amax = max(amax, abs(x[b, j * 32 + i]))
+            for i in range(group):
+                amax = max(amax, abs(x[b, j * group + i]))
             d = amax / np.float32(127.0)
             inv = np.float32(1.0) / d if d > 0 else np.float32(0.0)
             xd[b, j] = d
-            for g in range(2):
+            for g in range(group // 16):
                 total = 0
                 for i in range(16):
-                    v = x[b, j * 32 + g * 16 + i] * inv
+                    v = x[b, j * group + g * 16 + i] * inv
                     q = np.int32(v + np.float32(0.5)) if v >= 0 else -np.int32(np.float32(0.5) - v)
-                    xq[b, j * 32 + g * 16 + i] = q
+                    xq[b, j * group + g * 16 + i] = q
                     total += q
-                xsum[b, 2 * j + g] = total
+                xsum[b, j * (group // 16) + g] = total
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def quantize_rows_q8(x, xq, xd, xsum):  # pragma: no cover - jitted
+    """x (B, K) -> int8 codes xq (B, K), scales xd (B, K/32), code sums xsum (B, K/16) (int32):
+    Q8_0's rule (ggml's quantize_row_q8_0_ref), `quantize_groups` per 32 values."""
+    quantize_groups(x, xq, xd, xsum, 32)
 
 
 @njit(fastmath=True, cache=True, nogil=True, parallel=True)

@@ -65,15 +65,16 @@ def _product(raw, qtype, units, col, r0, r1, q, out):  # pragma: no cover - jitt
         product_rows(qtype, raw, r0, r1, xq, xd, xs, out, col, units)
 
 
-def input_sets(rows: int, widths) -> tuple:
+def input_sets(rows: int, widths, kblock=None) -> tuple:
     """Zeroed int8 input sets (run_step's q) for `rows` rows of each width in `widths`; the per-256
-    arrays are empty where a width is not a multiple of 256 (no K-quant row reads it)."""
-    def one(k: int) -> tuple:
-        kk = k if KBLOCK and k % 256 == 0 else 0
+    arrays are empty (and `_quantize` skips them) where no K-quant product reads the set: `kblock[i]`
+    false, or the width not a multiple of 256."""
+    def one(k: int, read: bool) -> tuple:
+        kk = k if KBLOCK and read and k % 256 == 0 else 0
         return (np.zeros((rows, k), np.int8), np.zeros((rows, k // 32), np.float32), np.zeros((rows, k // 16), np.int32),
                 np.zeros((rows, k // 16), np.float32), np.zeros((rows, kk), np.int8), np.zeros((rows, kk // 256), np.float32),
                 np.zeros((rows, kk // 16), np.int16))
-    return tuple(one(k) for k in widths)
+    return tuple(one(k, read) for k, read in zip(widths, kblock or (True,) * len(widths)))
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
