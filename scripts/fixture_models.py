@@ -44,6 +44,7 @@ class Spec:
     tokenizer_class: str = "PreTrainedTokenizerFast"
     outtypes: tuple[str, ...] = ("f16",)
     kquants: tuple[str, ...] = ()
+    requants: tuple[str, ...] = ()  # types llama-quantize makes from the f16 file (--allow-requantize)
     norm_center: float = 1.0  # gemma norms are stored as w with 1 + w applied
     sentencepiece: bool = False  # a tokenizer.model (SPM BPE, byte fallback) instead of tokenizer.json
 
@@ -66,7 +67,7 @@ ARCHS = {
         "Qwen2Config", "Qwen2ForCausalLM",
         {**SMALL, "rms_norm_eps": 1e-6, "tie_word_embeddings": True,
          "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}},
-        pre="qwen2",
+        pre="qwen2", requants=("Q8_0",),  # the fused CPU step over blocks, with a q/k/v bias
     ),
     # Qwen2.5's long-context setting: YaRN over a 4x longer window.
     "qwen2yarn": Spec(

@@ -13,7 +13,7 @@ installed, its greedy tokens on a fixed prompt, recorded in llama_server_tokens.
 ($VENV: a venv with those packages; $LLAMA_CPP_SOURCE: a llama.cpp source tree, e.g. the one
 scripts/build_llama_server.sh unpacks under its build directory.)
 
-llama-quantize makes the K-quant files (`cmake --build BUILD --target llama-quantize` in the
+llama-quantize makes the K-quant files and the `requants` ones (from the f16 file) (`cmake --build BUILD --target llama-quantize` in the
 same llama.cpp tree); without it, or without llama-server, those steps are skipped.
 
 The converter recognises a tokenizer by hashing its output on a test string; ours are
@@ -58,8 +58,8 @@ def convert(llama_cpp: Path, hf_dir: Path, out: Path, outtype: str, pre: str) ->
     print(f"converted {hf_dir.name} -> {out.name} ({out.stat().st_size} bytes)")
 
 
-def quantize(quantizer: str, src: Path, out: Path, kind: str) -> None:
-    subprocess.run([quantizer, str(src), str(out), kind], check=True, capture_output=True)
+def quantize(quantizer: str, src: Path, out: Path, kind: str, *flags: str) -> None:
+    subprocess.run([quantizer, *flags, str(src), str(out), kind], check=True, capture_output=True)
     print(f"quantized {src.name} -> {out.name} ({kind}, {out.stat().st_size} bytes)")
 
 
@@ -91,6 +91,10 @@ def main() -> None:
                 made.append(out)
         elif spec.kquants:
             print(f"llama-quantize not found: {name} K-quant fixtures not made")
+        for kind in spec.requants if args.quantize else ():
+            out = OUT / f"{name}-{kind.lower()}.gguf"
+            quantize(args.quantize, OUT / f"{name}-f16.gguf", out, kind, "--allow-requantize")
+            made.append(out)
     if args.server:
         record_tokens(args.server, made, OUT / "llama_server_tokens.json", PROMPT)
     else:

@@ -1,7 +1,8 @@
 """The committed cross-implementation GGUF fixtures (scripts/make_gguf_fixtures.py), loaded once per process.
 
 Not a test module. Each `<arch>-hf/` is a tiny random model saved by transformers; each
-`<arch>-<type>.gguf` is llama.cpp's convert_hf_to_gguf.py output for it;
+`<arch>-<type>.gguf` is llama.cpp's convert_hf_to_gguf.py output for it (or llama-quantize's, from
+the f16 file or an f32 one: the K-quant files and qwen2-q8_0);
 llama_server_tokens.json holds llama-server's tokenization and greedy tokens of PROMPT."""
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ ARCH_FILES = {
     "gemma3spm": "gemma3spm-f16.gguf",  # Gemma's sentencepiece vocabulary
 }
 # Converted with a lossy type: compared with llama-server and with their own quantized path.
-LOSSY_FILES = ("llama-q8_0.gguf", "qwen3-q8_0.gguf", "mistral-bf16.gguf")
+LOSSY_FILES = ("llama-q8_0.gguf", "qwen2-q8_0.gguf", "qwen3-q8_0.gguf", "mistral-bf16.gguf")
 KQUANT_FILES = ("llamaq-q4_k_m.gguf", "llamaq-q5_k_m.gguf", "llamaq-q6_k.gguf")
 
 

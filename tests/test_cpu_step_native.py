@@ -39,10 +39,15 @@ def _native_pair(name, threads=1):
 
 
 @avx2
-@pytest.mark.parametrize("name", ["llama-q8_0", "llamaq-q4_k_m", "llamaq-q6_k"])
+@pytest.mark.parametrize("name", ["llama-q8_0", "llamaq-q4_k_m", "llamaq-q6_k", "qwen2-q8_0"])
 def test_fused_step_equals_native_per_product_step_within_int8_rounding(name):
+    """NativeDecoder's per-product step is the reference; qwen2's adds its q/k/v bias there through
+    arch_kernels.attention_part, the fused step in its RoPE phase."""
     lm, _, native = _native_pair(name)
     assert type(lm.cpu_decode) is FusedDecoder and lm.cpu_decode.fused
+    biases = lm.cpu_decode._weights[-1]
+    assert biases.shape == ((2, 128) if name.startswith("qwen2") else (len(native._layers), 0))
+    assert not name.startswith("qwen2") or np.abs(biases).max() > 0.15
     prompts = [prompt(9, 0), prompt(20, 1), prompt(3, 2)]
     want, theirs = _run(native, lm, prompts, 5)
     got, ours = _run(lm.cpu_decode, lm, prompts, 5, [w.argmax(-1).tolist() for w in want])
@@ -51,6 +56,18 @@ def test_fused_step_equals_native_per_product_step_within_int8_rounding(name):
     for a, b in zip(ours, theirs):  # KV written in place where NativeDecoder writes it, offsets advanced alike
         np.testing.assert_allclose(np.array(a.keys), np.array(b.keys), atol=INT8)
         assert a.offset.tolist() == b.offset.tolist() and a._idx == b._idx
+
+
+@avx2
+def test_the_qwen2_bias_moves_the_logits_past_the_int8_tolerance():
+    """The comparison above can see a lost bias: without it the fused step is INT8 away from NativeDecoder."""
+    lm, path, native = _native_pair("qwen2-q8_0")
+    fused = FusedDecoder(lm.model, blocks_of(lm.model, path), 1)
+    fused._weights = (*fused._weights[:-1], np.zeros_like(fused._weights[-1]))
+    prompts = [prompt(9, 0), prompt(20, 1)]
+    want, _ = _run(native, lm, prompts, 3)
+    got, _ = _run(fused, lm, prompts, 3, [w.argmax(-1).tolist() for w in want])
+    assert max(float(np.abs(g - w).max()) for g, w in zip(got, want)) > 3 * INT8
 
 
 @avx2

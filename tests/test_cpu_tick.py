@@ -14,9 +14,16 @@ from kv_models import prompt, run_engine
 from tiny import tiny_model
 
 
-@pytest.fixture(scope="module")
-def lm():
-    return tiny_model()
+@pytest.fixture(scope="module", params=["tiny", "qwen2-f16"])
+def lm(request):
+    """The tiny float32 llama, and a qwen2 GGUF (a q/k/v bias; float16 blocks, the per-product step)."""
+    if request.param == "tiny":
+        return tiny_model()
+    from pathlib import Path
+
+    from mlxcel_py.models import load_model
+
+    return load_model(str(Path(__file__).parent / "fixtures" / "gguf" / f"{request.param}.gguf"), threads=1)
 
 
 def greedy(n, **kw):

@@ -151,6 +151,45 @@ def test_other_architectures_keep_the_batch_layout():
     assert not _owns_rows(qwen3.cpu_decode, None)  # forward_rows runs llama's layer only
 
 
+def test_qwen2_runs_over_the_rows_with_its_bias_token_exact_with_the_batch_layout():
+    """qwen2's layer is llama's plus a q/k/v bias (ArchSpec.llama_layer): the engine's rows run it
+    (rows.qkv_rows adds the bias), with the tokens of the batch layout, whose per-product step
+    adds it in arch_kernels.attention_part. Float16 blocks: the per-product NativeDecoder."""
+    from pathlib import Path
+
+    from mlxcel_py.engine.runner.model_runner import _owns_rows
+    from mlxcel_py.models import load_model
+
+    qwen2 = load_model(str(Path(__file__).parent / "fixtures" / "gguf" / "qwen2-f16.gguf"), threads=1)
+    decoder = qwen2.cpu_decode
+    assert decoder.spec.arch == "qwen2" and not getattr(decoder, "fused", False) and _owns_rows(decoder, None)
+    ours = ModelRunner(qwen2.model, decode=decoder, verify=decoder.verify, kv_rows=True)
+    theirs = ModelRunner(qwen2.model, decode=decoder, verify=decoder.verify, kv_rows=False)
+    assert scenario(ours) == scenario(theirs)
+    assert isinstance(ours._batch, RowKV) and not isinstance(theirs._batch, RowKV)
+
+
+def test_the_fused_qwen2_step_runs_over_the_rows_and_a_prompt_cut_gives_its_tokens(monkeypatch):
+    """A qwen2 Q8_0 file gets the fused step (its bias added in the RoPE phase): decode, verify and
+    prompt pieces all go through it, and a prompt cut into 7-token pieces gives the same tokens."""
+    from pathlib import Path
+
+    from mlxcel_py.models import load_model
+    from mlxcel_py.models.cpu.quant import int8_ir
+
+    if not int8_ir.HAS_AVX2:
+        pytest.skip("the fused step runs the AVX2 int8 kernel")
+    qwen2 = load_model(str(Path(__file__).parent / "fixtures" / "gguf" / "qwen2-q8_0.gguf"), threads=1)
+    decoder = qwen2.cpu_decode
+    assert decoder.fused and decoder.runs_rows()
+    widths = []
+    step_rows = decoder.step_rows
+    monkeypatch.setattr(decoder, "step_rows", lambda *a: widths.append(a[6]) or step_rows(*a))
+    trace = scenario(ModelRunner(qwen2.model, decode=decoder, verify=decoder.verify, kv_rows=None))
+    assert set(widths) == {1, 4}
+    assert scenario(ModelRunner(qwen2.model, decode=decoder, verify=decoder.verify, kv_rows=None), chunk=7) == trace
+
+
 def test_a_verify_span_runs_through_the_fused_step_token_identical_to_plain_decoding(monkeypatch):
     """A drafting engine on the fused GGUF step verifies its spans through the same one-call step (each
     span row its own position in its sequence's KV row), so its greedy output equals plain decoding's."""

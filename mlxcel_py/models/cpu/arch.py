@@ -48,6 +48,17 @@ class ArchSpec:
         """True for a llama layer (the original single-call `layer_step`)."""
         return self.arch == "llama" and not any(self.windows)
 
+    @property
+    def llama_layer(self) -> bool:
+        """True for llama's layer with at most a bias on q/k/v (qwen2): what the fused step
+        (fused_step.py) and the engine's own KV rows (rows.py, tick.py) run."""
+        return self.arch in ("llama", "qwen2") and not any(self.windows)
+
+
+def qkv_bias(layer) -> np.ndarray:
+    """A decoder layer's q/k/v bias (`Norms.qkv_bias`; NONE for a llama layer, whose `norms` is None)."""
+    return NONE if layer.norms is None else layer.norms.qkv_bias
+
 
 def _module_name(model) -> str:
     return type(model).__module__.rsplit(".", 1)[-1]

@@ -16,6 +16,7 @@ import numba
 import numpy as np
 from numba.typed import List
 
+from .arch import qkv_bias
 from .decode_attention import chunks_for
 from .decoder import CpuDecoder
 from .prompt_rows import PromptRows, step_phases
@@ -43,13 +44,14 @@ def task_rows(rows: int, row_bytes: int) -> int:
 
 
 def fused_step_applies(model) -> bool:
-    """Whether FusedDecoder's step is the model's: a plain mlx-lm llama, on a CPU with AVX2."""
-    from mlx_lm.models import llama
+    """Whether FusedDecoder's step is the model's: an mlx-lm llama or qwen2, on a CPU with AVX2."""
+    from mlx_lm.models import llama, qwen2
 
     from .arch import spec_for, supported
 
-    # the fused step is llama's layer only: no biases, q/k norms, windows or other rope (ArchSpec.plain)
-    return type(model) is llama.Model and int8_ir.HAS_AVX2 and supported(model) is None and spec_for(model).plain
+    # llama's layer, a q/k/v bias allowed; no q/k norms, windows or other rope (ArchSpec.llama_layer)
+    return type(model) in (llama.Model, qwen2.Model) and int8_ir.HAS_AVX2 and supported(model) is None \
+        and spec_for(model).llama_layer
 
 
 def decoder_for(model, path: Path, threads: int = 1) -> Optional[CpuDecoder]:
@@ -123,7 +125,8 @@ class FusedDecoder(PromptRows, NativeDecoder):
         layers = model.model.layers
         norms = [np.stack([np.asarray(getattr(l, n).weight, np.float32) for l in layers])
                  for n in ("input_layernorm", "post_attention_layernorm")]
-        self._weights = (tasks, segs, plan.raws, norms[0], norms[1], np.asarray(self._norm, np.float32))
+        biases = np.stack([qkv_bias(l) for l in self._layers]).astype(np.float32)  # (layers, 0): none
+        self._weights = (tasks, segs, plan.raws, norms[0], norms[1], np.asarray(self._norm, np.float32), biases)
         # which input sets (hidden, attention, FFN) a K-quant product reads: only those are quantized per 256
         self._kblock_inputs = tuple(bool(plan.kblock_kinds & set(kinds)) for kinds in
                                     ((step.QKV, step.GATE_UP, step.HEAD), (step.O,), (step.DOWN,)))

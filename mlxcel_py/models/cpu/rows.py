@@ -15,6 +15,8 @@ import numba
 import numpy as np
 from numba import njit
 
+from .arch import qkv_bias
+from .arch_kernels import add_bias
 from .decode_attention import attend_desc
 from .decode_kernels import product, rms_norm, rope, silu_mul
 
@@ -60,6 +62,16 @@ def _mul(weight, x: np.ndarray, threads: int) -> np.ndarray:
     return weight(x, threads)
 
 
+def qkv_rows(decoder, w, h: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """Layer `w`'s q/k/v of rows `h`: the product of the normed rows, its bias (qwen2), RoPE."""
+    qkv = _mul(w.qkv, rms_norm(h, w.norm1, decoder.eps), decoder.threads)
+    bias = qkv_bias(w)
+    if bias.shape[0]:
+        add_bias(qkv, bias)
+    rope(qkv, cos, sin, decoder.heads + decoder.kv_heads, decoder.head_dim)
+    return qkv
+
+
 def forward_rows(decoder, tokens: Sequence[int], keys: Sequence[np.ndarray], values: Sequence[np.ndarray],
                  slot: np.ndarray, start: np.ndarray, pos: np.ndarray, width: int = 1,
                  prefix: Optional[np.ndarray] = None) -> np.ndarray:
@@ -75,12 +87,11 @@ def forward_rows(decoder, tokens: Sequence[int], keys: Sequence[np.ndarray], val
             return logits
     if numba.get_num_threads() != decoder.threads:
         numba.set_num_threads(decoder.threads)
-    t, eps, heads, dim = decoder.threads, decoder.eps, decoder.heads, decoder.head_dim
+    t, eps, heads = decoder.threads, decoder.eps, decoder.heads
     cos, sin = decoder._ropes[0].at((pos[:, None] + np.arange(width)).reshape(-1))
     h = np.array(decoder._embed_rows(np.asarray(tokens)), dtype=np.float32)
     for w, k, v in zip(decoder._layers, keys, values):
-        qkv = _mul(w.qkv, rms_norm(h, w.norm1, eps), t)
-        rope(qkv, cos, sin, heads + decoder.kv_heads, dim)
+        qkv = qkv_rows(decoder, w, h, cos, sin)
         write_kv_rows(qkv, k, v, slot, pos, heads, width)
         h += _mul(w.o, attend_rows(qkv, k, v, slot, start, pos, heads, decoder.scale, width, prefix), t)
         h += _mul(w.down, silu_mul(_mul(w.gate_up, rms_norm(h, w.norm2, eps), t)), t)
@@ -88,8 +99,9 @@ def forward_rows(decoder, tokens: Sequence[int], keys: Sequence[np.ndarray], val
 
 
 def supports_rows(decoder) -> bool:
-    """True when `decoder` is a CPU decode step whose layers `forward_rows` can run (a plain llama layer)."""
+    """True when `decoder` is a CPU decode step whose layers `forward_rows` can run (llama's layer, a
+    q/k/v bias allowed: ArchSpec.llama_layer)."""
     layers, spec = getattr(decoder, "_layers", None), getattr(decoder, "spec", None)
-    # only llama's layer: the other architectures' extras (biases, q/k norms, windows) are CpuDecoder's
-    return bool(layers) and spec is not None and spec.plain and \
+    # the other architectures' extras (q/k norms, sandwich norms, windows) are CpuDecoder's alone
+    return bool(layers) and spec is not None and spec.llama_layer and \
         all(hasattr(w, f) for w in layers[:1] for f in ("qkv", "o", "gate_up", "down"))

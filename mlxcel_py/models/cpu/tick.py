@@ -17,8 +17,8 @@ import numba
 import numpy as np
 
 from .blas import numpy_blas_threads
-from .decode_kernels import rms_norm, rope, silu_mul
-from .rows import _mul, attend_rows, no_prefix, write_kv_rows
+from .decode_kernels import rms_norm, silu_mul
+from .rows import _mul, attend_rows, no_prefix, qkv_rows, write_kv_rows
 from .prefill_kernels import causal_attention
 
 Store = Callable[[int, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
@@ -45,12 +45,11 @@ def _forward(decoder, tokens, keys, values, slot, start, pos, piece, piece_start
     b, p = len(tokens), len(piece)
     prefix = no_prefix(b) if prefix is None else prefix
     positions = np.concatenate([np.asarray(pos, np.int64), piece_start + np.arange(p, dtype=np.int64)])
-    cos, sin = decoder._ropes[0].at(positions)  # a plain llama (rows.supports_rows)
+    cos, sin = decoder._ropes[0].at(positions)  # llama's layer: one rope (rows.supports_rows)
     h = np.array(decoder._embed_rows(np.asarray([*tokens, *piece])), dtype=np.float32)
     k0, v0 = heads * dim, (heads + kv_heads) * dim
     for i, (w, k, v) in enumerate(zip(decoder._layers, keys, values)):
-        qkv = _mul(w.qkv, rms_norm(h, w.norm1, eps), t)
-        rope(qkv, cos, sin, heads + kv_heads, dim)
+        qkv = qkv_rows(decoder, w, h, cos, sin)
         att = np.empty((b + p, heads * dim), np.float32)
         if b:
             rows = qkv[:b]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from ..arch_kernels import add_bias
 from ..decode_attention import CHUNK, combine, item
 from ..decode_kernels import rms_norm, rope, silu_mul
 from .atomics import count_done, fetch_add, wait_at_least
@@ -98,7 +99,7 @@ def _add(h, y):  # pragma: no cover - jitted
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _run(kind, layer, local, task, w, kv, rows, acts, q, f):  # pragma: no cover - jitted
     """Task `local` (global `task`) of a phase of `kind` for `layer`; see run_step for the arguments."""
-    tasks, segs, raws, norms1, norms2, final_norm = w
+    tasks, segs, raws, norms1, norms2, final_norm, biases = w
     keys, values = kv
     kv_row, desc, pos, cos, sin = rows
     h, qkv, attn, o, gate_up, down, logits, part = acts
@@ -122,6 +123,8 @@ def _run(kind, layer, local, task, w, kv, rows, acts, q, f):  # pragma: no cover
             _add(h, down)
         _quantize(rms_norm(h, norms1[layer], eps), q_hid)
     elif kind == ROPE:
+        if biases.shape[1]:  # qwen2's q/k/v bias
+            add_bias(qkv, biases[layer])
         rope(qkv, cos, sin, heads + kv_heads, dim)
         _write_kv(qkv, keys[layer], values[layer], kv_row, pos, heads)
     elif kind == ATTEND:  # (row, KV head, chunk) `local`'s partial
@@ -163,7 +166,8 @@ def run_step(threads, phases, w, kv, rows, acts, q, f):  # pragma: no cover - ji
 
     phases (P, 5): kind, layer, first task, task count, its first row of `tasks`; w = (tasks (T, 3):
     segment, first and end row of a product task; segs (S, 3): GGUF type, loop units, output column;
-    raws: each segment's blocks; norms1, norms2 (layers, hidden); final norm); kv = per-layer keys,
+    raws: each segment's blocks; norms1, norms2 (layers, hidden); final norm; biases (layers, qkv
+    width) added to the q/k/v product, or (layers, 0): none); kv = per-layer keys,
     values (rows, kv_heads, capacity, dim); rows = (kv_row (B,), desc (B, 5): each row's
     decode_attention descriptor, pos (B,), cos, sin (B, dim / 2)); acts = (h, qkv, attn, o,
     gate_up, down, logits, part) float32 buffers, part the attention's partials (B, kv_heads, chunks,
@@ -172,14 +176,14 @@ def run_step(threads, phases, w, kv, rows, acts, q, f):  # pragma: no cover - ji
     scale, eps)."""
     counters = np.zeros(32, np.int64)
     # a parallel region takes arrays and scalars, not tuples: unpacked here, packed again inside
-    tasks, segs, raws, norms1, norms2, final_norm = w
+    tasks, segs, raws, norms1, norms2, final_norm, biases = w
     keys, values = kv
     kv_row, desc, pos, cos, sin = rows
     h, qkv, attn, o, gate_up, down, logits, part = acts
     (q0, d0, s0, x0, k0, e0, t0), (q1, d1, s1, x1, k1, e1, t1), (q2, d2, s2, x2, k2, e2, t2) = q
     heads, kv_heads, dim, scale, eps = f
     for _ in prange(threads):
-        _work(counters, phases, (tasks, segs, raws, norms1, norms2, final_norm), (keys, values),
+        _work(counters, phases, (tasks, segs, raws, norms1, norms2, final_norm, biases), (keys, values),
               (kv_row, desc, pos, cos, sin), (h, qkv, attn, o, gate_up, down, logits, part),
               ((q0, d0, s0, x0, k0, e0, t0), (q1, d1, s1, x1, k1, e1, t1), (q2, d2, s2, x2, k2, e2, t2)),
               (heads, kv_heads, dim, scale, eps))
