@@ -74,10 +74,12 @@ def test_the_qwen2_bias_moves_the_logits_past_the_int8_tolerance():
 def test_fused_step_gives_the_same_bits_on_one_and_two_threads():
     lm, path, _ = _native_pair("llamaq-q4_k_m")
     one, two = (FusedDecoder(lm.model, blocks_of(lm.model, path), t) for t in (1, 2))
-    prompts = [prompt(9, 0), prompt(20, 1), prompt(3, 2), prompt(12, 3), prompt(7, 4)]  # 5 rows: 4 + 1
-    got, _ = _run(two, lm, prompts, 4)
-    want, _ = _run(one, lm, prompts, 4, [g.argmax(-1).tolist() for g in got])
-    assert all(np.array_equal(g, w) for g, w in zip(got, want))
+    for n in (5, 13):  # 5 rows: product tasks of 4 + 1 rows; 13: row-wise phases in 3 tasks (step.row_tasks)
+        prompts = [prompt(3 + (7 * i) % 19, i) for i in range(n)]
+        got, _ = _run(two, lm, prompts, 4)
+        want, _ = _run(one, lm, prompts, 4, [g.argmax(-1).tolist() for g in got])
+        assert all(np.array_equal(g, w) for g, w in zip(got, want))
+    assert step.row_tasks(5) == 1 and step.row_tasks(13) == 3
 
 
 @avx2

@@ -160,7 +160,7 @@ class FusedDecoder(PromptRows, NativeDecoder):
                 self._parts.clear()
             group = self.heads // self.kv_heads
             part = np.zeros((rows, self.kv_heads, chunks, group, self.head_dim + 2), np.float32)
-            self._parts[key] = (step_phases(self._phases, rows * self.kv_heads * chunks), part)
+            self._parts[key] = (step_phases(self._phases, rows * self.kv_heads * chunks, rows), part)
         return self._parts[key]
 
     def _kv_lists_of(self, views: list) -> tuple:

@@ -18,7 +18,7 @@ from .decode_attention import chunks_for
 from .decode_kernels import rms_norm
 from .quant import products
 from .quant.blocks import QuantWeight
-from .quant.step import ATTEND
+from .quant.step import ATTEND, ROW_WISE, row_tasks
 
 # A prompt's rows run through the step in spans whose activations and attention partials fit WIDE_BYTES
 # (a 2,048-token piece of the default model is one span; a long context's partials cut it smaller).
@@ -28,10 +28,12 @@ HEAD_ROWS = 8  # rows whose LM head one call computes (a prompt's logprobs: ever
 _NO_PART = np.zeros((1, 1, 1, 1, 1), np.float32)  # the head's phases read no attention partials
 
 
-def step_phases(phases: np.ndarray, items: int) -> np.ndarray:
-    """The plan's phases with `items` attention items in each ATTEND phase, the first tasks renumbered."""
+def step_phases(phases: np.ndarray, items: int, rows: int) -> np.ndarray:
+    """The plan's phases for `rows` batch rows: `items` attention items in each ATTEND phase, the
+    row-wise phases in `row_tasks(rows)` tasks, the first tasks renumbered."""
     out = phases.copy()
     out[out[:, 0] == ATTEND, 3] = items
+    out[np.isin(out[:, 0], ROW_WISE), 3] = row_tasks(rows)
     out[:, 2] = np.concatenate([[0], np.cumsum(out[:-1, 3])])
     return out
 
@@ -72,7 +74,7 @@ class PromptRows:
             acts = tuple(x[:b - a] for x in wide_acts)
             sets = tuple(tuple(x[:b - a] for x in s) for s in wide_sets)
             part = np.zeros((b - a, self.kv_heads, chunks_for(at[a:b] + 1), group, self.head_dim + 2), np.float32)
-            phases = step_phases(self._phases, part.shape[0] * part.shape[1] * part.shape[2])[:-2]
+            phases = step_phases(self._phases, part.shape[0] * part.shape[1] * part.shape[2], b - a)[:-2]
             self._run(kv, phases, (kv_row[a:b], desc[a:b], at[a:b], cos[a:b], sin[a:b]), h[a:b], acts, part, sets)
             down[a:b] = acts[4]
         decoded = self._logits_of(kv, np.asarray(logits_rows, np.int64), h, down, (kv_row, desc, at, cos, sin))

@@ -40,6 +40,8 @@ KBLOCK = bool(KBLOCK_TYPES)  # Q4_K and Q6_K products over super-block activatio
 # Phase kinds, in a layer's order; a product reads the int8 activations the phase before it wrote.
 NORM1, QKV, ROPE, ATTEND, QUANT_ATTN, O, NORM2, GATE_UP, SILU, DOWN, FINAL, HEAD = range(12)
 PRODUCTS = (QKV, O, GATE_UP, DOWN, HEAD)
+ROW_WISE = (NORM1, ROPE, QUANT_ATTN, NORM2, SILU, FINAL)  # each row on its own: split by rows (row_tasks)
+ROWS_PER_TASK, MAX_ROW_TASKS = 4, 16
 CLAIMED, SLEEPERS, DONE = 0, 8, 16  # counter slots, 64 bytes apart or more (lines of their own); 9: sleeps
 
 
@@ -64,6 +66,13 @@ def _product(raw, qtype, units, col, r0, r1, q, out):  # pragma: no cover - jitt
         kblock_rows(qtype, raw, r0, r1, kq, kd, ks, out, col, units)
     else:
         product_rows(qtype, raw, r0, r1, xq, xd, xs, out, col, units)
+
+
+def row_tasks(rows: int) -> int:
+    """How many tasks a row-wise phase of `rows` batch rows is split into: one for a decode step's few
+    rows; a prompt's rows in up to MAX_ROW_TASKS (its norms, SwiGLU and quantizing were one thread's
+    while the other waited: 10% of a 256-row step of the default model)."""
+    return max(1, min(rows // ROWS_PER_TASK, MAX_ROW_TASKS))
 
 
 def input_sets(rows: int, widths, kblock=None) -> tuple:
@@ -97,51 +106,61 @@ def _add(h, y):  # pragma: no cover - jitted
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _run(kind, layer, local, task, w, kv, rows, acts, q, f):  # pragma: no cover - jitted
-    """Task `local` (global `task`) of a phase of `kind` for `layer`; see run_step for the arguments."""
+def _sets(q, r0, r1):  # pragma: no cover - jitted
+    """Rows r0..r1 of an int8 input set (`input_sets`)."""
+    xq, xd, xs, xx, kq, kd, ks = q
+    return xq[r0:r1], xd[r0:r1], xs[r0:r1], xx[r0:r1], kq[r0:r1], kd[r0:r1], ks[r0:r1]
+
+
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _run(kind, layer, local, count, task, w, kv, rows, acts, q, f):  # pragma: no cover - jitted
+    """Task `local` of `count` (global `task`) of a phase of `kind` for `layer`; see run_step for the
+    arguments. A row-wise phase's task is its share of the batch rows (`row_tasks`), always as a slice,
+    so each row runs the same compiled code whatever the split."""
     tasks, segs, raws, norms1, norms2, final_norm, biases = w
     keys, values = kv
     kv_row, desc, pos, cos, sin = rows
     h, qkv, attn, o, gate_up, down, logits, part = acts
     q_hid, q_attn, q_act = q
     heads, kv_heads, dim, scale, eps = f
+    r0, r1 = local * h.shape[0] // count, (local + 1) * h.shape[0] // count
     if kind == QKV or kind == O or kind == GATE_UP or kind == DOWN or kind == HEAD:
-        seg, r0, r1 = tasks[task, 0], tasks[task, 1], tasks[task, 2]
+        seg, n0, n1 = tasks[task, 0], tasks[task, 1], tasks[task, 2]
         qt, units, col = segs[seg, 0], segs[seg, 1], segs[seg, 2]
         if kind == QKV:
-            _product(raws[seg], qt, units, col, r0, r1, q_hid, qkv)
+            _product(raws[seg], qt, units, col, n0, n1, q_hid, qkv)
         elif kind == O:
-            _product(raws[seg], qt, units, col, r0, r1, q_attn, o)
+            _product(raws[seg], qt, units, col, n0, n1, q_attn, o)
         elif kind == GATE_UP:
-            _product(raws[seg], qt, units, col, r0, r1, q_hid, gate_up)
+            _product(raws[seg], qt, units, col, n0, n1, q_hid, gate_up)
         elif kind == DOWN:
-            _product(raws[seg], qt, units, col, r0, r1, q_act, down)
+            _product(raws[seg], qt, units, col, n0, n1, q_act, down)
         else:
-            _product(raws[seg], qt, units, col, r0, r1, q_hid, logits)
+            _product(raws[seg], qt, units, col, n0, n1, q_hid, logits)
     elif kind == NORM1:
         if layer > 0:
-            _add(h, down)
-        _quantize(rms_norm(h, norms1[layer], eps), q_hid)
+            _add(h[r0:r1], down[r0:r1])
+        _quantize(rms_norm(h[r0:r1], norms1[layer], eps), _sets(q_hid, r0, r1))
     elif kind == ROPE:
         if biases.shape[1]:  # qwen2's q/k/v bias
-            add_bias(qkv, biases[layer])
-        rope(qkv, cos, sin, heads + kv_heads, dim)
-        _write_kv(qkv, keys[layer], values[layer], kv_row, pos, heads)
+            add_bias(qkv[r0:r1], biases[layer])
+        rope(qkv[r0:r1], cos[r0:r1], sin[r0:r1], heads + kv_heads, dim)
+        _write_kv(qkv[r0:r1], keys[layer], values[layer], kv_row[r0:r1], pos[r0:r1], heads)
     elif kind == ATTEND:  # (row, KV head, chunk) `local`'s partial
         scores = np.empty((heads // kv_heads, CHUNK), np.float32)
         item(qkv, keys[layer], values[layer], desc, heads, np.float32(scale), part, local, scores)
     elif kind == QUANT_ATTN:  # the partials merged in chunk order, then quantized
-        for b in range(attn.shape[0]):
+        for b in range(r0, r1):
             combine(part, b, attn)
-        _quantize(attn, q_attn)
+        _quantize(attn[r0:r1], _sets(q_attn, r0, r1))
     elif kind == NORM2:
-        _add(h, o)
-        _quantize(rms_norm(h, norms2[layer], eps), q_hid)
+        _add(h[r0:r1], o[r0:r1])
+        _quantize(rms_norm(h[r0:r1], norms2[layer], eps), _sets(q_hid, r0, r1))
     elif kind == SILU:
-        _quantize(silu_mul(gate_up), q_act)
+        _quantize(silu_mul(gate_up[r0:r1]), _sets(q_act, r0, r1))
     elif kind == FINAL:
-        _add(h, down)
-        _quantize(rms_norm(h, final_norm, eps), q_hid)
+        _add(h[r0:r1], down[r0:r1])
+        _quantize(rms_norm(h[r0:r1], final_norm, eps), _sets(q_hid, r0, r1))
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -155,7 +174,8 @@ def _work(counters, phases, w, kv, rows, acts, q, f):  # pragma: no cover - jitt
         if p >= n_phases:
             return
         wait_at_least(counters, DONE, phases[p, 2], SLEEPERS)
-        _run(phases[p, 0], phases[p, 1], task - phases[p, 2], phases[p, 4] + task - phases[p, 2], w, kv, rows, acts, q, f)
+        local = task - phases[p, 2]
+        _run(phases[p, 0], phases[p, 1], local, phases[p, 3], phases[p, 4] + local, w, kv, rows, acts, q, f)
         count_done(counters, DONE, SLEEPERS)
 
 
