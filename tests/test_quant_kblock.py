@@ -9,33 +9,46 @@ import pytest
 from gguf.constants import GGMLQuantizationType as T
 
 from mlxcel_py.models.cpu.quant import kblock
+from mlxcel_py.models.cpu.quant.kernels import quantize_rows_q8
 from test_quant_blocks import _reference, _weight
 
 needs_kblock = pytest.mark.skipif(not kblock.KBLOCK_TYPES, reason="kblock's product is AVX2 and FMA code")
 WIDTHS = (1536, 2048, 2560, 3072, 3584, 4096)  # Qwen2.5 1.5B .. Llama 3.1 8B
 
 
-def _numpy_q8k(x: np.ndarray):
-    """llama.cpp's Q8_K rule with int8_ir's rounding, in numpy: d = max|x| / 127 per 256 values,
-    q = round half away from zero of x / d, sums per 16."""
-    blocks = x.reshape(x.shape[0], -1, 256)
+def _numpy_q8k(x: np.ndarray, group: int = 256):
+    """llama.cpp's Q8_K rule (Q8_0's: group 32) with int8_ir's rounding, in numpy: d = max|x| / 127 per
+    `group` values, q = round half away from zero of x / d, sums per 16."""
+    blocks = x.reshape(x.shape[0], -1, group)
     d = (np.abs(blocks).max(axis=2) / np.float32(127.0)).astype(np.float32)
     inv = np.where(d > 0, np.float32(1.0) / np.where(d > 0, d, 1), 0).astype(np.float32)
     v = (blocks * inv[:, :, None]).astype(np.float32)
     q = np.where(v >= 0, np.floor(v + np.float32(0.5)), -np.floor(np.float32(0.5) - v)).astype(np.int8)
-    sums = q.reshape(x.shape[0], -1, 16).astype(np.int32).sum(axis=2).astype(np.int16)
-    return q.reshape(x.shape), d, sums
+    sums = q.reshape(x.shape[0], -1, 16).astype(np.int32).sum(axis=2)
+    return q.reshape(x.shape), d, sums.astype(np.int16 if group == 256 else np.int32)
 
 
-def test_the_activations_quantizer_matches_numpy():
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((3, 1024)).astype(np.float32) * np.float32(3.0)
+@pytest.mark.parametrize("group", [32, 256])
+def test_the_activations_quantizer_matches_numpy(group):
+    """quantize_ir's vectors (16 values a call) give the scalar rule's codes, scales and sums."""
+    rng = np.random.default_rng(group)
+    x = rng.standard_normal((3, 8960 if group == 32 else 1024)).astype(np.float32) * np.float32(3.0)
     x[1, 256:512] = 0.0  # an all-zero block: scale 0, codes 0
     x[2, :4] = [1e-30, -5.0, 5.0, 2.5]
-    got, want = kblock.quantize(x), _numpy_q8k(x)
+    x[0, 64:96] = np.arange(-15.5, 16.5, dtype=np.float32)  # with max|x| 127 (scale 1): exact halves
+    x[0, 64] = 127.0
+    if group == 256:
+        got = kblock.quantize(x)
+    else:
+        got = (np.zeros(x.shape, np.int8), np.zeros((3, x.shape[1] // 32), np.float32),
+               np.zeros((3, x.shape[1] // 16), np.int32))
+        quantize_rows_q8(x, *got)
+    want = _numpy_q8k(x, group)
     for a, b in zip(got, want):
         assert a.dtype == b.dtype and np.array_equal(a, b)
-    assert np.abs(got[0]).max() <= 127 and got[1][1, 1] == 0.0 and not got[0][1, 256:512].any()
+    assert np.abs(got[0]).max() <= 127 and got[1][1, 256 // group] == 0.0 and not got[0][1, 256:512].any()
+    assert got[1][0, 64 // group] == 1.0 and got[0][0, 65:67].tolist() == [-15, -14]  # -14.5 -> -15, -13.5 -> -14
+    assert got[0][0, 79:81].tolist() == [-1, 1]  # -0.5 -> -1, 0.5 -> 1
 
 
 @needs_kblock

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from .quantize_ir import absmax16, codes16
 from .unpack import BF16, F16, F32, f16, unpack_row
 
 
@@ -102,24 +103,20 @@ def stream_float(qtype, x, raw, out, threads, lanes):  # pragma: no cover - jitt
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def quantize_groups(x, xq, xd, xsum, group):  # pragma: no cover - jitted
     """x (B, K) -> int8 codes xq (B, K), a scale per `group` values xd (B, K/group) and code sums per 16
-    xsum (B, K/16): d = max|x| / 127, q = round half away from 0 of x / d, so |q| <= 127. No fastmath,
-    so a numpy reference computes the same codes."""
+    xsum (B, K/16): d = max|x| / 127, q = round half away from 0 of x / d, so |q| <= 127. Sixteen
+    values a call of quantize_ir's vectors, each the scalar rule's bits (a numpy reference computes
+    the same codes)."""
     for b in range(x.shape[0]):
         for j in range(x.shape[1] // group):
             amax = np.float32(0.0)
-            for i in range(group):
-                amax = max(amax, abs(x[b, j * group + i]))
+            for g in range(group // 16):
+                m = absmax16(x, b, j * group + g * 16)
+                amax = m if m > amax else amax
             d = amax / np.float32(127.0)
             inv = np.float32(1.0) / d if d > 0 else np.float32(0.0)
             xd[b, j] = d
             for g in range(group // 16):
-                total = 0
-                for i in range(16):
-                    v = x[b, j * group + g * 16 + i] * inv
-                    q = np.int32(v + np.float32(0.5)) if v >= 0 else -np.int32(np.float32(0.5) - v)
-                    xq[b, j * group + g * 16 + i] = q
-                    total += q
-                xsum[b, j * (group // 16) + g] = total
+                xsum[b, j * (group // 16) + g] = codes16(x, b, j * group + g * 16, inv, xq)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
