@@ -4,10 +4,11 @@
 `python -m bench vs-llama-server` (alias `side-by-side`):
 
     python -m bench vs-llama-server [--models A.gguf B.gguf] [--servers ours llama] [--slots 4] [--ctx 16384]
-        [--threads 2] [--rounds 2] [--window-s 10] [--json out.json] [--ttft-only]
+        [--threads 2] [--rounds 2] [--window-s 10] [--decode-by frames|replies] [--json out.json] [--ttft-only]
 
 Per model and server: resident memory (RSS of the server's process tree) after load and after decoding,
-decode tok/s at 1 and 4 streams (token frames over a window, greedy, EOS ignored), the time to first
+decode tok/s at 1 and 4 streams (token frames over a window, greedy, EOS ignored; `--decode-by replies`:
+from whole non-streamed replies of 136 and 8 tokens, for vocabularies whose tokens are byte pieces), the time to first
 token of a lone 2,048-token prompt, greedy completions of GREEDY_PROMPTS (their first dozen characters
 compared across servers), and KV bytes per token. llama-server is $LLAMA_SERVER, else `llama-server` on
 PATH (scripts/build_llama_server.sh builds one). Prints a markdown table.
@@ -145,6 +146,30 @@ async def decode_rate(url: str, prompts: list[str], eos_ids: frozenset[int], win
     return sum(start < t <= end for g in logs for t in g.token_times) / max(end - start, 1e-6)
 
 
+SHORT_REPLY, LONG_REPLY = 8, 136
+
+
+async def reply_rate(url: str, prompts: list[str], eos_ids: frozenset[int]) -> float:
+    """Aggregate decode tokens/s from whole replies: len(prompts) non-streamed greedy requests at once,
+    LONG_REPLY tokens and then SHORT_REPLY, (LONG - SHORT) * streams over the difference of their wall
+    times, so the prefill and the HTTP costs cancel. Counts tokens, not frames: a byte-piece vocabulary's
+    tokens that end inside a UTF-8 character come as fewer text frames from a server that holds them."""
+    async def batch(tokens: int) -> float:
+        async with new_client() as client:
+            async def one(prompt: str) -> None:
+                body = {**completion_body(prompt, tokens, eos_ids=eos_ids), "stream": False}
+                resp = await client.post(url + "/v1/completions", json=body, timeout=600)
+                got = resp.json().get("usage", {}).get("completion_tokens") if resp.status_code == 200 else None
+                if got != tokens:
+                    raise RuntimeError(f"asked {tokens} tokens, got {got} (HTTP {resp.status_code})")
+            start = time.perf_counter()
+            await asyncio.gather(*(one(p) for p in prompts))
+            return time.perf_counter() - start
+
+    long_s, short_s = await batch(LONG_REPLY), await batch(SHORT_REPLY)
+    return len(prompts) * (LONG_REPLY - SHORT_REPLY) / max(long_s - short_s, 1e-6)
+
+
 async def lone_ttft_ms(url: str, prompt: str, eos_ids: frozenset[int]) -> float:
     """A lone prompt's time to its first token: one token asked for, so its frame (with text or, for a
     partial UTF-8 character, with only the finish) is the first token's arrival."""
@@ -243,8 +268,8 @@ def measure(name: str, model: str, args: argparse.Namespace) -> dict:
             for r in range(args.rounds):
                 prompts = [build_prompt(encode, DECODE_PROMPT_TOKENS, round_seed(0, r, "decode", i))
                            for i in range(streams)]
-                rates.append(asyncio.run(decode_rate(server.spec.url, prompts, eos_ids, args.window_s,
-                                                         max_tokens)))
+                rates.append(asyncio.run(reply_rate(server.spec.url, prompts, eos_ids) if args.decode_by == "replies"
+                                         else decode_rate(server.spec.url, prompts, eos_ids, args.window_s, max_tokens)))
             out[f"decode_{streams}"] = {"median": statistics.median(rates), "rounds": rates}
         lone = [build_prompt(encode, TTFT_TOKENS, round_seed(0, r, "ttft")) for r in range(args.rounds)]
         ttfts = [asyncio.run(lone_ttft_ms(server.spec.url, p, eos_ids)) for p in lone]
@@ -296,6 +321,9 @@ def main() -> None:
     ap.add_argument("--streams", type=int, nargs="+", default=[1, 4])
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--window-s", type=float, default=10.0)
+    ap.add_argument("--decode-by", choices=["frames", "replies"], default="frames",
+                    help="decode tok/s from streamed frames over --window-s, or from whole non-streamed replies of "
+                         f"{LONG_REPLY} and {SHORT_REPLY} tokens (reply_rate: byte-piece vocabularies)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--previous", type=Path, help="an earlier run's output: its result lines are kept, not rerun")
     ap.add_argument("--ttft-only", action="store_true", help="memory and TTFT only: no greedy texts, decode or KV probe")
