@@ -22,11 +22,9 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from .int8_ir import HAS_AVX2, V8I32, V16I16, _prefetch, _x86
-from .vector_ir import I64, V8F, V16I8, V32I8, _f16_scalar, _lanes, _load, _splat, _splat_f, k4_scale_codes, reduce_sum
+from .vector_ir import I32, I64, V8F, V16I8, V32I8, _f16_scalar, _lanes, _load, _splat, _splat_f, reduce_sum
 
-I16 = ir.IntType(16)
 HAS_FMA = bool(llvm.get_host_cpu_features().get("fma")) if HAS_AVX2 else False
-V8I16 = ir.VectorType(I16, 8)
 Q4_K, Q6_K = 12, 14
 KBLOCK_TYPES = (Q4_K, Q6_K) if HAS_AVX2 and HAS_FMA else ()  # the types this product reads (x86 with AVX2)
 BLOCK_BYTES = {Q4_K: 144, Q6_K: 210}
@@ -36,6 +34,26 @@ BLOCK_BYTES = {Q4_K: 144, Q6_K: 210}
 PREFETCH_BYTES = 512
 
 
+def _k4_scales_scalar(builder, row, base):
+    """Q4_K's 6-bit scales and mins from their 12 bytes at base + 4 as llama.cpp unpacks them, in three
+    32-bit words on the integer units (the vector units are what a Q4_K block is short of), then
+    widened to <16 x i16>: scales 0-7, mins 0-7."""
+    words = [builder.load(builder.bitcast(builder.gep(row, [builder.add(base, ir.Constant(I64, 4 + 4 * k))]),
+                                          I32.as_pointer()), align=1) for k in range(3)]
+    k1, k2, k3 = (ir.Constant(I32, m) for m in (0x3F3F3F3F, 0x0F0F0F0F, 0x03030303))
+    shr = lambda v, n: builder.lshr(v, ir.Constant(I32, n))  # noqa: E731
+    shl = lambda v, n: builder.shl(v, ir.Constant(I32, n))  # noqa: E731
+    w0, w1, w2 = words
+    u3 = builder.or_(builder.and_(shr(w2, 4), k2), shl(builder.and_(shr(w1, 6), k3), 4))
+    u2 = builder.and_(w1, k1)
+    u1 = builder.or_(builder.and_(w2, k2), shl(builder.and_(shr(w0, 6), k3), 4))
+    u0 = builder.and_(w0, k1)
+    vec = ir.Constant(ir.VectorType(I32, 4), None)
+    for k, u in enumerate((u0, u1, u2, u3)):
+        vec = builder.insert_element(vec, u, ir.Constant(I32, k))
+    return builder.zext(builder.bitcast(vec, V16I8), V16I16)
+
+
 def _block(builder, qtype, row, u):
     """One weight row's block u: ([(chunk j, <32 x i8> unsigned codes, <16 x i16> scales)], the
     <16 x i16> the block's code sums are multiplied by, d, dmin or None)."""
@@ -43,13 +61,13 @@ def _block(builder, qtype, row, u):
     at = lambda n: builder.add(base, ir.Constant(I64, n))  # noqa: E731
     chunks = []
     if qtype == Q4_K:  # d, dmin, 12 scale bytes, qs[128]; 32 bytes of qs hold sub-blocks 2p, 2p + 1
-        sc, m, d, dmin = k4_scale_codes(builder, row, base)
-        sc, m = builder.zext(sc, V8I16), builder.zext(m, V8I16)
+        scm = _k4_scales_scalar(builder, row, base)  # <16 x i16>: the 8 scales, then the 8 mins
+        d, dmin = _f16_scalar(builder, row, base), _f16_scalar(builder, row, at(2))
         for p in range(4):
             v = _load(builder, row, at(16 + 32 * p), V32I8)
             for j, codes in ((2 * p, builder.and_(v, _splat(V32I8, 15))), (2 * p + 1, builder.lshr(v, _splat(V32I8, 4)))):
-                chunks.append((j, codes, _lanes(builder, sc, [j] * 16)))
-        return chunks, _lanes(builder, m, [k // 2 for k in range(16)]), d, dmin
+                chunks.append((j, codes, _lanes(builder, scm, [j] * 16)))
+        return chunks, _lanes(builder, scm, [8 + k // 2 for k in range(16)]), d, dmin
     # Q6_K: ql[128], qh[64], int8 scales[16], d; halves of 128 weights; codes 0-63 (bias 32)
     d = _f16_scalar(builder, row, at(208))
     scales = builder.sext(_load(builder, row, at(192), V16I8), V16I16)
