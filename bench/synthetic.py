@@ -15,7 +15,8 @@ The other architectures (--arch; their presets are named after the architecture,
 `--preset qwen3`): each one's tensor names and metadata are taken from its committed fixture
 (tests/fixtures/gguf/<arch>-f16.gguf, llama.cpp's own converter output, written by
 scripts/make_gguf_fixtures.py), scaled to the preset's dimensions; its tokenizer stays the fixture's (400
-tokens). A tensor's new shape is its rule's shape at the new dimensions times the fixture's ratio to the
+tokens), or with `--vocab N` grows to N with tokens no text reaches, so that the embedding, the
+LM head and the sampler have a real model's size (151,936 for Qwen2.5, 262,144 for Gemma 3). A tensor's new shape is its rule's shape at the new dimensions times the fixture's ratio to the
 rule at the fixture's dimensions, so a fused tensor (phi3's attn_qkv, its gate|up ffn_up) keeps its fusion.
 `write` is also what `python -m bench decode-sweep` writes its files with.
 """
@@ -128,8 +129,9 @@ def add_weight(writer: GGUFWriter, name: str, short: str, layer: int, layers: in
     return rows * cols
 
 
-def write_other(out: Path, arch: str, shape: tuple[int, ...]) -> int:
-    """A non-llama architecture (write_arch); returns its parameter count."""
+def write_other(out: Path, arch: str, shape: tuple[int, ...], vocab: int = 0) -> int:
+    """A non-llama architecture (write_arch; `vocab`: its token count, 0 the fixture's); returns its
+    parameter count."""
     rng, count = np.random.default_rng(0), [0]
 
     def add(writer, *spec) -> None:
@@ -140,7 +142,7 @@ def write_other(out: Path, arch: str, shape: tuple[int, ...]) -> int:
         writer.add_file_type(15)  # LlamaFileType.MOSTLY_Q4_K_M
         return writer
 
-    writer = write_arch(out, arch, shape, add, writer_for)
+    writer = write_arch(out, arch, shape, add, writer_for, vocab)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -158,6 +160,9 @@ def main() -> None:
     ap.add_argument("--preset", choices=sorted({**PRESETS, **ARCH_PRESETS}), help="default: 1b, or the --arch's")
     for flag in SHAPE_FLAGS:
         ap.add_argument(f"--{flag}", type=int, help="overrides the preset's (head-dim: not llama)")
+    ap.add_argument("--vocab", type=int, default=0,
+                    help="not llama: this many tokens, the fixture's 400 padded with unreachable ones (a real model's "
+                         "head and sampler: 151936 for Qwen2.5, 262144 for Gemma 3)")
     opts = ap.parse_args()
     preset = opts.preset or ("1b" if opts.arch == "llama" else opts.arch)
     base = (ARCH_PRESETS if opts.arch != "llama" else PRESETS).get(preset)
@@ -165,7 +170,9 @@ def main() -> None:
         ap.error(f"--preset {preset} is not a {opts.arch} preset")
     shape = [getattr(opts, f.replace("-", "_")) or v for f, v in zip(SHAPE_FLAGS, base)]
     out = Path(opts.out or f"/tmp/synthetic-{preset}-q4_k_m.gguf")
-    params = write(out, *shape) if opts.arch == "llama" else write_other(out, opts.arch, tuple(shape))
+    if opts.vocab and opts.arch == "llama":
+        ap.error("--vocab: the llama presets keep the default model's 49,152 tokens")
+    params = write(out, *shape) if opts.arch == "llama" else write_other(out, opts.arch, tuple(shape), opts.vocab)
     print(f"{out}: {params / 1e9:.2f}B parameters, {out.stat().st_size / 2**20:.0f} MiB")
 
 
@@ -175,7 +182,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "gguf"
 ARCH_PRESETS = {  # layers, hidden, ffn, heads, kv heads, head dim: real models' shapes, fewer layers
     "qwen2": (12, 896, 4864, 14, 2, 64),  # Qwen2.5-0.5B's layer
     "qwen3": (14, 1024, 3072, 16, 8, 128),  # Qwen3-0.6B's layer
-    "gemma3": (18, 640, 2048, 4, 1, 256),  # Gemma 3 270M's layers (not its 262k vocabulary)
+    "gemma3": (18, 640, 2048, 4, 1, 256),  # Gemma 3 270M's layers (its 262k vocabulary: --vocab 262144)
     "phi3": (12, 1024, 2816, 16, 16, 64),  # a narrower Phi-3-mini
 }
 SLIDING_WINDOW = 512  # gemma3 270M's; the fixture's is 8
@@ -206,18 +213,21 @@ def _short(tensor_name: str) -> str:
     return parts[2] if parts[0] == "blk" else parts[0]
 
 
-def write_arch(out: Path, arch: str, shape: tuple[int, ...], add: Callable, writer_for: Callable) -> GGUFWriter:
+def write_arch(out: Path, arch: str, shape: tuple[int, ...], add: Callable, writer_for: Callable,
+               vocab: int = 0) -> GGUFWriter:
     """Write `arch` at `shape` (ARCH_PRESETS' order) to `out`; `add(writer, gguf_name, short_name, layer,
-    layers, rows, cols)` adds one 2-D weight, `writer_for(out, arch)` makes the writer; returns the writer with
-    everything added, not yet written."""
+    layers, rows, cols)` adds one 2-D weight, `writer_for(out, arch)` makes the writer; `vocab` > the
+    fixture's pads its tokens with control tokens (`_padded`); returns the writer with everything added,
+    not yet written."""
     reader = GGUFReader(FIXTURES / f"{arch}-f16.gguf")
     meta = {f.name: f.contents() for f in reader.fields.values() if not f.name.startswith("GGUF.")}
     layers, hidden, ffn, heads, kv_heads, head_dim = shape
-    vocab = len(meta["tokenizer.ggml.tokens"])
+    fixture_vocab = len(meta["tokenizer.ggml.tokens"])
+    vocab = max(vocab, fixture_vocab)
     old, new = _dims(meta, arch), {"H": hidden, "F": ffn, "n": heads, "k": kv_heads, "d": head_dim, "V": vocab}
-    old["V"] = vocab
+    old["V"] = fixture_vocab
     writer = writer_for(out, arch)
-    _copy_metadata(writer, reader, arch, {
+    _copy_metadata(writer, reader, arch, _padded(meta, vocab), {
         "embedding_length": hidden, "feed_forward_length": ffn, "block_count": layers,
         "attention.head_count": heads, "attention.head_count_kv": kv_heads, "attention.key_length": head_dim,
         "attention.value_length": head_dim, "rope.dimension_count": head_dim,
@@ -239,11 +249,22 @@ def write_arch(out: Path, arch: str, shape: tuple[int, ...], add: Callable, writ
     return writer
 
 
-def _copy_metadata(writer: GGUFWriter, reader: GGUFReader, arch: str, overrides: dict) -> None:
+def _padded(meta: dict, vocab: int) -> dict:
+    """The tokenizer arrays grown to `vocab` entries: normal tokens `synthetic_N` (type 1, score -1000,
+    as most of a real vocabulary: control tokens would make every tokenizer an added-token table) that
+    no merge reaches, so no text tokenizes to them; the model's random head may still pick them."""
+    extra = range(len(meta["tokenizer.ggml.tokens"]), vocab)
+    grown = {"tokenizer.ggml.tokens": [f"synthetic_{i}" for i in extra],
+             "tokenizer.ggml.token_type": [1] * len(extra), "tokenizer.ggml.scores": [-1000.0] * len(extra)}
+    return {k: list(meta[k]) + v for k, v in grown.items() if k in meta and len(extra)}
+
+
+def _copy_metadata(writer: GGUFWriter, reader: GGUFReader, arch: str, arrays: dict, overrides: dict) -> None:
+    """The fixture's metadata: `arrays` replaces whole fields by name, `overrides` the `arch.` keys."""
     for field in reader.fields.values():
         if field.name.startswith("GGUF.") or field.name in ("general.architecture", "general.file_type"):
             continue
         key = field.name.removeprefix(f"{arch}.")
-        value = overrides.get(key, field.contents()) if key != field.name else field.contents()
+        value = overrides.get(key, field.contents()) if key != field.name else arrays.get(field.name, field.contents())
         sub = field.types[1] if field.types[0] == GGUFValueType.ARRAY else None
         writer.add_key_value(field.name, value, field.types[0], sub_type=sub)
