@@ -121,26 +121,28 @@ def test_linear_runs_the_fastest_candidate_for_this_cpu():
 def test_the_fused_steps_tiles_give_each_sum_the_one_row_kernels_bits(qtype, columns):
     """quant/step._product takes two weight rows a call at one input row where a row is short
     (vector.PAIR_ROW_BYTES; 13 rows: an odd one left), one a call where it is long, and four input rows
-    a call with their offsets side by side (int8_ir.emit_dots; kblock_ir.emit_kdots for Q4_K and Q6_K):
-    every sum equals the one-input-row, one-weight-row call's (vector.stream_int8 or kblock.stream_kblock
-    of that weight row alone) bit for bit."""
+    a call with their offsets side by side (int8_ir.emit_dots; kblock_ir.emit_kdots for Q4_K and Q6_K),
+    a prompt's many rows in tiles (vector.INPUT_TILE_BYTES: 70 rows of 2,048 columns are tiles of 32, 32
+    and 6): every sum equals the one-input-row, one-weight-row call's (vector.stream_int8 or
+    kblock.stream_kblock of that weight row alone) bit for bit."""
     from mlxcel_py.models.cpu.quant import step, vector
     from mlxcel_py.models.cpu.quant.vector_ir import UNITS
 
     w = _weight(qtype, 13, columns, seed=5)
     raw, units = np.ascontiguousarray(w.blocks), columns // UNITS[int(qtype)][0]
-    x = np.random.default_rng(5).standard_normal((4, columns)).astype(np.float32)
-    (q,) = step.input_sets(4, (columns,))
+    x = np.random.default_rng(5).standard_normal((70, columns)).astype(np.float32)
+    (q,) = step.input_sets(70, (columns,))
     step._quantize(x, q)
-    alone = np.zeros((4, 13), np.float32)
-    for r in range(4):
+    alone = np.zeros((70, 13), np.float32)
+    assert vector.INPUT_TILE_BYTES // 2048 < 70 - 4  # the 2,048-column case crosses tiles
+    for r in range(70):
         for n in range(13):
             one = (raw[n : n + 1], alone[r : r + 1, n : n + 1], 1, units)
             if int(qtype) in kblock.KBLOCK_TYPES:  # Q4_K, Q6_K: over the input per 256 (kblock.py)
                 kblock.stream_kblock(int(qtype), *(a[r : r + 1] for a in q[4:]), *one)
             else:
                 vector.stream_int8(int(qtype), q[0][r : r + 1], q[1][r : r + 1], q[3][r : r + 1], *one)
-    for rows in (1, 4):
+    for rows in (1, 4, 70):
         out = np.full((rows, 15), np.nan, np.float32)
         step._product(raw, int(qtype), units, 2, 0, 13, tuple(a[:rows] for a in q), out)
         assert np.array_equal(out[:, 2:], alone[:rows]) and np.isnan(out[:, :2]).all()

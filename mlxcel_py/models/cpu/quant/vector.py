@@ -93,6 +93,7 @@ def quantize_x(x):  # pragma: no cover - jitted
 # Q4_K rows of 864-1,152 bytes 3.2-5.9 against 12.5 GB/s, Q8_0 of 612-2,176 bytes 10-11 against 25-26),
 # while short rows gain from the interleaved chains (Q4_0/Q4_1/Q5_0 rows of 324-396 bytes +15%).
 PAIR_ROW_BYTES = 512
+INPUT_TILE_BYTES = 64 * 1024  # a prompt's input rows in tiles of about this many bytes of codes (_rows_loop)
 
 
 def _rows_loop(one, pair):
@@ -113,9 +114,15 @@ def _rows_loop(one, pair):
             if (r1 - r0) % 2:
                 one(raw[r1 - 1], xq, xd, xs, 0, 1, out, col + r1 - 1, units)
             return
-        for n in range(r0, r1):
-            for b in range(0, count, 4):
-                one(raw[n], xq, xd, xs, b, min(4, count - b), out, col + n, units)
+        # a prompt's many input rows in tiles of about INPUT_TILE_BYTES of codes, each tile against every
+        # weight row of the task: the tile stays in L2 while the weight rows are read again per tile (the
+        # same groups of 4 input rows per call, so the same sums)
+        tile = max(4, INPUT_TILE_BYTES // xq.shape[1] // 4 * 4)
+        for b0 in range(0, count, tile):
+            b1 = min(count, b0 + tile)
+            for n in range(r0, r1):
+                for b in range(b0, b1, 4):
+                    one(raw[n], xq, xd, xs, b, min(4, b1 - b), out, col + n, units)
 
     return rows_loop
 
