@@ -112,6 +112,7 @@ def _accumulate(builder, sums, c, pairs16, scales, split):
 
 
 def _total(builder, sums):
+    """The running sums added pairwise."""
     while len(sums) > 1:
         sums = [builder.add(a, b) for a, b in zip(sums[::2], sums[1::2])] + sums[len(sums) // 2 * 2:]
     return sums[0]

@@ -6,7 +6,7 @@ phase of a 1.5B (8,960 values, quantized per 32 and per 256) was 37 us of one th
 the same operations run on <16 x float>: |x| by clearing the sign bit, a max by compare and select
 (exact, order-free), v = x * inv (one rounding, no contraction), round half away from zero as
 trunc(|v| + 0.5) with v's sign, so every code, scale and sum is the scalar rule's, bit for bit
-(tests/test_quant_vector.py checks them against numpy)."""
+(tests/test_quant_kblock.py checks them against numpy, per 32 and per 256)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A whole llama decode step over GGUF blocks in one numba call.
+"""A whole llama (or qwen2: a q/k/v bias) decode step over GGUF blocks in one numba call.
 
 NativeDecoder runs 121 products a step (30 layers x 4 + the LM head), each its own `prange`
 region (a fork/join of numba's pool) behind Python glue and an activation quantize: two
@@ -6,7 +6,7 @@ threads bought 1.2x. Here the step is one parallel region whose threads work thr
 plan of phases (norm, q/k/v product, RoPE + KV write, attention per head, o, norm, gate/up,
 SwiGLU, down, ..., LM head). A phase is split into tasks (a product into runs of whole output
 rows, attention into (row, KV head, 256-position chunk) items merged by the next phase, the small
-row-wise work into one task); a thread claims the next task from an atomic counter and, before
+row-wise work into one task, or a prompt's rows into shares: `row_tasks`); a thread claims the next task from an atomic counter and, before
 running it, waits until every task of the earlier phases is done (a second counter; a long wait
 sleeps on it, atomics.py), as ggml's threadpool does between graph nodes. A thread only waits on
 lower-numbered tasks, all claimed by running threads, so no thread count or
