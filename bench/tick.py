@@ -510,7 +510,8 @@ def shift_rounds(lm, context: int, n_keep: int, rounds: int) -> None:
         for _ in range(rounds):
             runner, seconds = shifted(lm, mode, row, n_keep, discard)
             times.append(seconds)
-        got, got_next = greedy_after(lm.model, runner._batch, last, FOLLOW)
+        # the shifted row as mlx-lm caches (a private copy of the engine's row; row 0: the only sequence)
+        got, got_next = greedy_after(lm.model, runner._extract(0, len(kept)), last, FOLLOW)
         p_got = mx.softmax(got.astype(mx.float32))
         kl = (p_want * (mx.log(p_want + 1e-30) - mx.log(p_got + 1e-30))).sum().item()
         err = mx.abs(got.astype(mx.float32) - want.astype(mx.float32)).max().item()
