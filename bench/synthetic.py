@@ -16,8 +16,9 @@ The other architectures (--arch; their presets are named after the architecture,
 (tests/fixtures/gguf/<arch>-f16.gguf, llama.cpp's own converter output, written by
 scripts/make_gguf_fixtures.py), scaled to the preset's dimensions; its tokenizer stays the fixture's (400
 tokens), or with `--vocab N` grows to N with tokens no text reaches, so that the embedding, the
-LM head and the sampler have a real model's size (151,936 for Qwen2.5, 262,144 for Gemma 3). A tensor's new shape is its rule's shape at the new dimensions times the fixture's ratio to the
-rule at the fixture's dimensions, so a fused tensor (phi3's attn_qkv, its gate|up ffn_up) keeps its fusion.
+LM head and the sampler have a real model's size (151,936 for Qwen2.5, 262,144 for Gemma 3). A
+tensor's new shape is its rule's shape at the new dimensions times the fixture's ratio to the rule at
+the fixture's dimensions, so a fused tensor (phi3's attn_qkv, its gate|up ffn_up) keeps its fusion.
 `write` is also what `python -m bench decode-sweep` writes its files with.
 """
 
@@ -217,7 +218,7 @@ def write_arch(out: Path, arch: str, shape: tuple[int, ...], add: Callable, writ
                vocab: int = 0) -> GGUFWriter:
     """Write `arch` at `shape` (ARCH_PRESETS' order) to `out`; `add(writer, gguf_name, short_name, layer,
     layers, rows, cols)` adds one 2-D weight, `writer_for(out, arch)` makes the writer; `vocab` > the
-    fixture's pads its tokens with control tokens (`_padded`); returns the writer with everything added,
+    fixture's pads its tokens with unreachable ones (`_padded`); returns the writer with everything added,
     not yet written."""
     reader = GGUFReader(FIXTURES / f"{arch}-f16.gguf")
     meta = {f.name: f.contents() for f in reader.fields.values() if not f.name.startswith("GGUF.")}

@@ -13,8 +13,9 @@ installed, its greedy tokens on a fixed prompt, recorded in llama_server_tokens.
 ($VENV: a venv with those packages; $LLAMA_CPP_SOURCE: a llama.cpp source tree, e.g. the one
 scripts/build_llama_server.sh unpacks under its build directory.)
 
-llama-quantize makes the K-quant files and the `requants` ones (from the f16 file) (`cmake --build BUILD --target llama-quantize` in the
-same llama.cpp tree); without it, or without llama-server, those steps are skipped.
+llama-quantize makes the K-quant files and the `requants` ones (from the f16 file; `cmake --build
+BUILD --target llama-quantize` in the same llama.cpp tree); without it, or without llama-server, those
+steps are skipped.
 
 The converter recognises a tokenizer by hashing its output on a test string; ours are
 new, so the script tells it which llama.cpp pre-tokenizer each one is (the only
