@@ -19,7 +19,8 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 from numba.core import cgutils
 
-from .vector_ir import CONTRACT, I32, I64, SIGNED_CODES, UNITS, UNSIGNED_BIAS, V2F, V8F, V32I8, load_pair, reduce_sum, spread, unit_codes
+from .vector_ir import (CONTRACT, I32, I64, SIGNED_CODES, UNITS, UNSIGNED_BIAS, V2F, V8F, V32I8, close_unit_loop,
+                        load_pair, open_unit_loop, reduce_sum, spread, unit_codes)
 
 V16I16, V8I32 = ir.VectorType(ir.IntType(16), 16), ir.VectorType(I32, 8)
 HAS_AVX2 = platform.machine().lower() in ("x86_64", "amd64") and bool(llvm.get_host_cpu_features().get("avx2"))
@@ -59,11 +60,8 @@ def emit_dots(builder, qtype, wrows, xq, xd, xs, units):
     weights, _, has_offset = UNITS[qtype]
     bias = UNSIGNED_BIAS.get(qtype)
     pairs = [(i, r) for i in range(len(wrows)) for r in range(len(xq))]
-    entry = builder.block
-    loop, done = builder.append_basic_block("q8loop"), builder.append_basic_block("q8done")
-    builder.branch(loop)
-    builder.position_at_end(loop)
-    u = builder.phi(I64)
+    opened = open_unit_loop(builder, "q8")
+    u = opened[3]
     accs = [builder.phi(V8F) for _ in pairs]
     # offset sums of up to 4 pairs side by side in one vector: lane for lane the same FMAs, fewer of them
     groups = [pairs[k : k + 4] for k in range(0, len(pairs), 4)]
@@ -89,14 +87,7 @@ def emit_dots(builder, qtype, wrows, xq, xd, xs, units):
             ov, xv = (_concat(builder, [parts[k] for k in keys]) for parts, keys in
                       ((ovs, [i for i, _ in group]), (xsums, [r for _, r in group])))
             new_off[g] = builder.fadd(builder.fmul(ov, xv, flags=CONTRACT), new_off[g], flags=CONTRACT)
-    nxt = builder.add(u, ir.Constant(I64, 1))
-    u.add_incoming(ir.Constant(I64, 0), entry)
-    u.add_incoming(nxt, loop)
-    for phi, value in list(zip(accs, new_acc)) + list(zip(offs, new_off)):
-        phi.add_incoming(ir.Constant(phi.type, None), entry)
-        phi.add_incoming(value, loop)
-    builder.cbranch(builder.icmp_signed("<", nxt, units), loop, done)
-    builder.position_at_end(done)
+    close_unit_loop(builder, opened, units, list(zip(accs, new_acc)) + list(zip(offs, new_off)))
     sums = [reduce_sum(builder, v) for v in new_acc]
     if offs:
         lanes = [(new_off[g], k) for g, group in enumerate(groups) for k in range(len(group))]

@@ -22,7 +22,8 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from .int8_ir import HAS_AVX2, V8I32, V16I16, _prefetch, _x86
-from .vector_ir import I32, I64, V8F, V16I8, V32I8, _f16_scalar, _lanes, _load, _splat, _splat_f, reduce_sum
+from .vector_ir import (I32, I64, V8F, V16I8, V32I8, _f16_scalar, _lanes, _load, _splat, _splat_f, close_unit_loop,
+                        open_unit_loop, reduce_sum)
 
 HAS_FMA = bool(llvm.get_host_cpu_features().get("fma")) if HAS_AVX2 else False
 Q4_K, Q6_K = 12, 14
@@ -123,11 +124,8 @@ def emit_kdots(builder, qtype, wrows, xq, xd, xs, units):
     (weight row, input row) order. xq: i8* codes, xd: float* scale per 256, xs: i16* code sums per
     16, one of each per input row."""
     pairs = [(i, r) for i in range(len(wrows)) for r in range(len(xq))]
-    entry = builder.block
-    loop, done = builder.append_basic_block("kloop"), builder.append_basic_block("kdone")
-    builder.branch(loop)
-    builder.position_at_end(loop)
-    u = builder.phi(I64)
+    opened = open_unit_loop(builder, "k")
+    u = opened[3]
     accs = [builder.phi(V8F) for _ in pairs]
     mins = [builder.phi(V8F) for _ in pairs] if qtype == Q4_K else []
     new_acc, new_min = list(accs), list(mins)
@@ -157,14 +155,7 @@ def emit_kdots(builder, qtype, wrows, xq, xd, xs, units):
         if qtype == Q4_K:
             mscale = _splat_f(builder, builder.fmul(dmin, dxs[r]), 8)
             new_min[p] = _fma(builder, builder.sitofp(bsum, V8F), mscale, mins[p])
-    nxt = builder.add(u, ir.Constant(I64, 1))
-    u.add_incoming(ir.Constant(I64, 0), entry)
-    u.add_incoming(nxt, loop)
-    for phi, value in list(zip(accs, new_acc)) + list(zip(mins, new_min)):
-        phi.add_incoming(ir.Constant(V8F, None), entry)
-        phi.add_incoming(value, loop)
-    builder.cbranch(builder.icmp_signed("<", nxt, units), loop, done)
-    builder.position_at_end(done)
+    close_unit_loop(builder, opened, units, list(zip(accs, new_acc)) + list(zip(mins, new_min)))
     out = [reduce_sum(builder, v) for v in new_acc]
     if mins:
         out = [builder.fsub(s, reduce_sum(builder, m)) for s, m in zip(out, new_min)]

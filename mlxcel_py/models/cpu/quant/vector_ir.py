@@ -173,18 +173,38 @@ def reduce_sum(builder, v):
     return builder.extract_element(v, ir.Constant(I32, 0))
 
 
+def open_unit_loop(builder, name: str) -> tuple:
+    """Start a loop over a row's units (blocks): (entry block, loop block, done block, the unit index phi).
+    The caller adds its accumulators' phis, the body, then `close_unit_loop`."""
+    entry = builder.block
+    loop, done = builder.append_basic_block(name + "loop"), builder.append_basic_block(name + "done")
+    builder.branch(loop)
+    builder.position_at_end(loop)
+    return entry, loop, done, builder.phi(I64)
+
+
+def close_unit_loop(builder, opened: tuple, units, phis) -> None:
+    """End `open_unit_loop`'s loop after `units` units: each (phi, its next value) pair of `phis` starts
+    at zero; the builder is left after the loop."""
+    entry, loop, done, u = opened
+    nxt = builder.add(u, ir.Constant(I64, 1))
+    u.add_incoming(ir.Constant(I64, 0), entry)
+    u.add_incoming(nxt, loop)
+    for phi, value in phis:
+        phi.add_incoming(ir.Constant(phi.type, None), entry)
+        phi.add_incoming(value, loop)
+    builder.cbranch(builder.icmp_signed("<", nxt, units), loop, done)
+    builder.position_at_end(done)
+
+
 def emit_row_dots(builder, qtype, rows, row, xs, units):
     """Emit the loop over `units` of one weight row: returns `rows` float sums, one per x row.
 
     row: i8* (the row's blocks); xs: float* per input row."""
     weights, _, has_offset = UNITS[qtype]
     chunks = weights // 32
-    entry = builder.block
-    loop = builder.append_basic_block("qloop")
-    done = builder.append_basic_block("qdone")
-    builder.branch(loop)
-    builder.position_at_end(loop)
-    u = builder.phi(I64)
+    opened = open_unit_loop(builder, "q")
+    u = opened[3]
     # 32 lanes per row for 1-2 rows; 16 for 3-4, so that the accumulators fit AVX2's 16 registers
     acc_type = V32F if rows <= 2 else V16F
     accs = [builder.phi(acc_type) for _ in range(rows)]
@@ -201,14 +221,7 @@ def emit_row_dots(builder, qtype, rows, row, xs, units):
                 at = builder.gep(xs[r], [builder.add(first, ir.Constant(I64, 16 * p))])
                 xv = builder.load(builder.bitcast(at, acc_type.as_pointer()), align=4)
                 new[r] = builder.fadd(builder.fmul(wp, xv, flags=CONTRACT), new[r], flags=CONTRACT)
-    nxt = builder.add(u, ir.Constant(I64, 1))
-    u.add_incoming(ir.Constant(I64, 0), entry)
-    u.add_incoming(nxt, loop)
-    for acc, value in zip(accs, new):
-        acc.add_incoming(ir.Constant(acc_type, None), entry)
-        acc.add_incoming(value, loop)
-    builder.cbranch(builder.icmp_signed("<", nxt, units), loop, done)
-    builder.position_at_end(done)
+    close_unit_loop(builder, opened, units, list(zip(accs, new)))
     return [reduce_sum(builder, v) for v in new]
 
 
@@ -216,19 +229,12 @@ def emit_dequant_row(builder, qtype, row, out, units):
     """Emit the loop writing one row's weights as float32 to float* `out`: scale * code (+ offset)
     with no fusing, the same float32 operations as gguf.quants.dequantize, so bit-equal to it."""
     weights, _, has_offset = UNITS[qtype]
-    entry = builder.block
-    loop, done = builder.append_basic_block("dqloop"), builder.append_basic_block("dqdone")
-    builder.branch(loop)
-    builder.position_at_end(loop)
-    u = builder.phi(I64)
+    opened = open_unit_loop(builder, "dq")
+    u = opened[3]
     for j, codes, sv, ov in unit_codes(builder, qtype, row, u):
         w = codes if sv is None else builder.fmul(builder.sitofp(codes, V32F), spread(builder, sv, 32))  # float_ir: weights
         if has_offset:
             w = builder.fadd(w, spread(builder, ov, 32))
         first = builder.add(builder.mul(u, ir.Constant(I64, weights)), ir.Constant(I64, 32 * j))
         builder.store(w, builder.bitcast(builder.gep(out, [first]), V32F.as_pointer()), align=4)
-    nxt = builder.add(u, ir.Constant(I64, 1))
-    u.add_incoming(ir.Constant(I64, 0), entry)
-    u.add_incoming(nxt, loop)
-    builder.cbranch(builder.icmp_signed("<", nxt, units), loop, done)
-    builder.position_at_end(done)
+    close_unit_loop(builder, opened, units, [])
