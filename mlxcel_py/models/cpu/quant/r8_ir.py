@@ -1,0 +1,131 @@
+"""LLVM IR for Q4_K weights repacked eight rows at a time (q4k_r8.py's layout), against input rows
+quantized per 256 values as kblock_ir's (codes, a scale per 256, int16 code sums per 16).
+
+kblock_ir reads one weight row a call: each Q4_K block's scales are unpacked on the integer units,
+broadcast per 32 codes with a shuffle, and the block's int32 sum and its float scale and mins are
+per row, reduced across eight lanes at the row's end. Here a vector lane is a weight row: one
+32-byte register holds four codes of each of eight rows, `vpmaddubsw` against those four input codes
+broadcast gives each row's two pair sums, and `vpmaddwd` (`vpdpwssd` with AVX512-VNNI) by the rows'
+sub-block scales adds them into the rows' own int32 lanes. The scales come decoded (one byte a
+row), the block's d and dmin as eight halves, and the float work, once a block, is for eight rows:
+
+    acc += (d * d_x) * float(sumi) ; mins += (dmin * d_x) * float(m . bsums)   (lanes = rows)
+
+and a row's result is acc - mins in its lane: the same operations for every lane, so a row's sum is
+the same bits in whichever group, call, tile or thread it is computed. Integer sums are exact: a
+pair is at most 2 * 15 * 127 = 3,810, a block's int32 sum below 2^24."""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from .int8_ir import V8I32, V16I16, _x86
+from .kblock_ir import VNNI, _fma
+from .vector_ir import I8, I32, I64, V8F, V32I8, _load, _splat, _splat_f, close_unit_loop, open_unit_loop
+
+ROWS = 8  # weight rows a group
+GROUP_BLOCK_BYTES = 1184  # d[8], dmin[8] (halves), scales[8][8], mins as pairs[4][8][2], codes[4][8][8][4]
+SCALES, MINS, CODES = 32, 96, 160  # their offsets in a group's block
+# Software prefetch, two group blocks ahead, only for calls of several input rows. One input row streams
+# a group's single run of bytes faster on the hardware prefetcher alone (Zen 4, one thread, Q4_K rows of
+# 2,048 / 4,096 values from DRAM: 29-30 GB/s without, 20-25 with 1-4 blocks ahead); four input rows
+# spend long enough on a block that the hardware's stream falls behind (4,096: 6.0 GB/s without,
+# 9.0-10.0 with). `python -m bench q4k-repack`.
+PREFETCH_AHEAD = 2 * GROUP_BLOCK_BYTES
+V8H, V8I8, V16I8 = ir.VectorType(ir.HalfType(), 8), ir.VectorType(I8, 8), ir.VectorType(I8, 16)
+V4I32, V8I16 = ir.VectorType(I32, 4), ir.VectorType(ir.IntType(16), 8)
+
+
+def _halves(builder, group, base, at):
+    """Eight float16 at byte base + at as <8 x float>."""
+    ptr = builder.bitcast(builder.gep(group, [builder.add(base, ir.Constant(I64, at))]), V8H.as_pointer())
+    return builder.fpext(builder.load(ptr, align=1), V8F)
+
+
+def _broadcast32(builder, ptr, offset):
+    """The 4 bytes at ptr + offset repeated across a <32 x i8> (one vpbroadcastd)."""
+    word = builder.load(builder.bitcast(builder.gep(ptr, [offset]), I32.as_pointer()), align=1)
+    one = builder.insert_element(ir.Constant(ir.VectorType(I32, 1), None), word, ir.Constant(I32, 0))
+    return builder.bitcast(builder.shuffle_vector(one, one, ir.Constant(V8I32, [0] * 8)), V32I8)
+
+
+def _scales(builder, group, base):
+    """The 8 sub-blocks' scales as <16 x i16>, row r's at lanes 2r and 2r + 1 (vpmaddwd's pairs), and
+    the 4 pairs of mins as <16 x i16>, row r's (m_2q, m_2q+1) at lanes 2r, 2r + 1."""
+    scales = []
+    for j in range(8):
+        v = builder.zext(_load(builder, group, builder.add(base, ir.Constant(I64, SCALES + 8 * j)), V8I8), V8I32)
+        scales.append(builder.bitcast(builder.or_(v, builder.shl(v, _splat(V8I32, 16))), V16I16))
+    mins = [builder.zext(_load(builder, group, builder.add(base, ir.Constant(I64, MINS + 16 * q)), V16I8), V16I16)
+            for q in range(4)]
+    return scales, mins
+
+
+def _bsum_pairs(builder, xs, u):
+    """The input row's code sums per 32 of block u, (s_2q, s_2q+1) as one i32 for q = 0..3, each
+    broadcast to <16 x i16> (pairs for vpmaddwd against a row's two mins)."""
+    ptr = builder.bitcast(builder.gep(xs, [builder.mul(u, ir.Constant(I64, 16))]), V16I16.as_pointer())
+    sums = builder.load(ptr, align=2)
+    even = builder.shuffle_vector(sums, sums, ir.Constant(V8I32, list(range(0, 16, 2))))
+    odd = builder.shuffle_vector(sums, sums, ir.Constant(V8I32, list(range(1, 16, 2))))
+    words = builder.bitcast(builder.add(even, odd), V4I32)  # |sum of 32 codes| <= 4,064: an int16
+    return [builder.bitcast(builder.shuffle_vector(words, words, ir.Constant(V8I32, [q] * 8)), V16I16) for q in range(4)]
+
+
+def _madd(builder, chain, pairs, scales):
+    """chain + pmaddwd(pairs, scales): vpdpwssd with AVX512-VNNI, else vpmaddwd then vpaddd."""
+    if chain is None:
+        return _x86(builder, "llvm.x86.avx2.pmadd.wd", V8I32, pairs, scales)
+    if VNNI:
+        return _x86(builder, "llvm.x86.avx512.vpdpwssd.256", V8I32, chain, builder.bitcast(pairs, V8I32),
+                    builder.bitcast(scales, V8I32))
+    return builder.add(chain, _x86(builder, "llvm.x86.avx2.pmadd.wd", V8I32, pairs, scales))
+
+
+def _tree(builder, values):
+    while len(values) > 1:
+        values = [builder.add(a, b) for a, b in zip(values[::2], values[1::2])] + values[len(values) // 2 * 2:]
+    return values[0]
+
+
+def emit_group_dots(builder, group, xq, xd, xs, units):
+    """A group of eight weight rows (i8*, `units` blocks of GROUP_BLOCK_BYTES) against each input row
+    (xq: i8* codes, xd: float* scale per 256, xs: i16* code sums per 16): one <8 x float> per input
+    row, lane r the sum of weight row r."""
+    n_in = len(xq)
+    chains = max(2, (8 if VNNI else 4) // n_in)  # independent int32 sums a block (integer: any order)
+    opened = open_unit_loop(builder, "r8")
+    u = opened[3]
+    accs, mins = [builder.phi(V8F) for _ in xq], [builder.phi(V8F) for _ in xq]
+    base = builder.mul(u, ir.Constant(I64, GROUP_BLOCK_BYTES))
+    fn = builder.module.globals.get("llvm.prefetch.p0i8") or ir.Function(
+        builder.module, ir.FunctionType(ir.VoidType(), [I8.as_pointer(), I32, I32, I32]), "llvm.prefetch.p0i8")
+    for line in range(0, GROUP_BLOCK_BYTES if n_in > 1 else 0, 64):
+        ahead = builder.add(base, ir.Constant(I64, PREFETCH_AHEAD + line))
+        builder.call(fn, [builder.gep(group, [ahead]), ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
+    d, dmin = _halves(builder, group, base, 0), _halves(builder, group, base, 16)
+    scales, min_pairs = _scales(builder, group, base)
+    first = builder.mul(u, ir.Constant(I64, 256))
+    sums = [[None] * chains for _ in xq]
+    for p in range(4):  # codes 64p .. 64p + 63: sub-block 2p in the low nibbles, 2p + 1 in the high
+        for g in range(8):
+            at = builder.add(base, ir.Constant(I64, CODES + 256 * p + 32 * g))
+            packed = _load(builder, group, at, V32I8)
+            lo = builder.and_(packed, _splat(V32I8, 15))
+            hi = builder.lshr(packed, _splat(V32I8, 4))
+            for r in range(n_in):
+                for half, codes in ((0, lo), (1, hi)):
+                    x = _broadcast32(builder, xq[r], builder.add(first, ir.Constant(I64, 64 * p + 32 * half + 4 * g)))
+                    pairs = _x86(builder, "llvm.x86.avx2.pmadd.ub.sw", V16I16, codes, x)
+                    k = (2 * g + half) % chains
+                    sums[r][k] = _madd(builder, sums[r][k], pairs, scales[2 * p + half])
+    new_accs, new_mins = [], []
+    for r in range(n_in):
+        bsums = _bsum_pairs(builder, xs[r], u)
+        m = _tree(builder, [_x86(builder, "llvm.x86.avx2.pmadd.wd", V8I32, mp, bs) for mp, bs in zip(min_pairs, bsums)])
+        dx = _splat_f(builder, builder.load(builder.gep(xd[r], [u]), align=4), 8)
+        new_accs.append(_fma(builder, builder.sitofp(_tree(builder, sums[r]), V8F), builder.fmul(d, dx), accs[r]))
+        new_mins.append(_fma(builder, builder.sitofp(m, V8F), builder.fmul(dmin, dx), mins[r]))
+    close_unit_loop(builder, opened, units, list(zip(accs, new_accs)) + list(zip(mins, new_mins)))
+    return [builder.fsub(a, m) for a, m in zip(new_accs, new_mins)]
+
