@@ -106,13 +106,24 @@ def install(model: nn.Module, path: str, blocks: QuantWeight) -> bool:
     return True
 
 
-def release(view: np.ndarray) -> None:
-    """Drop the whole pages under `view` (a view of a read-only np.memmap) from this process's mapping:
-    a tensor copied elsewhere (fused, unpermuted) would otherwise count twice in resident memory.
-    A copy (no mapping underneath) is left alone."""
+def _mapped_root(view: np.ndarray) -> Optional[np.ndarray]:
+    """The np.memmap-like array whose base is the mmap under `view`, or None for a copy."""
     root = view
     while root is not None and not isinstance(root.base, mmap.mmap):
         root = root.base if isinstance(root.base, np.ndarray) else None
+    return root
+
+
+def mapped(view: np.ndarray) -> bool:
+    """Whether `view` lies in a mapped file whose pages `release` can drop (not an in-memory copy)."""
+    return _mapped_root(view) is not None and hasattr(mmap, "MADV_DONTNEED")
+
+
+def release(view: np.ndarray) -> None:
+    """Drop the whole pages under `view` (a view of a read-only np.memmap) from this process's mapping:
+    a tensor copied elsewhere (fused, unpermuted, repacked) would otherwise count twice in resident
+    memory. A copy (no mapping underneath) is left alone."""
+    root = _mapped_root(view)
     if root is None or not hasattr(mmap, "MADV_DONTNEED"):
         return
     mapped = root.ctypes.data - getattr(root, "offset", 0) % mmap.ALLOCATIONGRANULARITY  # the mmap's first byte
@@ -125,14 +136,17 @@ def release(view: np.ndarray) -> None:
 GROUPS = (("self_attn", ("q_proj", "k_proj", "v_proj")), ("mlp", ("gate_proj", "up_proj")))
 
 
-def fuse_layers(model: nn.Module) -> int:
-    """Fuse q/k/v and gate/up of each layer where all are BlockLinear of one type; returns how many groups."""
+def fuse_layers(model: nn.Module, keep: tuple = ()) -> int:
+    """Fuse q/k/v and gate/up of each layer where all are BlockLinear of one type, not one of `keep`
+    (types the fused decode step repacks from the file's own pages: a fused copy would stay resident
+    beside the repacked rows); returns how many groups."""
     fused = 0
     for layer in getattr(getattr(model, "model", None), "layers", []):
         for owner, names in GROUPS:
             parent = getattr(layer, owner, None)
             mods = [getattr(parent, n, None) for n in names]
-            if not all(isinstance(m, BlockLinear) for m in mods) or len({m.blocks.qtype for m in mods}) != 1:
+            if not all(isinstance(m, BlockLinear) for m in mods) or len({m.blocks.qtype for m in mods}) != 1 \
+                    or mods[0].blocks.qtype in keep:
                 continue
             whole = np.concatenate([m.blocks.blocks for m in mods])
             for m in mods:

@@ -156,6 +156,14 @@ def supported(model) -> Optional[str]:
     return None
 
 
+def llama_like(model) -> bool:
+    """An mlx-lm llama or qwen2 with llama's layer (a q/k/v bias allowed; no q/k norms, windows or other
+    rope: ArchSpec.llama_layer): what the fused decode step runs."""
+    from mlx_lm.models import llama, qwen2
+
+    return type(model) in (llama.Model, qwen2.Model) and supported(model) is None and spec_for(model).llama_layer
+
+
 def spec_for(model) -> ArchSpec:
     """The ArchSpec of a `supported` model."""
     name, args = _module_name(model), model.args

@@ -16,12 +16,13 @@ import numba
 import numpy as np
 from numba.typed import List
 
-from .arch import qkv_bias
+from ..gguf_blocks import mapped, release
+from .arch import llama_like, qkv_bias
 from .decode_attention import chunks_for
 from .decoder import CpuDecoder
 from .prompt_rows import PromptRows, step_phases
 from .native import NativeDecoder, Product, native_decoder_for
-from .quant import int8_ir, products, step, vector
+from .quant import int8_ir, products, q4k_r8, step, vector
 from .quant.blocks import QuantWeight
 from .quant.kblock import KBLOCK_TYPES
 from .quant.dispatch import TypedCall, layout
@@ -44,14 +45,19 @@ def task_rows(rows: int, row_bytes: int) -> int:
 
 
 def fused_step_applies(model) -> bool:
-    """Whether FusedDecoder's step is the model's: an mlx-lm llama or qwen2, on a CPU with AVX2."""
-    from mlx_lm.models import llama, qwen2
+    """Whether FusedDecoder's step is the model's: an mlx-lm llama or qwen2 (arch.llama_like), on a CPU with AVX2."""
+    return int8_ir.HAS_AVX2 and llama_like(model)
 
-    from .arch import spec_for, supported
 
-    # llama's layer, a q/k/v bias allowed; no q/k norms, windows or other rope (ArchSpec.llama_layer)
-    return type(model) in (llama.Model, qwen2.Model) and int8_ir.HAS_AVX2 and supported(model) is None \
-        and spec_for(model).llama_layer
+def _repacked(part: QuantWeight) -> Optional[np.ndarray]:
+    """part's rows repacked eight at a time, its file pages then dropped from memory (they come back if
+    another path reads them), or None: not Q4_K, not whole groups of 8, not this CPU's, or not a view of
+    the mapped file (a copy would stay resident beside the repacked rows)."""
+    if int(part.qtype) != q4k_r8.Q4_K or not q4k_r8.AVAILABLE or part.shape[0] % q4k_r8.ROWS or not mapped(part.blocks):
+        return None
+    rows = q4k_r8.repack(part.blocks)
+    release(part.blocks)
+    return rows
 
 
 def decoder_for(model, path: Path, threads: int = 1) -> Optional[CpuDecoder]:
@@ -100,9 +106,13 @@ class _Plan:
             seg, rows = len(self.segs), part.shape[0]
             if int(part.qtype) in KBLOCK_TYPES:
                 self.kblock_kinds.add(kind)
-            self.segs.append((int(part.qtype), part.shape[1] // UNITS[int(part.qtype)][0], col))
-            self.raws.append(_readonly(part.blocks))
+            repacked = _repacked(part)
+            qtype = int(part.qtype) if repacked is None else q4k_r8.QTYPE
+            self.segs.append((qtype, part.shape[1] // UNITS[int(part.qtype)][0], col))
+            self.raws.append(_readonly(part.blocks if repacked is None else repacked))
             chunk = task_rows(rows, part.blocks.shape[1])
+            if repacked is not None:  # whole groups of eight rows a task
+                chunk = -(-chunk // q4k_r8.ROWS) * q4k_r8.ROWS
             tasks += [(seg, r, min(r + chunk, rows)) for r in range(0, rows, chunk)]
             col += rows
         self._add(kind, layer, len(tasks), tasks)

@@ -22,7 +22,7 @@ from .r8_ir import GROUP_BLOCK_BYTES, ROWS, emit_group_dots
 from .vector_intrinsics import _rows_switch
 
 AVAILABLE = HAS_AVX2 and HAS_FMA  # the product's CPUs (x86 with AVX2 and FMA)
-Q4_K_BLOCK = 144
+Q4_K, Q4_K_BLOCK = 12, 144
 MAX_ROWS = 4  # input rows a call
 QTYPE = 1012  # the repacked layout's type code in a fused step's segments (not a GGUF type)
 
@@ -53,6 +53,15 @@ def repack(blocks: np.ndarray) -> np.ndarray:
         b[..., 16:].reshape(groups, units, ROWS, 4, 8, 4).transpose(0, 1, 3, 4, 2, 5).reshape(*shape, 1024),
     ]
     return np.ascontiguousarray(np.concatenate(parts, axis=-1).reshape(groups, units * GROUP_BLOCK_BYTES))
+
+
+def repacked_types(model) -> tuple:
+    """The GGUF types whose rows the fused decode step reads repacked on this CPU for `model` (a llama
+    or qwen2: arch.llama_like): the loader leaves them unfused (gguf_blocks.fuse_layers' `keep`), so
+    each repacked matrix is a copy of file pages that can leave memory, not of an in-memory fused one."""
+    from ..arch import llama_like
+
+    return (Q4_K,) if AVAILABLE and llama_like(model) else ()
 
 
 @intrinsic
@@ -99,4 +108,4 @@ def stream_r8(xq, xd, xs, raw, out, threads, units):  # pragma: no cover - jitte
         r8_rows(raw, t * groups // threads, (t + 1) * groups // threads, xq, xd, xs, out, 0, units)
 
 
-__all__ = ["AVAILABLE", "GROUP_BLOCK_BYTES", "ROWS", "repack", "r8_rows", "stream_r8"]
+__all__ = ["AVAILABLE", "GROUP_BLOCK_BYTES", "Q4_K", "QTYPE", "ROWS", "repack", "repacked_types", "r8_rows", "stream_r8"]
