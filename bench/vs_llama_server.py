@@ -1,16 +1,19 @@
-"""Ours beside llama-server on the same GGUF: two modes, one server at a time, the same client
-(mlxcel_py.loadtest) for both.
+"""Ours beside llama-server on the same GGUF: two modes, one server at a time (or both up, rounds
+interleaved), the same client (mlxcel_py.loadtest) for both.
 
 `python -m bench vs-llama-server` (alias `side-by-side`):
 
     python -m bench vs-llama-server [--models A.gguf B.gguf] [--servers ours llama] [--slots 4] [--ctx 16384]
         [--threads 2] [--rounds 2] [--window-s 10] [--decode-by frames|replies] [--json out.json] [--ttft-only]
+        [--interleave]
 
 Per model and server: resident memory (RSS of the server's process tree) after load and after decoding,
 decode tok/s at 1 and 4 streams (token frames over a window, greedy, EOS ignored; `--decode-by replies`:
 from whole non-streamed replies of 136 and 8 tokens, for vocabularies whose tokens are byte pieces), the time to first
 token of a lone 2,048-token prompt, greedy completions of GREEDY_PROMPTS (their first dozen characters
-compared across servers), and KV bytes per token. llama-server is $LLAMA_SERVER, else `llama-server` on
+compared across servers), and KV bytes per token. `--interleave` starts both servers and runs each round
+on each in turn, the other idle (a machine whose speed drifts over a run slows both alike; resident memory
+is still each server's own). llama-server is $LLAMA_SERVER, else `llama-server` on
 PATH (scripts/build_llama_server.sh builds one). Prints a markdown table.
 
 `python -m bench kv-bytes`: resident KV bytes per token, ours against llama-server, same model and context
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -252,35 +256,81 @@ def ours_description(log: str) -> str:
 
 # ---- vs-llama-server: every measurement per model and server, the agreement, the table.
 
+def _opened(name: str, model: str, args: argparse.Namespace, server: ManagedServer, encode, eos_ids) -> dict:
+    """A started server's first figures: memory after load, its warm-up, greedy texts."""
+    out: dict = {"server": name, "model": Path(model).name, "argv": " ".join(server.spec.argv)}
+    out["rss_after_load"] = settled_rss(server.proc.pid)
+    asyncio.run(warm_up(server.spec.url, encode, eos_ids, 0))
+    out["greedy"] = [] if args.ttft_only else greedy_texts(server.spec.url)
+    return out
+
+
+def _decode_round(url: str, streams: int, r: int, args: argparse.Namespace, encode, eos_ids) -> float:
+    prompts = [build_prompt(encode, DECODE_PROMPT_TOKENS, round_seed(0, r, "decode", i)) for i in range(streams)]
+    if args.decode_by == "replies":
+        return asyncio.run(reply_rate(url, prompts, eos_ids))
+    return asyncio.run(decode_rate(url, prompts, eos_ids, args.window_s, args.ctx // args.slots - DECODE_PROMPT_TOKENS - 16))
+
+
+def _ttft_round(url: str, r: int, encode, eos_ids) -> float:
+    return asyncio.run(lone_ttft_ms(url, build_prompt(encode, TTFT_TOKENS, round_seed(0, r, "ttft")), eos_ids))
+
+
+def _closing(name: str, model: str, out: dict, server: ManagedServer) -> None:
+    """A server's last figures, while it is up: memory after decoding, KV bytes, its load line."""
+    out["rss_after_decoding"] = resident_mb(server.proc.pid)
+    log = server.log_path.read_text(errors="replace")
+    out["kv"] = None if name == "llama" else ours_kv(server.spec.url, log, model)
+    out["load_line"] = ours_description(log) if name == "ours" else ""
+
+
+def _medians(out: dict, key: str, values: list[float]) -> None:
+    out[key] = {"median": statistics.median(values), "rounds": values}
+
+
 def measure(name: str, model: str, args: argparse.Namespace) -> dict:
     """Everything for one server on one model; the server is up only inside this call."""
     encode, eos_ids = load_encoder(model)
-    spec = server_spec(name, model, args.slots, args.ctx, args.threads)
-    out: dict = {"server": name, "model": Path(model).name, "argv": " ".join(spec.argv)}
-    with ManagedServer(spec, health_timeout_s=600) as server:
-        pid = server.proc.pid
-        out["rss_after_load"] = settled_rss(pid)
-        asyncio.run(warm_up(server.spec.url, encode, eos_ids, 0))
-        out["greedy"] = [] if args.ttft_only else greedy_texts(server.spec.url)
-        max_tokens = args.ctx // args.slots - DECODE_PROMPT_TOKENS - 16
+    with ManagedServer(server_spec(name, model, args.slots, args.ctx, args.threads), health_timeout_s=600) as server:
+        out = _opened(name, model, args, server, encode, eos_ids)
         for streams in [] if args.ttft_only else args.streams:
-            rates = []
-            for r in range(args.rounds):
-                prompts = [build_prompt(encode, DECODE_PROMPT_TOKENS, round_seed(0, r, "decode", i))
-                           for i in range(streams)]
-                rates.append(asyncio.run(reply_rate(server.spec.url, prompts, eos_ids) if args.decode_by == "replies"
-                                         else decode_rate(server.spec.url, prompts, eos_ids, args.window_s, max_tokens)))
-            out[f"decode_{streams}"] = {"median": statistics.median(rates), "rounds": rates}
-        lone = [build_prompt(encode, TTFT_TOKENS, round_seed(0, r, "ttft")) for r in range(args.rounds)]
-        ttfts = [asyncio.run(lone_ttft_ms(server.spec.url, p, eos_ids)) for p in lone]
-        out["ttft_ms"] = {"median": statistics.median(ttfts), "rounds": ttfts}
-        out["rss_after_decoding"] = resident_mb(pid)
-        log = server.log_path.read_text(errors="replace")
-        out["kv"] = None if name == "llama" else ours_kv(server.spec.url, log, model)
-        out["load_line"] = ours_description(log) if name == "ours" else ""
+            _medians(out, f"decode_{streams}", [_decode_round(server.spec.url, streams, r, args, encode, eos_ids)
+                                                for r in range(args.rounds)])
+        _medians(out, "ttft_ms", [_ttft_round(server.spec.url, r, encode, eos_ids) for r in range(args.rounds)])
+        _closing(name, model, out, server)
     if name == "llama" and not args.ttft_only:
         out["kv"] = llama_kv_probe(model, args.slots, args.ctx, args.threads)
     return out
+
+
+def measure_interleaved(names: list[str], model: str, args: argparse.Namespace) -> list[dict]:
+    """measure's figures for every server in `names` on one model, all up at once and each round run
+    on each server in turn (the others idle meanwhile), so that a drift of the machine's speed over the
+    run falls on every server alike instead of on whichever ran later."""
+    encode, eos_ids = load_encoder(model)
+    with contextlib.ExitStack() as stack:
+        servers = {}
+        for name in names:  # one at a time: each loads, and its memory settles, while the others idle
+            servers[name] = stack.enter_context(ManagedServer(server_spec(name, model, args.slots, args.ctx, args.threads),
+                                                              health_timeout_s=600))
+        outs = {name: _opened(name, model, args, server, encode, eos_ids) for name, server in servers.items()}
+        for streams in [] if args.ttft_only else args.streams:
+            rates: dict[str, list[float]] = {name: [] for name in names}
+            for r in range(args.rounds):
+                for name in names:
+                    rates[name].append(_decode_round(servers[name].spec.url, streams, r, args, encode, eos_ids))
+            for name in names:
+                _medians(outs[name], f"decode_{streams}", rates[name])
+        ttfts: dict[str, list[float]] = {name: [] for name in names}
+        for r in range(args.rounds):
+            for name in names:
+                ttfts[name].append(_ttft_round(servers[name].spec.url, r, encode, eos_ids))
+        for name in names:
+            _medians(outs[name], "ttft_ms", ttfts[name])
+            _closing(name, model, outs[name], servers[name])
+    if "llama" in outs and not args.ttft_only:
+        outs["llama"]["kv"] = llama_kv_probe(model, args.slots, args.ctx, args.threads)
+    return [outs[name] for name in names]
 
 
 def agreement(results: list[dict]) -> None:
@@ -327,6 +377,9 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--previous", type=Path, help="an earlier run's output: its result lines are kept, not rerun")
     ap.add_argument("--ttft-only", action="store_true", help="memory and TTFT only: no greedy texts, decode or KV probe")
+    ap.add_argument("--interleave", action="store_true",
+                    help="both servers up at once, each round run on each in turn (the other idle): a machine whose "
+                         "speed drifts over the run then slows both alike")
     args = ap.parse_args()
     # A SIGTERM (timeout, Ctrl-C's cousin) unwinds, so the server started here is stopped too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -334,6 +387,12 @@ def main() -> None:
     results = [json.loads(line) for line in (args.previous.read_text().splitlines() if args.previous else [])
                if line.startswith('{"server"')]
     for model in args.models:
+        if args.interleave and not any(r["model"] == Path(model).name for r in results):
+            print(f"{Path(model).name}: {' and '.join(args.servers)}, interleaved ...", flush=True)
+            for out in measure_interleaved(args.servers, model, args):
+                results.append(out)
+                print(json.dumps(out), flush=True)
+            continue
         for name in args.servers:
             kept = [r for r in results if r["model"] == Path(model).name and r["server"] == name]
             if kept and kept[0]["server"] == "llama" and kept[0]["kv"] is None:
