@@ -427,42 +427,46 @@ def prefill_weights_main() -> None:
             print(f"  {m:>5} tokens  {name:<22} {_best(fn, opts.repeat) * 1e3:9.1f} ms")
 
 
-# q4k-repack: the Q4_K product over the file's rows (quant/kblock.py) against the same weights repacked eight
-# rows at a time (quant/q4k_r8.py), per row width, input rows and threads.
-Q4_K_ID = int(T.Q4_K)
-Q4K_REPACK_DOC = """The Q4_K product two ways: kblock (one weight row a call, the file's layout) and r8 (eight rows a
-call, q4k_r8.repack's layout), over the same random Q4_K weights and int8 input rows.
+# q4k-repack: the Q4_K and Q6_K products over the file's rows (quant/kblock.py) against the same weights
+# repacked eight rows at a time (quant/q4k_r8.py), per type, row width, input rows and threads.
+K_BLOCK_BYTES = {"Q4_K": 144, "Q6_K": 210}
+Q4K_REPACK_DOC = """The K-quant products two ways: kblock (one weight row a call, the file's layout) and r8 (eight rows
+a call, q4k_r8.repack's layouts), over the same random Q4_K or Q6_K weights and int8 input rows.
 
-Usage: python -m bench q4k-repack [--hidden 1536 2048 3072 4096] [--ffn 8960] [--inputs 1 4]
-                                  [--threads 1 2] [--repeat 15] [--mb 256]
+Usage: python -m bench q4k-repack [--types Q4_K Q6_K] [--hidden 1536 2048 3072 4096] [--ffn 8960]
+                                  [--inputs 1 4] [--threads 1 2] [--repeat 15] [--mb 256]
 
-Per hidden size (the row width) the weights are layers of a gate/up product's, 2 x `--ffn` rows, as
-many as make `--mb` MB so that a round reads from memory, not the caches. Columns: `GB/s` (the file's
-Q4_K bytes over the best round's wall time, the two kernels' rounds alternating in one process); `in-L2 ns` (one thread, ~400 KB of rows read 200 times: the compute per block and input
-row, the memory out of the way). The CPU is named on the first line. About 1 minute on 2 cores."""
-
-
-@njit(cache=True)
-def _r8_loop_kblock(reps, raw, xq, xd, xs, out, units):  # pragma: no cover - jitted
-    for _ in range(reps):
-        kblock_rows(Q4_K_ID, raw, 0, raw.shape[0], xq, xd, xs, out, 0, units)
+Per type and hidden size (the row width) the weights are layers of a gate/up product's, 2 x `--ffn` rows,
+as many as make `--mb` MB so that a round reads from memory, not the caches. Columns: `GB/s` (the
+file's bytes over the best round's wall time, the two kernels' rounds alternating in one process);
+`in-L2 ns` (one thread, ~400 KB of rows read 200 times: the compute per block and input row, the memory
+out of the way). The CPU is named on the first line. About 1 minute a type on 2 cores."""
 
 
 @njit(cache=True)
-def _r8_loop_r8(reps, raw, xq, xd, xs, out, units):  # pragma: no cover - jitted
+def _r8_loop_kblock(qtype, reps, raw, xq, xd, xs, out, units):  # pragma: no cover - jitted
     for _ in range(reps):
-        r8_rows(raw, 0, raw.shape[0], xq, xd, xs, out, 0, units)
+        kblock_rows(qtype, raw, 0, raw.shape[0], xq, xd, xs, out, 0, units)
 
 
-def _q4k_rows(rows: int, width: int, rng) -> np.ndarray:
-    raw = rng.integers(0, 256, (rows, width // 256, 144), dtype=np.uint8)
-    raw[:, :, 0:4] = np.array([0.01, 0.01], np.float16).view(np.uint8)  # finite d, dmin
+@njit(cache=True)
+def _r8_loop_r8(qtype, reps, raw, xq, xd, xs, out, units):  # pragma: no cover - jitted
+    for _ in range(reps):
+        r8_rows(qtype, raw, 0, raw.shape[0], xq, xd, xs, out, 0, units)
+
+
+def _k_rows(name: str, rows: int, width: int, rng) -> np.ndarray:
+    """Random blocks of type `name` with finite float16 scales (d, and Q4_K's dmin)."""
+    raw = rng.integers(0, 256, (rows, width // 256, K_BLOCK_BYTES[name]), dtype=np.uint8)
+    at = [0, 2] if name == "Q4_K" else [208]
+    for a in at:
+        raw[:, :, a: a + 2] = np.array([0.01], np.float16).view(np.uint8)
     return raw.reshape(rows, -1)
 
 
-def _r8_memory(raws, r8s, x, threads: int, repeat: int) -> tuple[float, float]:
+def _r8_memory(qtype: int, raws, r8s, x, threads: int, repeat: int) -> tuple[float, float]:
     """Best GB/s of each kernel over the layers' products in turn (the pair alternating each round)."""
-    units = raws[0].shape[1] // 144
+    units = x.shape[1] // 256
     q = kblock.quantize(x)
     out = np.zeros((x.shape[0], raws[0].shape[0]), np.float32)
     best = [np.inf, np.inf]
@@ -471,27 +475,28 @@ def _r8_memory(raws, r8s, x, threads: int, repeat: int) -> tuple[float, float]:
             t = time.perf_counter()
             for raw, r8 in zip(raws, r8s):
                 if i == 0:
-                    kblock.stream_kblock(int(T.Q4_K), *q, raw, out, threads, units)
+                    kblock.stream_kblock(qtype, *q, raw, out, threads, units)
                 else:
-                    q4k_r8.stream_r8(*q, r8, out, threads, units)
+                    q4k_r8.stream_r8(qtype, *q, r8, out, threads, units)
             best[i] = min(best[i], time.perf_counter() - t)
     total = sum(r.nbytes for r in raws)
     return total / best[0] / 1e9, total / best[1] / 1e9
 
 
-def _r8_in_l2(width: int, inputs: int, rng) -> tuple[float, float]:
-    rows = max(8, int(400e3 / (width // 256 * 144)) // 8 * 8)
-    raw = _q4k_rows(rows, width, rng)
-    r8 = q4k_r8.repack(raw)
+def _r8_in_l2(name: str, width: int, inputs: int, rng) -> tuple[float, float]:
+    qtype = int(T[name])
+    rows = max(8, int(400e3 / (width // 256 * K_BLOCK_BYTES[name])) // 8 * 8)
+    raw = _k_rows(name, rows, width, rng)
+    r8 = q4k_r8.repack(raw, qtype)
     q = kblock.quantize(rng.standard_normal((inputs, width)).astype(np.float32))
     out = np.zeros((inputs, rows), np.float32)
     got = []
     for loop, w in ((_r8_loop_kblock, raw), (_r8_loop_r8, r8)):
-        loop(1, w, *q, out, width // 256)
+        loop(qtype, 1, w, *q, out, width // 256)
         best = np.inf
         for _ in range(5):
             t = time.perf_counter()
-            loop(200, w, *q, out, width // 256)
+            loop(qtype, 200, w, *q, out, width // 256)
             best = min(best, time.perf_counter() - t)
         got.append(best / 200 / (rows * width // 256) / inputs * 1e9)
     return got[0], got[1]
@@ -499,6 +504,7 @@ def _r8_in_l2(width: int, inputs: int, rng) -> tuple[float, float]:
 
 def q4k_repack_main() -> None:
     ap = argparse.ArgumentParser(description=Q4K_REPACK_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--types", nargs="+", default=["Q4_K", "Q6_K"], choices=list(K_BLOCK_BYTES))
     ap.add_argument("--hidden", type=int, nargs="+", default=[1536, 2048, 3072, 4096])
     ap.add_argument("--ffn", type=int, default=8960)
     ap.add_argument("--inputs", type=int, nargs="+", default=[1, 4])
@@ -510,15 +516,18 @@ def q4k_repack_main() -> None:
         raise SystemExit("q4k-repack: the repacked product needs x86 with AVX2 and FMA")
     rng = np.random.default_rng(0)
     print(cpu_line())
-    print(f"{'hidden':>6} {'inputs':>6} {'thr':>3} {'kblock GB/s':>11} {'r8 GB/s':>8} {'in-L2 ns kblock':>15} {'r8':>5}")
-    for width in args.hidden:
-        raw = _q4k_rows(2 * args.ffn // 8 * 8, width, rng)
-        layers = max(1, -(-args.mb * 1_000_000 // raw.nbytes))  # copies, so the rounds read past the caches
-        raws = [raw] + [raw.copy() for _ in range(layers - 1)]
-        r8s = [q4k_r8.repack(r) for r in raws]
-        for inputs in args.inputs:
-            x = rng.standard_normal((inputs, width)).astype(np.float32)
-            ns = _r8_in_l2(width, inputs, rng)
-            for threads in args.threads:
-                a, b = _r8_memory(raws, r8s, x, threads, args.repeat)
-                print(f"{width:6d} {inputs:6d} {threads:3d} {a:11.1f} {b:8.1f} {ns[0]:15.2f} {ns[1]:5.2f}", flush=True)
+    print(f"{'type':4s} {'hidden':>6} {'inputs':>6} {'thr':>3} {'kblock GB/s':>11} {'r8 GB/s':>8} {'in-L2 ns kblock':>15} {'r8':>5}")
+    for name in args.types:
+        qtype = int(T[name])
+        for width in args.hidden:
+            raw = _k_rows(name, 2 * args.ffn // 8 * 8, width, rng)
+            layers = max(1, -(-args.mb * 1_000_000 // raw.nbytes))  # copies, so the rounds read past the caches
+            raws = [raw] + [raw.copy() for _ in range(layers - 1)]
+            r8s = [q4k_r8.repack(r, qtype) for r in raws]
+            for inputs in args.inputs:
+                x = rng.standard_normal((inputs, width)).astype(np.float32)
+                ns = _r8_in_l2(name, width, inputs, rng)
+                for threads in args.threads:
+                    a, b = _r8_memory(qtype, raws, r8s, x, threads, args.repeat)
+                    print(f"{name:4s} {width:6d} {inputs:6d} {threads:3d} {a:11.1f} {b:8.1f} {ns[0]:15.2f} {ns[1]:5.2f}",
+                          flush=True)

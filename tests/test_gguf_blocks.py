@@ -64,10 +64,13 @@ def test_qkv_and_gate_up_of_one_type_are_row_slices_of_one_array(name, fused):
     groups = [[layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj],
               [layer.mlp.gate_proj, layer.mlp.up_proj]]
     whole = [g for g in groups if g[0].fused is not None]
-    if q4k_r8.repacked_types(blocks.model) and name == "llamaq-q4_k_m":  # Q4_K gate/up stay views of the
-        fused -= 1  # file: the fused step repacks them
-        assert all(mapped(m.blocks.blocks) for m in groups[1])
+    keep = q4k_r8.repacked_types(blocks.model)  # types the fused step repacks: their groups stay views of the file
+    kept = [g for g in groups if len({m.blocks.qtype for m in g}) == 1 and g[0].blocks.qtype in keep]
+    copies = (layer.self_attn.q_proj, layer.self_attn.k_proj)  # the file's q/k row order undone: copies
+    assert all(m.fused is None and (any(m is c for c in copies) or mapped(m.blocks.blocks)) for g in kept for m in g)
+    fused -= len(kept)
     assert len(whole) == fused  # q4_k_m: v is Q6_K beside Q4_K q/k, so only gate/up fuse (unless repacked)
+    assert len(kept) == (0 if not keep else {"llama-q8_0": 0, "llamaq-q4_k_m": 1, "llamaq-q6_k": 2}[name])
     for group in whole:
         assert all(np.shares_memory(m.blocks.blocks, group[0].fused.blocks) for m in group)
         assert sum(m.blocks.shape[0] for m in group) == group[0].fused.shape[0]

@@ -1,7 +1,7 @@
-"""Q4_K repacked eight rows at a time (mlxcel_py/models/cpu/quant/q4k_r8.py): the layout against the
-file's blocks, and the product at the hidden sizes real models have against a second implementation
-of the same arithmetic in numpy (bit for bit), against gguf's dequantized weights in float64, and the
-same bits on 1 and 2 threads, alone or in a batch, in any group."""
+"""Q4_K and Q6_K repacked eight rows at a time (mlxcel_py/models/cpu/quant/q4k_r8.py): the layouts
+against the file's blocks, and the products at the hidden sizes real models have against a second
+implementation of the same arithmetic in numpy (bit for bit), against gguf's dequantized weights in
+float64, and the same bits on 1 and 2 threads, alone or in a batch, in any group."""
 
 from __future__ import annotations
 
@@ -29,33 +29,45 @@ def _fields(blocks: np.ndarray):
     return d, dmin, sc, m, codes
 
 
-def _exact(blocks: np.ndarray, xq, xd, xs) -> np.ndarray:
+def _fma(a, b, c):
+    """float32 a * b + c rounded once (emulated in long double)."""
+    return (np.longdouble(a) * np.longdouble(b) + np.longdouble(c)).astype(np.float32)
+
+
+def _exact(blocks: np.ndarray, xq, xd, xs, qtype=T.Q4_K) -> np.ndarray:
     """The repacked product's arithmetic in numpy: a block's integer sums exact, then per block
-    acc = fma(float(sumi), d * d_x, acc) and mins likewise (fused: one rounding, emulated in long
-    double), the result acc - mins, all float32."""
-    d, dmin, sc, m, codes = _fields(blocks)
+    acc = fma(float(sumi), d * d_x, acc) (fused: one rounding), Q4_K's mins likewise and the result
+    acc - mins; Q6_K's bias of 32 subtracted from sumi in integers. All float32."""
+    if qtype == T.Q4_K:
+        d, dmin, sc, m, codes = _fields(blocks)
+        sub = 32
+    else:
+        b = blocks.reshape(blocks.shape[0], -1, 210)
+        d = b[..., 208:210].copy().view(np.float16)[..., 0].astype(np.float32)
+        sc, codes, sub = b[..., 192:208].view(np.int8), q4k_r8.q6_k_codes(b), 16
     units = codes.shape[1]
-    fma = lambda a, b, c: (np.longdouble(a) * np.longdouble(b) + np.longdouble(c)).astype(np.float32)  # noqa: E731
     out = np.zeros((xq.shape[0], blocks.shape[0]), np.float32)
     for r in range(xq.shape[0]):
         acc = np.zeros(blocks.shape[0], np.float32)
         mins = np.zeros(blocks.shape[0], np.float32)
         for u in range(units):
-            x = xq[r, 256 * u: 256 * (u + 1)].astype(np.int64).reshape(8, 32)
-            sub = (codes[:, u].astype(np.int64).reshape(-1, 8, 32) * x).sum(axis=2)
-            sumi = (sub * sc[:, u]).sum(axis=1)
-            bsums = xs[r, 16 * u: 16 * (u + 1)].astype(np.int64).reshape(8, 2).sum(axis=1)
-            msum = (m[:, u].astype(np.int64) * bsums).sum(axis=1)
+            x = xq[r, 256 * u: 256 * (u + 1)].astype(np.int64).reshape(-1, sub)
+            sumi = ((codes[:, u].astype(np.int64).reshape(-1, 256 // sub, sub) * x).sum(axis=2) * sc[:, u]).sum(axis=1)
+            sums16 = xs[r, 16 * u: 16 * (u + 1)].astype(np.int64)
             dx = np.float32(xd[r, u])
-            acc = fma(sumi.astype(np.float32), d[:, u] * dx, acc)
-            mins = fma(msum.astype(np.float32), dmin[:, u] * dx, mins)
+            if qtype == T.Q4_K:
+                msum = (m[:, u].astype(np.int64) * sums16.reshape(8, 2).sum(axis=1)).sum(axis=1)
+                mins = _fma(msum.astype(np.float32), dmin[:, u] * dx, mins)
+            else:
+                sumi = sumi - 32 * (sc[:, u].astype(np.int64) * sums16).sum(axis=1)
+            acc = _fma(sumi.astype(np.float32), d[:, u] * dx, acc)
         out[r] = acc - mins
     return out
 
 
-def _product(r8, xq, xd, xs, threads, units):
+def _product(r8, xq, xd, xs, threads, units, qtype=T.Q4_K):
     out = np.full((xq.shape[0], r8.shape[0] * q4k_r8.ROWS), np.nan, np.float32)
-    q4k_r8.stream_r8(xq, xd, xs, r8, out, threads, units)
+    q4k_r8.stream_r8(int(qtype), xq, xd, xs, r8, out, threads, units)
     return out
 
 
@@ -79,22 +91,25 @@ def test_rows_that_do_not_make_whole_groups_are_refused():
     w = _weight(T.Q4_K, 12, 256)
     with pytest.raises(ValueError, match="whole groups of 8"):
         q4k_r8.repack(w.blocks)
+    with pytest.raises(ValueError, match="whole groups of 8"):
+        q4k_r8.repack(_weight(T.Q6_K, 4, 256).blocks, int(T.Q6_K))
 
 
 @needs_r8
+@pytest.mark.parametrize("qtype", (T.Q4_K, T.Q6_K), ids=lambda t: t.name)
 @pytest.mark.parametrize("width", WIDTHS)
-def test_each_width_gives_the_numpy_arithmetic_bit_for_bit_on_every_split(width):
-    w = _weight(T.Q4_K, 24, width, seed=width)
+def test_each_width_gives_the_numpy_arithmetic_bit_for_bit_on_every_split(qtype, width):
+    w = _weight(qtype, 24, width, seed=width)
     blocks, units = np.ascontiguousarray(w.blocks), width // 256
-    r8 = q4k_r8.repack(blocks)
+    r8 = q4k_r8.repack(blocks, int(qtype))
     x = np.random.default_rng(width).standard_normal((5, width)).astype(np.float32)
     xq, xd, xs = kblock.quantize(x)
-    whole = _product(r8, xq, xd, xs, 2, units)
-    assert np.array_equal(whole, _exact(blocks, xq, xd, xs))
-    assert np.array_equal(whole, _product(r8, xq, xd, xs, 1, units))
+    whole = _product(r8, xq, xd, xs, 2, units, qtype)
+    assert np.array_equal(whole, _exact(blocks, xq, xd, xs, qtype))
+    assert np.array_equal(whole, _product(r8, xq, xd, xs, 1, units, qtype))
     for b in range(5):  # alone == in the batch of 5 (4 + 1 a call)
-        assert np.array_equal(_product(r8, xq[b:b + 1], xd[b:b + 1], xs[b:b + 1], 2, units)[0], whole[b])
-    moved = _product(np.ascontiguousarray(r8[::-1]), xq, xd, xs, 2, units)  # group 2 first: the same bits
+        assert np.array_equal(_product(r8, xq[b:b + 1], xd[b:b + 1], xs[b:b + 1], 2, units, qtype)[0], whole[b])
+    moved = _product(np.ascontiguousarray(r8[::-1]), xq, xd, xs, 2, units, qtype)  # group 2 first: the same bits
     assert np.array_equal(moved[:, :8], whole[:, 16:])
     # the formula: gguf's dequantized weights times the quantized input, in float64
     x_hat = np.repeat(xd.astype(np.float64), 256, axis=1) * xq
@@ -103,12 +118,13 @@ def test_each_width_gives_the_numpy_arithmetic_bit_for_bit_on_every_split(width)
 
 
 @needs_r8
-def test_the_repacked_product_agrees_with_kblock_s_within_float_rounding():
-    w = _weight(T.Q4_K, 64, 2048, seed=7)
+@pytest.mark.parametrize("qtype", (T.Q4_K, T.Q6_K), ids=lambda t: t.name)
+def test_the_repacked_product_agrees_with_kblock_s_within_float_rounding(qtype):
+    w = _weight(qtype, 64, 2048, seed=7)
     blocks = np.ascontiguousarray(w.blocks)
     xq, xd, xs = kblock.quantize(np.random.default_rng(7).standard_normal((3, 2048)).astype(np.float32))
     want = np.zeros((3, 64), np.float32)
-    kblock.stream_kblock(int(T.Q4_K), xq, xd, xs, blocks, want, 2, 8)
-    got = _product(q4k_r8.repack(blocks), xq, xd, xs, 2, 8)
+    kblock.stream_kblock(int(qtype), xq, xd, xs, blocks, want, 2, 8)
+    got = _product(q4k_r8.repack(blocks, int(qtype)), xq, xd, xs, 2, 8, qtype)
     scale = np.abs(want).max()
     assert np.abs(got - want).max() <= 1e-5 * scale and not np.array_equal(got, np.zeros_like(got))

@@ -51,11 +51,12 @@ def fused_step_applies(model) -> bool:
 
 def _repacked(part: QuantWeight) -> Optional[np.ndarray]:
     """part's rows repacked eight at a time, its file pages then dropped from memory (they come back if
-    another path reads them), or None: not Q4_K, not whole groups of 8, not this CPU's, or not a view of
+    another path reads them), or None: not Q4_K or Q6_K, not whole groups of 8, not this CPU's, or not a view of
     the mapped file (a copy would stay resident beside the repacked rows)."""
-    if int(part.qtype) != q4k_r8.Q4_K or not q4k_r8.AVAILABLE or part.shape[0] % q4k_r8.ROWS or not mapped(part.blocks):
+    if int(part.qtype) not in q4k_r8.REPACKED or not q4k_r8.AVAILABLE or part.shape[0] % q4k_r8.ROWS \
+            or not mapped(part.blocks):
         return None
-    rows = q4k_r8.repack(part.blocks)
+    rows = q4k_r8.repack(part.blocks, int(part.qtype))
     release(part.blocks)
     return rows
 
@@ -107,7 +108,7 @@ class _Plan:
             if int(part.qtype) in KBLOCK_TYPES:
                 self.kblock_kinds.add(kind)
             repacked = _repacked(part)
-            qtype = int(part.qtype) if repacked is None else q4k_r8.QTYPE
+            qtype = int(part.qtype) if repacked is None else q4k_r8.REPACKED[int(part.qtype)]
             self.segs.append((qtype, part.shape[1] // UNITS[int(part.qtype)][0], col))
             self.raws.append(_readonly(part.blocks if repacked is None else repacked))
             chunk = task_rows(rows, part.blocks.shape[1])

@@ -1,12 +1,16 @@
-"""Q4_K weights repacked eight rows at a time, and their products (r8_ir.py) over kblock's
+"""Q4_K and Q6_K weights repacked eight rows at a time, and their products (r8_ir.py) over kblock's
 activations (quantize_rows_q8k: int8 codes, a scale per 256, int16 code sums per 16).
 
-Layout: rows 8g .. 8g + 7 are group g, one array row of `units` group blocks (GROUP_BLOCK_BYTES,
-1,184 bytes for the eight rows' 1,152 of Q4_K): d[8] and dmin[8] (float16), the 6-bit scales
-decoded to bytes as scales[j][r] (sub-block j, row r), the mins as pairs[q][r] = (m_2q, m_2q+1), and
-the 128 code bytes of each row as codes[p][g][r][4] = row r's bytes 32p + 4g .. 32p + 4g + 3 (low
-nibbles: sub-block 2p, high: 2p + 1), so that one 32-byte load holds four codes of all eight rows.
-The bytes are 2.8% more than the file's: the scales decoded instead of packed 6 bits a value."""
+Q4_K: rows 8g .. 8g + 7 are group g, one array row of `units` group blocks (1,184 bytes for the eight
+rows' 1,152): d[8] and dmin[8] (float16), the 6-bit scales decoded to bytes as scales[j][r] (sub-block
+j, row r), the mins as pairs[q][r] = (m_2q, m_2q+1), and the 128 code bytes of each row as
+codes[p][g][r][4] = row r's bytes 32p + 4g .. 32p + 4g + 3 (low nibbles: sub-block 2p, high: 2p + 1),
+so that one 32-byte load holds four codes of all eight rows; 2.8% more bytes than the file's, the
+scales decoded instead of packed 6 bits a value.
+Q6_K (1,680 bytes, the rows' own): d[8], the int8 scales as pairs[q][r] = (s_2q, s_2q+1), then for
+t = 0..15 three 32-byte registers, read in order: low nibbles t and t + 16 (register u, row r: the four
+codes 4u.. in its low nibbles, 128 + 4u.. in its high ones) and the top two bits of codes 4t..,
+64 + 4t.., 128 + 4t.., 192 + 4t.. (at bits 0, 2, 4, 6)."""
 
 from __future__ import annotations
 
@@ -18,13 +22,15 @@ from numba.extending import intrinsic
 
 from .int8_ir import HAS_AVX2
 from .kblock_ir import HAS_FMA
-from .r8_ir import GROUP_BLOCK_BYTES, ROWS, emit_group_dots
+from .r8_ir import GROUP_BLOCK_BYTES, GROUP_BYTES, Q4_K, Q6_K, ROWS, emit_group_dots
 from .vector_intrinsics import _rows_switch
 
 AVAILABLE = HAS_AVX2 and HAS_FMA  # the product's CPUs (x86 with AVX2 and FMA)
-Q4_K, Q4_K_BLOCK = 12, 144
+BLOCK_BYTES = {Q4_K: 144, Q6_K: 210}
 MAX_ROWS = 4  # input rows a call
-QTYPE = 1012  # the repacked layout's type code in a fused step's segments (not a GGUF type)
+QTYPE = 1012  # the repacked layouts' type codes in a fused step's segments (not GGUF types): Q4_K's
+Q6_K_QTYPE = 1014  # and Q6_K's
+REPACKED = {Q4_K: QTYPE, Q6_K: Q6_K_QTYPE}
 
 
 def _scale_min(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -37,22 +43,62 @@ def _scale_min(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return sc, m
 
 
-def repack(blocks: np.ndarray) -> np.ndarray:
-    """Q4_K blocks (N, units * 144), N a multiple of 8 -> (N / 8, units * GROUP_BLOCK_BYTES)."""
+def _groups(blocks: np.ndarray, qtype: int) -> np.ndarray:
+    """(N, units * block bytes) -> (N / 8, units, 8 rows, block bytes), N a multiple of 8."""
     n, width = blocks.shape
-    if n % ROWS or width % Q4_K_BLOCK:
-        raise ValueError(f"Q4_K rows ({n} x {width} bytes) do not make whole groups of {ROWS}")
-    units = width // Q4_K_BLOCK
-    b = np.asarray(blocks, np.uint8).reshape(n // ROWS, ROWS, units, Q4_K_BLOCK).transpose(0, 2, 1, 3)
-    groups, shape = n // ROWS, (n // ROWS, units)
+    if n % ROWS or width % BLOCK_BYTES[qtype]:
+        raise ValueError(f"rows of {n} x {width} bytes do not make whole groups of {ROWS}")
+    units = width // BLOCK_BYTES[qtype]
+    return np.asarray(blocks, np.uint8).reshape(n // ROWS, ROWS, units, BLOCK_BYTES[qtype]).transpose(0, 2, 1, 3)
+
+
+def _q4_k(b: np.ndarray) -> list:
+    groups, units = b.shape[:2]
+    shape = (groups, units)
     sc, m = _scale_min(b[..., 4:16])  # (G, units, rows, 8)
-    parts = [
+    return [
         b[..., 0:2].reshape(*shape, 16), b[..., 2:4].reshape(*shape, 16),
         sc.transpose(0, 1, 3, 2).reshape(*shape, 64),
         m.reshape(groups, units, ROWS, 4, 2).transpose(0, 1, 3, 2, 4).reshape(*shape, 64),
         b[..., 16:].reshape(groups, units, ROWS, 4, 8, 4).transpose(0, 1, 3, 4, 2, 5).reshape(*shape, 1024),
     ]
-    return np.ascontiguousarray(np.concatenate(parts, axis=-1).reshape(groups, units * GROUP_BLOCK_BYTES))
+
+
+def q6_k_codes(b: np.ndarray) -> np.ndarray:
+    """Q6_K blocks (..., 210) -> their 256 codes (..., 256), 0-63 (the bias of 32 not taken), in weight order."""
+    ql, qh = b[..., 0:128], b[..., 128:192]
+    codes = np.empty(b.shape[:-1] + (256,), np.uint8)
+    for h in range(2):
+        lo, lo2, hi = ql[..., 64 * h: 64 * h + 32], ql[..., 64 * h + 32: 64 * h + 64], qh[..., 32 * h: 32 * h + 32]
+        w = 128 * h
+        codes[..., w: w + 32] = (lo & 15) | ((hi & 3) << 4)
+        codes[..., w + 32: w + 64] = (lo2 & 15) | (((hi >> 2) & 3) << 4)
+        codes[..., w + 64: w + 96] = (lo >> 4) | (((hi >> 4) & 3) << 4)
+        codes[..., w + 96: w + 128] = (lo2 >> 4) | (((hi >> 6) & 3) << 4)
+    return codes
+
+
+def _q6_k(b: np.ndarray) -> list:
+    groups, units = b.shape[:2]
+    shape = (groups, units)
+    codes = q6_k_codes(b).reshape(groups, units, ROWS, 64, 4)  # [code group c][4]: weights 4c .. 4c + 3
+    low = (codes[:, :, :, :32] & 15) | ((codes[:, :, :, 32:] & 15) << 4)  # register t: groups t and t + 32
+    top = codes >> 4
+    high = top[:, :, :, 0:16] | (top[:, :, :, 16:32] << 2) | (top[:, :, :, 32:48] << 4) | (top[:, :, :, 48:64] << 6)
+    low, high = low.transpose(0, 1, 3, 2, 4), high.astype(np.uint8).transpose(0, 1, 3, 2, 4)  # [register][row][4]
+    codes = np.stack([low[:, :, :16], low[:, :, 16:], high], axis=3)  # per t: low t, low t + 16, high t
+    return [
+        b[..., 208:210].reshape(*shape, 16),
+        b[..., 192:208].reshape(groups, units, ROWS, 8, 2).transpose(0, 1, 3, 2, 4).reshape(*shape, 128),
+        codes.reshape(*shape, 1536),
+    ]
+
+
+def repack(blocks: np.ndarray, qtype: int = Q4_K) -> np.ndarray:
+    """Q4_K or Q6_K blocks (N, units * block bytes), N a multiple of 8 -> (N / 8, units * GROUP_BYTES[qtype])."""
+    b = _groups(blocks, qtype)
+    parts = (_q4_k if qtype == Q4_K else _q6_k)(b)
+    return np.ascontiguousarray(np.concatenate(parts, axis=-1).reshape(b.shape[0], b.shape[1] * GROUP_BYTES[qtype]))
 
 
 def repacked_types(model) -> tuple:
@@ -61,51 +107,66 @@ def repacked_types(model) -> tuple:
     each repacked matrix is a copy of file pages that can leave memory, not of an in-memory fused one."""
     from ..arch import llama_like
 
-    return (Q4_K,) if AVAILABLE and llama_like(model) else ()
+    return (Q4_K, Q6_K) if AVAILABLE and llama_like(model) else ()
 
 
-@intrinsic
-def _group_dot(typingctx, raw, g, xq, xd, xs, b, count, out, col, units):
-    """out[b + i, col + 8g .. col + 8g + 8] = input row b + i . group g's rows, i < count (1..MAX_ROWS)."""
-    if not all(a.layout == "C" for a in (raw, xq, xd, xs, out)):
-        return None
+def _group_dot_of(qtype: int):
+    """The intrinsic of qtype's groups: `dot(raw, g, xq, xd, xs, b, count, out, col, units)`."""
 
-    def codegen(context, builder, signature, args):
-        raw_a, xq_a, xd_a, xs_a, out_a = (context.make_array(signature.args[i])(context, builder, args[i])
-                                          for i in (0, 2, 3, 4, 7))
-        g, b, count, col, units = args[1], args[5], args[6], args[8], args[9]
-        width = lambda a: cgutils.unpack_tuple(builder, a.shape, 2)[1]  # noqa: E731
-        group = builder.gep(raw_a.data, [builder.mul(g, width(raw_a))])
+    @intrinsic
+    def dot(typingctx, raw, g, xq, xd, xs, b, count, out, col, units):
+        """out[b + i, col + 8g .. col + 8g + 8] = input row b + i . group g's rows, i < count (1..MAX_ROWS)."""
+        if not all(a.layout == "C" for a in (raw, xq, xd, xs, out)):
+            return None
 
-        def emit(rows):
-            firsts = [builder.add(b, ir.Constant(b.type, r)) for r in range(rows)]
-            ptrs = [[builder.gep(a.data, [builder.mul(f, width(a))]) for f in firsts] for a in (xq_a, xd_a, xs_a)]
-            for f, value in zip(firsts, emit_group_dots(builder, group, *ptrs, units)):
-                at = builder.add(builder.mul(f, width(out_a)), builder.add(col, builder.mul(g, ir.Constant(g.type, ROWS))))
-                ptr = builder.bitcast(builder.gep(out_a.data, [at]), value.type.as_pointer())
-                builder.store(value, ptr, align=4)
+        def codegen(context, builder, signature, args):
+            raw_a, xq_a, xd_a, xs_a, out_a = (context.make_array(signature.args[i])(context, builder, args[i])
+                                              for i in (0, 2, 3, 4, 7))
+            g, b, count, col, units = args[1], args[5], args[6], args[8], args[9]
+            width = lambda a: cgutils.unpack_tuple(builder, a.shape, 2)[1]  # noqa: E731
+            group = builder.gep(raw_a.data, [builder.mul(g, width(raw_a))])
 
-        return _rows_switch(context, builder, count, emit, MAX_ROWS)
+            def emit(rows):
+                firsts = [builder.add(b, ir.Constant(b.type, r)) for r in range(rows)]
+                ptrs = [[builder.gep(a.data, [builder.mul(f, width(a))]) for f in firsts] for a in (xq_a, xd_a, xs_a)]
+                for f, value in zip(firsts, emit_group_dots(builder, qtype, group, *ptrs, units)):
+                    at = builder.add(builder.mul(f, width(out_a)), builder.add(col, builder.mul(g, ir.Constant(g.type, ROWS))))
+                    ptr = builder.bitcast(builder.gep(out_a.data, [at]), value.type.as_pointer())
+                    builder.store(value, ptr, align=4)
 
-    return types.void(raw, g, xq, xd, xs, b, count, out, col, units), codegen
+            return _rows_switch(context, builder, count, emit, MAX_ROWS)
+
+        return types.void(raw, g, xq, xd, xs, b, count, out, col, units), codegen
+
+    return dot
+
+
+_dot_q4_k, _dot_q6_k = _group_dot_of(Q4_K), _group_dot_of(Q6_K)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def r8_rows(raw, g0, g1, xq, xd, xs, out, col, units):  # pragma: no cover - jitted
-    """out[:, col + 8 * g0 .. col + 8 * g1] = the input rows . groups g0..g1 of the repacked rows raw."""
+def r8_rows(qtype, raw, g0, g1, xq, xd, xs, out, col, units):  # pragma: no cover - jitted
+    """out[:, col + 8 * g0 .. col + 8 * g1] = the input rows . groups g0..g1 of the rows raw repacked
+    from qtype (Q4_K or Q6_K, or their REPACKED codes)."""
     count = xq.shape[0]
-    for g in range(g0, g1):
-        for b in range(0, count, MAX_ROWS):
-            _group_dot(raw, g, xq, xd, xs, b, min(MAX_ROWS, count - b), out, col, units)
+    if qtype == Q4_K or qtype == QTYPE:
+        for g in range(g0, g1):
+            for b in range(0, count, MAX_ROWS):
+                _dot_q4_k(raw, g, xq, xd, xs, b, min(MAX_ROWS, count - b), out, col, units)
+    else:
+        for g in range(g0, g1):
+            for b in range(0, count, MAX_ROWS):
+                _dot_q6_k(raw, g, xq, xd, xs, b, min(MAX_ROWS, count - b), out, col, units)
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def stream_r8(xq, xd, xs, raw, out, threads, units):  # pragma: no cover - jitted
-    """out (B, 8 * G) from quantize_rows_q8k's rows and the repacked rows raw (G, units * 1184),
-    the groups split over the threads."""
+def stream_r8(qtype, xq, xd, xs, raw, out, threads, units):  # pragma: no cover - jitted
+    """out (B, 8 * G) from quantize_rows_q8k's rows and the rows raw (G, units * GROUP_BYTES) repacked
+    from qtype, the groups split over the threads."""
     groups = raw.shape[0]
     for t in prange(threads):
-        r8_rows(raw, t * groups // threads, (t + 1) * groups // threads, xq, xd, xs, out, 0, units)
+        r8_rows(qtype, raw, t * groups // threads, (t + 1) * groups // threads, xq, xd, xs, out, 0, units)
 
 
-__all__ = ["AVAILABLE", "GROUP_BLOCK_BYTES", "Q4_K", "QTYPE", "ROWS", "repack", "repacked_types", "r8_rows", "stream_r8"]
+__all__ = ["AVAILABLE", "GROUP_BLOCK_BYTES", "GROUP_BYTES", "Q4_K", "Q6_K", "QTYPE", "Q6_K_QTYPE", "REPACKED", "ROWS",
+           "q6_k_codes", "repack", "repacked_types", "r8_rows", "stream_r8"]

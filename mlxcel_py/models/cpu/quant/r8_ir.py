@@ -1,5 +1,5 @@
-"""LLVM IR for Q4_K weights repacked eight rows at a time (q4k_r8.py's layout), against input rows
-quantized per 256 values as kblock_ir's (codes, a scale per 256, int16 code sums per 16).
+"""LLVM IR for Q4_K and Q6_K weights repacked eight rows at a time (q4k_r8.py's layouts), against input
+rows quantized per 256 values as kblock_ir's (codes, a scale per 256, int16 code sums per 16).
 
 kblock_ir reads one weight row a call: each Q4_K block's scales are unpacked on the integer units,
 broadcast per 32 codes with a shuffle, and the block's int32 sum and its float scale and mins are
@@ -13,7 +13,10 @@ row), the block's d and dmin as eight halves, and the float work, once a block, 
 
 and a row's result is acc - mins in its lane: the same operations for every lane, so a row's sum is
 the same bits in whichever group, call, tile or thread it is computed. Integer sums are exact: a
-pair is at most 2 * 15 * 127 = 3,810, a block's int32 sum below 2^24."""
+pair is at most 2 * 15 * 127 = 3,810, a block's int32 sum below 2^24. Q6_K the same way, its 6-bit
+codes put together from a low-nibble and a 2-bit register, its int8 scales per 16 codes, and its bias
+of 32 subtracted in integers (`sumi - 32 * (scales . sums)`, as kblock_ir), no mins: a pair at most
+2 * 63 * 127 = 16,002, a block's sum below 2^29."""
 
 from __future__ import annotations
 
@@ -24,16 +27,21 @@ from .kblock_ir import VNNI, _fma
 from .vector_ir import I8, I32, I64, V8F, V32I8, _load, _splat, _splat_f, close_unit_loop, open_unit_loop
 
 ROWS = 8  # weight rows a group
-GROUP_BLOCK_BYTES = 1184  # d[8], dmin[8] (halves), scales[8][8], mins as pairs[4][8][2], codes[4][8][8][4]
-SCALES, MINS, CODES = 32, 96, 160  # their offsets in a group's block
+Q4_K, Q6_K = 12, 14
+# a group's block: Q4_K d[8], dmin[8] (halves), scales[8][8], mins as pairs[4][8][2], codes[4][8][8][4];
+# Q6_K d[8], scales as pairs[8][8][2] (int8), then per t < 16: low nibbles t and t + 16, high bits t ([8][4] each)
+GROUP_BYTES = {Q4_K: 1184, Q6_K: 1680}
+GROUP_BLOCK_BYTES = GROUP_BYTES[Q4_K]
+SCALES, MINS, CODES = 32, 96, 160  # Q4_K's offsets in a group's block
+K6_SCALES, K6_CODES = 16, 144  # Q6_K's
 # Software prefetch, two group blocks ahead, only for calls of several input rows. One input row streams
 # a group's single run of bytes faster on the hardware prefetcher alone (Zen 4, one thread, Q4_K rows of
 # 2,048 / 4,096 values from DRAM: 29-30 GB/s without, 20-25 with 1-4 blocks ahead); four input rows
 # spend long enough on a block that the hardware's stream falls behind (4,096: 6.0 GB/s without,
 # 9.0-10.0 with). `python -m bench q4k-repack`.
-PREFETCH_AHEAD = 2 * GROUP_BLOCK_BYTES
+PREFETCH_GROUPS = 2  # group blocks ahead
 V8H, V8I8, V16I8 = ir.VectorType(ir.HalfType(), 8), ir.VectorType(I8, 8), ir.VectorType(I8, 16)
-V4I32, V8I16 = ir.VectorType(I32, 4), ir.VectorType(ir.IntType(16), 8)
+V4I32, V16I32 = ir.VectorType(I32, 4), ir.VectorType(I32, 16)
 
 
 def _halves(builder, group, base, at):
@@ -88,44 +96,92 @@ def _tree(builder, values):
     return values[0]
 
 
-def emit_group_dots(builder, group, xq, xd, xs, units):
-    """A group of eight weight rows (i8*, `units` blocks of GROUP_BLOCK_BYTES) against each input row
+def _k4_codes(builder, group, base):
+    """Q4_K's 32 code registers of a group's block: (codes, first weight of their four, sub-block)."""
+    out = []
+    for p in range(4):  # codes 64p .. 64p + 63: sub-block 2p in the low nibbles, 2p + 1 in the high
+        for g in range(8):
+            packed = _load(builder, group, builder.add(base, ir.Constant(I64, CODES + 256 * p + 32 * g)), V32I8)
+            out.append((builder.and_(packed, _splat(V32I8, 15)), 64 * p + 4 * g, 2 * p))
+            out.append((builder.lshr(packed, _splat(V32I8, 4)), 64 * p + 32 + 4 * g, 2 * p + 1))
+    return out
+
+
+def _k6_codes(builder, group, base):
+    """Q6_K's 64 code registers (0-63, bias 32 not taken): low-nibble register t holds code groups t and
+    t + 32 (weights 4t.., 128 + 4t..), high-bit register t (of 16) the top bits of t, t + 16, t + 32, t + 48."""
+    out = []
+    for t in range(16):  # the registers in memory order (one stream for the prefetchers)
+        lows = [_load(builder, group, builder.add(base, ir.Constant(I64, K6_CODES + 96 * t + 32 * k)), V32I8) for k in (0, 1)]
+        high = _load(builder, group, builder.add(base, ir.Constant(I64, K6_CODES + 96 * t + 64)), V32I8)
+        for k, c in enumerate((t, t + 16, t + 32, t + 48)):
+            low = lows[k % 2]
+            nibble = builder.and_(low, _splat(V32I8, 15)) if k < 2 else builder.lshr(low, _splat(V32I8, 4))
+            top = builder.shl(builder.and_(builder.lshr(high, _splat(V32I8, 2 * k)), _splat(V32I8, 3)), _splat(V32I8, 4))
+            out.append((builder.or_(nibble, top), 4 * c, c // 4))
+    return out
+
+
+def _k6_scales(builder, group, base):
+    """Q6_K's 16 sub-block scales as <16 x i16> (row r's at lanes 2r, 2r + 1), and the 8 scale pairs
+    (s_2q, s_2q+1) of each row as <16 x i16>, for the bias against the code sums per 16."""
+    pairs = [builder.sext(_load(builder, group, builder.add(base, ir.Constant(I64, K6_SCALES + 16 * q)), V16I8), V16I16)
+             for q in range(8)]
+    scales = []
+    for q in range(8):
+        for k in range(2):
+            scales.append(builder.shuffle_vector(pairs[q], pairs[q], ir.Constant(V16I32, [2 * (i // 2) + k for i in range(16)])))
+    return scales, pairs
+
+
+def _sums16_pairs(builder, xs, u):
+    """The input row's code sums per 16 of block u as 8 pairs (s_2q, s_2q+1), each broadcast to <16 x i16>."""
+    ptr = builder.bitcast(builder.gep(xs, [builder.mul(u, ir.Constant(I64, 16))]), V8I32.as_pointer())
+    words = builder.load(ptr, align=2)
+    return [builder.bitcast(builder.shuffle_vector(words, words, ir.Constant(V8I32, [q] * 8)), V16I16) for q in range(8)]
+
+
+def emit_group_dots(builder, qtype, group, xq, xd, xs, units):
+    """A group of eight weight rows (i8*, `units` blocks of GROUP_BYTES[qtype]) against each input row
     (xq: i8* codes, xd: float* scale per 256, xs: i16* code sums per 16): one <8 x float> per input
     row, lane r the sum of weight row r."""
-    n_in = len(xq)
+    n_in, size = len(xq), GROUP_BYTES[qtype]
     chains = max(2, (8 if VNNI else 4) // n_in)  # independent int32 sums a block (integer: any order)
     opened = open_unit_loop(builder, "r8")
     u = opened[3]
-    accs, mins = [builder.phi(V8F) for _ in xq], [builder.phi(V8F) for _ in xq]
-    base = builder.mul(u, ir.Constant(I64, GROUP_BLOCK_BYTES))
+    accs = [builder.phi(V8F) for _ in xq]
+    mins = [builder.phi(V8F) for _ in xq] if qtype == Q4_K else []
+    base = builder.mul(u, ir.Constant(I64, size))
     fn = builder.module.globals.get("llvm.prefetch.p0i8") or ir.Function(
         builder.module, ir.FunctionType(ir.VoidType(), [I8.as_pointer(), I32, I32, I32]), "llvm.prefetch.p0i8")
-    for line in range(0, GROUP_BLOCK_BYTES if n_in > 1 else 0, 64):
-        ahead = builder.add(base, ir.Constant(I64, PREFETCH_AHEAD + line))
+    for line in range(0, size if n_in > 1 else 0, 64):
+        ahead = builder.add(base, ir.Constant(I64, PREFETCH_GROUPS * size + line))
         builder.call(fn, [builder.gep(group, [ahead]), ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
-    d, dmin = _halves(builder, group, base, 0), _halves(builder, group, base, 16)
-    scales, min_pairs = _scales(builder, group, base)
+    d = _halves(builder, group, base, 0)
+    if qtype == Q4_K:
+        dmin = _halves(builder, group, base, 16)
+        scales, bias_pairs = _scales(builder, group, base)
+        codes = _k4_codes(builder, group, base)
+    else:
+        scales, bias_pairs = _k6_scales(builder, group, base)
+        codes = _k6_codes(builder, group, base)
     first = builder.mul(u, ir.Constant(I64, 256))
     sums = [[None] * chains for _ in xq]
-    for p in range(4):  # codes 64p .. 64p + 63: sub-block 2p in the low nibbles, 2p + 1 in the high
-        for g in range(8):
-            at = builder.add(base, ir.Constant(I64, CODES + 256 * p + 32 * g))
-            packed = _load(builder, group, at, V32I8)
-            lo = builder.and_(packed, _splat(V32I8, 15))
-            hi = builder.lshr(packed, _splat(V32I8, 4))
-            for r in range(n_in):
-                for half, codes in ((0, lo), (1, hi)):
-                    x = _broadcast32(builder, xq[r], builder.add(first, ir.Constant(I64, 64 * p + 32 * half + 4 * g)))
-                    pairs = _x86(builder, "llvm.x86.avx2.pmadd.ub.sw", V16I16, codes, x)
-                    k = (2 * g + half) % chains
-                    sums[r][k] = _madd(builder, sums[r][k], pairs, scales[2 * p + half])
+    for n, (register, weight, sub) in enumerate(codes):
+        for r in range(n_in):
+            x = _broadcast32(builder, xq[r], builder.add(first, ir.Constant(I64, weight)))
+            pairs = _x86(builder, "llvm.x86.avx2.pmadd.ub.sw", V16I16, register, x)
+            sums[r][n % chains] = _madd(builder, sums[r][n % chains], pairs, scales[sub])
     new_accs, new_mins = [], []
     for r in range(n_in):
-        bsums = _bsum_pairs(builder, xs[r], u)
-        m = _tree(builder, [_x86(builder, "llvm.x86.avx2.pmadd.wd", V8I32, mp, bs) for mp, bs in zip(min_pairs, bsums)])
         dx = _splat_f(builder, builder.load(builder.gep(xd[r], [u]), align=4), 8)
-        new_accs.append(_fma(builder, builder.sitofp(_tree(builder, sums[r]), V8F), builder.fmul(d, dx), accs[r]))
-        new_mins.append(_fma(builder, builder.sitofp(m, V8F), builder.fmul(dmin, dx), mins[r]))
+        bsums = _bsum_pairs(builder, xs[r], u) if qtype == Q4_K else _sums16_pairs(builder, xs[r], u)
+        bias = _tree(builder, [_x86(builder, "llvm.x86.avx2.pmadd.wd", V8I32, bp, bs) for bp, bs in zip(bias_pairs, bsums)])
+        total = _tree(builder, sums[r])
+        if qtype == Q6_K:  # the codes' bias of 32, in integers
+            total = builder.sub(total, builder.shl(bias, _splat(V8I32, 5)))
+        new_accs.append(_fma(builder, builder.sitofp(total, V8F), builder.fmul(d, dx), accs[r]))
+        if qtype == Q4_K:
+            new_mins.append(_fma(builder, builder.sitofp(bias, V8F), builder.fmul(dmin, dx), mins[r]))
     close_unit_loop(builder, opened, units, list(zip(accs, new_accs)) + list(zip(mins, new_mins)))
-    return [builder.fsub(a, m) for a, m in zip(new_accs, new_mins)]
-
+    return [builder.fsub(a, m) for a, m in zip(new_accs, new_mins)] if mins else new_accs
