@@ -40,14 +40,14 @@ def _native_pair(name, threads=1):
 
 @pytest.mark.skipif(not q4k_r8.AVAILABLE, reason="the repacked Q4_K product is AVX2 and FMA code")
 def test_the_step_reads_the_file_s_k_quant_matrices_repacked_and_copies_as_they_are():
-    """gate, up and o (Q4_K), v, down and the head (Q6_K) are views of the mapped file: repacked eight
-    rows at a time (their pages dropped); llama's q and k are copies (the file's row order undone):
-    kblock's product reads them as they are."""
+    """gate, up and o (Q4_K), v and down (Q6_K) are views of the mapped file: repacked eight rows at a
+    time (their pages dropped); llama's q and k are copies (the file's row order undone), and a prompt's
+    last position reads the LM head in the file's layout: kblock's product reads them as they are."""
     lm, _, native = _native_pair("llamaq-q4_k_m")
     types = lm.cpu_decode._weights[1][:, 0].tolist()
     layers = len(native._layers)
     assert types.count(q4k_r8.QTYPE) == 3 * layers and types.count(q4k_r8.Q4_K) == 2 * layers
-    assert types.count(q4k_r8.Q6_K_QTYPE) == 2 * layers + 1 and q4k_r8.Q6_K not in types
+    assert types.count(q4k_r8.Q6_K_QTYPE) == 2 * layers and types[-1] == q4k_r8.Q6_K  # the head last
     tasks = lm.cpu_decode._weights[0]
     repacked = np.isin(tasks[:, 0], np.flatnonzero(np.isin(types, list(q4k_r8.REPACKED.values()))))
     assert repacked.any() and not (tasks[repacked, 1:] % q4k_r8.ROWS).any()  # whole groups a task

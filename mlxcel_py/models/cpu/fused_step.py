@@ -107,7 +107,9 @@ class _Plan:
             seg, rows = len(self.segs), part.shape[0]
             if int(part.qtype) in KBLOCK_TYPES:
                 self.kblock_kinds.add(kind)
-            repacked = _repacked(part)
+            # not the LM head: a prompt's last position reads it in the file's layout (PromptRows._prompt_logits),
+            # which would bring its pages back beside the repacked rows
+            repacked = _repacked(part) if kind != step.HEAD else None
             qtype = int(part.qtype) if repacked is None else q4k_r8.REPACKED[int(part.qtype)]
             self.segs.append((qtype, part.shape[1] // UNITS[int(part.qtype)][0], col))
             self.raws.append(_readonly(part.blocks if repacked is None else repacked))
