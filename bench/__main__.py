@@ -58,7 +58,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("arch-decode", "decode", "arch_decode_main", "decode per architecture: mlx-lm's forward vs the CPU step"),
     # Kernels alone, without a model.
     Command("quant-kernels", "kernels", "quant_kernels_main", "quantized decode kernels and tiled prefill vs float32"),
-    Command("q4k-repack", "kernels", "q4k_repack_main", "the Q4_K and Q6_K products over the file's rows vs repacked eight rows a call"),
+    Command("kquant-repack", "kernels", "kquant_repack_main", "the Q4_K and Q6_K products over the file's rows vs repacked eight rows a call"),
     Command("decode-attention", "kernels", "decode_attention_main", "the decode attention kernel alone"),
     Command("prefill-attention", "kernels", "prefill_attention_main", "prefill attention alone, per architecture"),
     Command("prefill-weights", "kernels", "prefill_weights_main", "prefill products over a GGUF's weights, three ways"),

@@ -28,9 +28,9 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T  # noqa: 
 from mlxcel_py.models.cpu import prefill_attention as ca  # noqa: E402
 from mlxcel_py.models.cpu import decode_attention as cpu_decode_attention  # noqa: E402
 from mlxcel_py.models.cpu.decode_kernels import _stream  # noqa: E402
-from mlxcel_py.models.cpu.quant import blocks, int8_ir, kblock, prefill, products, q4k_r8, vector  # noqa: E402
+from mlxcel_py.models.cpu.quant import blocks, int8_ir, kblock, prefill, products, kquant_r8, vector  # noqa: E402
 from mlxcel_py.models.cpu.quant.kblock import kblock_rows  # noqa: E402
-from mlxcel_py.models.cpu.quant.q4k_r8 import r8_rows  # noqa: E402
+from mlxcel_py.models.cpu.quant.kquant_r8 import r8_rows  # noqa: E402
 
 
 # ---- quant-kernels -------------------------------------------------------------------------------
@@ -427,13 +427,13 @@ def prefill_weights_main() -> None:
             print(f"  {m:>5} tokens  {name:<22} {_best(fn, opts.repeat) * 1e3:9.1f} ms")
 
 
-# q4k-repack: the Q4_K and Q6_K products over the file's rows (quant/kblock.py) against the same weights
-# repacked eight rows at a time (quant/q4k_r8.py), per type, row width, input rows and threads.
+# kquant-repack: the Q4_K and Q6_K products over the file's rows (quant/kblock.py) against the same weights
+# repacked eight rows at a time (quant/kquant_r8.py), per type, row width, input rows and threads.
 K_BLOCK_BYTES = {"Q4_K": 144, "Q6_K": 210}
-Q4K_REPACK_DOC = """The K-quant products two ways: kblock (one weight row a call, the file's layout) and r8 (eight rows
-a call, q4k_r8.repack's layouts), over the same random Q4_K or Q6_K weights and int8 input rows.
+KQUANT_REPACK_DOC = """The K-quant products two ways: kblock (one weight row a call, the file's layout) and r8 (eight rows
+a call, kquant_r8.repack's layouts), over the same random Q4_K or Q6_K weights and int8 input rows.
 
-Usage: python -m bench q4k-repack [--types Q4_K Q6_K] [--hidden 1536 2048 3072 4096] [--ffn 8960]
+Usage: python -m bench kquant-repack [--types Q4_K Q6_K] [--hidden 1536 2048 3072 4096] [--ffn 8960]
                                   [--inputs 1 4] [--threads 1 2] [--repeat 15] [--mb 256]
 
 Per type and hidden size (the row width) the weights are layers of a gate/up product's, 2 x `--ffn` rows,
@@ -477,7 +477,7 @@ def _r8_memory(qtype: int, raws, r8s, x, threads: int, repeat: int) -> tuple[flo
                 if i == 0:
                     kblock.stream_kblock(qtype, *q, raw, out, threads, units)
                 else:
-                    q4k_r8.stream_r8(qtype, *q, r8, out, threads, units)
+                    kquant_r8.stream_r8(qtype, *q, r8, out, threads, units)
             best[i] = min(best[i], time.perf_counter() - t)
     total = sum(r.nbytes for r in raws)
     return total / best[0] / 1e9, total / best[1] / 1e9
@@ -487,7 +487,7 @@ def _r8_in_l2(name: str, width: int, inputs: int, rng) -> tuple[float, float]:
     qtype = int(T[name])
     rows = max(8, int(400e3 / (width // 256 * K_BLOCK_BYTES[name])) // 8 * 8)
     raw = _k_rows(name, rows, width, rng)
-    r8 = q4k_r8.repack(raw, qtype)
+    r8 = kquant_r8.repack(raw, qtype)
     q = kblock.quantize(rng.standard_normal((inputs, width)).astype(np.float32))
     out = np.zeros((inputs, rows), np.float32)
     got = []
@@ -502,8 +502,8 @@ def _r8_in_l2(name: str, width: int, inputs: int, rng) -> tuple[float, float]:
     return got[0], got[1]
 
 
-def q4k_repack_main() -> None:
-    ap = argparse.ArgumentParser(description=Q4K_REPACK_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
+def kquant_repack_main() -> None:
+    ap = argparse.ArgumentParser(description=KQUANT_REPACK_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--types", nargs="+", default=["Q4_K", "Q6_K"], choices=list(K_BLOCK_BYTES))
     ap.add_argument("--hidden", type=int, nargs="+", default=[1536, 2048, 3072, 4096])
     ap.add_argument("--ffn", type=int, default=8960)
@@ -512,8 +512,8 @@ def q4k_repack_main() -> None:
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--mb", type=int, default=256, help="weight bytes a round reads (past the caches)")
     args = ap.parse_args()
-    if not q4k_r8.AVAILABLE:
-        raise SystemExit("q4k-repack: the repacked product needs x86 with AVX2 and FMA")
+    if not kquant_r8.AVAILABLE:
+        raise SystemExit("kquant-repack: the repacked product needs x86 with AVX2 and FMA")
     rng = np.random.default_rng(0)
     print(cpu_line())
     print(f"{'type':4s} {'hidden':>6} {'inputs':>6} {'thr':>3} {'kblock GB/s':>11} {'r8 GB/s':>8} {'in-L2 ns kblock':>15} {'r8':>5}")
@@ -523,7 +523,7 @@ def q4k_repack_main() -> None:
             raw = _k_rows(name, 2 * args.ffn // 8 * 8, width, rng)
             layers = max(1, -(-args.mb * 1_000_000 // raw.nbytes))  # copies, so the rounds read past the caches
             raws = [raw] + [raw.copy() for _ in range(layers - 1)]
-            r8s = [q4k_r8.repack(r, qtype) for r in raws]
+            r8s = [kquant_r8.repack(r, qtype) for r in raws]
             for inputs in args.inputs:
                 x = rng.standard_normal((inputs, width)).astype(np.float32)
                 ns = _r8_in_l2(name, width, inputs, rng)

@@ -10,7 +10,7 @@ from numba import njit, prange
 from mlxcel_py.models import load_model
 from mlxcel_py.models.cpu.native import NativeDecoder, blocks_of, native_decoder_for
 from mlxcel_py.models.cpu.fused_step import FusedDecoder, decoder_for
-from mlxcel_py.models.cpu.quant import int8_ir, products, q4k_r8, step
+from mlxcel_py.models.cpu.quant import int8_ir, products, kquant_r8, step
 from mlxcel_py.models.cpu.quant.atomics import FUTEX, count_done, fetch_add, load_acquire, wait_at_least
 
 from test_cpu_decode import make_batch, prompt
@@ -38,7 +38,7 @@ def _native_pair(name, threads=1):
     return lm, path, NativeDecoder(lm.model, blocks_of(lm.model, path), threads)
 
 
-@pytest.mark.skipif(not q4k_r8.AVAILABLE, reason="the repacked Q4_K product is AVX2 and FMA code")
+@pytest.mark.skipif(not kquant_r8.AVAILABLE, reason="the repacked Q4_K product is AVX2 and FMA code")
 def test_the_step_reads_the_file_s_k_quant_matrices_repacked_and_copies_as_they_are():
     """gate, up and o (Q4_K), v and down (Q6_K) are views of the mapped file: repacked eight rows at a
     time (their pages dropped); llama's q and k are copies (the file's row order undone), and a prompt's
@@ -46,11 +46,11 @@ def test_the_step_reads_the_file_s_k_quant_matrices_repacked_and_copies_as_they_
     lm, _, native = _native_pair("llamaq-q4_k_m")
     types = lm.cpu_decode._weights[1][:, 0].tolist()
     layers = len(native._layers)
-    assert types.count(q4k_r8.QTYPE) == 3 * layers and types.count(q4k_r8.Q4_K) == 2 * layers
-    assert types.count(q4k_r8.Q6_K_QTYPE) == 2 * layers and types[-1] == q4k_r8.Q6_K  # the head last
+    assert types.count(kquant_r8.QTYPE) == 3 * layers and types.count(kquant_r8.Q4_K) == 2 * layers
+    assert types.count(kquant_r8.Q6_K_QTYPE) == 2 * layers and types[-1] == kquant_r8.Q6_K  # the head last
     tasks = lm.cpu_decode._weights[0]
-    repacked = np.isin(tasks[:, 0], np.flatnonzero(np.isin(types, list(q4k_r8.REPACKED.values()))))
-    assert repacked.any() and not (tasks[repacked, 1:] % q4k_r8.ROWS).any()  # whole groups a task
+    repacked = np.isin(tasks[:, 0], np.flatnonzero(np.isin(types, list(kquant_r8.REPACKED.values()))))
+    assert repacked.any() and not (tasks[repacked, 1:] % kquant_r8.ROWS).any()  # whole groups a task
 
 
 @avx2

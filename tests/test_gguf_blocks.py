@@ -12,7 +12,7 @@ from mlxcel_py.models import load_model
 from mlxcel_py.models.cpu.native import NativeDecoder
 from mlxcel_py.models.footprint import status_kib
 from mlxcel_py.models.gguf_blocks import BlockEmbedding, BlockLinear, mapped, release
-from mlxcel_py.models.cpu.quant import products, q4k_r8, vector
+from mlxcel_py.models.cpu.quant import products, kquant_r8, vector
 
 from test_cpu_decode import make_batch, prompt
 
@@ -64,7 +64,7 @@ def test_qkv_and_gate_up_of_one_type_are_row_slices_of_one_array(name, fused):
     groups = [[layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj],
               [layer.mlp.gate_proj, layer.mlp.up_proj]]
     whole = [g for g in groups if g[0].fused is not None]
-    keep = q4k_r8.repacked_types(blocks.model)  # types the fused step repacks: their groups stay views of the file
+    keep = kquant_r8.repacked_types(blocks.model)  # types the fused step repacks: their groups stay views of the file
     kept = [g for g in groups if len({m.blocks.qtype for m in g}) == 1 and g[0].blocks.qtype in keep]
     copies = (layer.self_attn.q_proj, layer.self_attn.k_proj)  # the file's q/k row order undone: copies
     assert all(m.fused is None and (any(m is c for c in copies) or mapped(m.blocks.blocks)) for g in kept for m in g)

@@ -132,7 +132,7 @@ def _build(module, args, weights: dict, bits: dict, source: str, held: Optional[
     except ValueError as exc:
         raise ModelLoadError(f"GGUF tensors do not fit a {args.model_type} model in {source}: {exc}") from None
     if held:
-        from .cpu.quant.q4k_r8 import repacked_types  # the CPU kernels load numba: not at import
+        from .cpu.quant.kquant_r8 import repacked_types  # the CPU kernels load numba: not at import
 
         fuse_layers(model, keep=repacked_types(model))
     mx.eval(model.parameters())

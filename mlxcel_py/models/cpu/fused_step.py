@@ -22,7 +22,7 @@ from .decode_attention import chunks_for
 from .decoder import CpuDecoder
 from .prompt_rows import PromptRows, step_phases
 from .native import NativeDecoder, Product, native_decoder_for
-from .quant import int8_ir, products, q4k_r8, step, vector
+from .quant import int8_ir, products, kquant_r8, step, vector
 from .quant.blocks import QuantWeight
 from .quant.kblock import KBLOCK_TYPES
 from .quant.dispatch import TypedCall, layout
@@ -53,10 +53,10 @@ def _repacked(part: QuantWeight) -> Optional[np.ndarray]:
     """part's rows repacked eight at a time, its file pages then dropped from memory (they come back if
     another path reads them), or None: not Q4_K or Q6_K, not whole groups of 8, not this CPU's, or not a view of
     the mapped file (a copy would stay resident beside the repacked rows)."""
-    if int(part.qtype) not in q4k_r8.REPACKED or not q4k_r8.AVAILABLE or part.shape[0] % q4k_r8.ROWS \
+    if int(part.qtype) not in kquant_r8.REPACKED or not kquant_r8.AVAILABLE or part.shape[0] % kquant_r8.ROWS \
             or not mapped(part.blocks):
         return None
-    rows = q4k_r8.repack(part.blocks, int(part.qtype))
+    rows = kquant_r8.repack(part.blocks, int(part.qtype))
     release(part.blocks)
     return rows
 
@@ -110,12 +110,12 @@ class _Plan:
             # not the LM head: a prompt's last position reads it in the file's layout (PromptRows._prompt_logits),
             # which would bring its pages back beside the repacked rows
             repacked = _repacked(part) if kind != step.HEAD else None
-            qtype = int(part.qtype) if repacked is None else q4k_r8.REPACKED[int(part.qtype)]
+            qtype = int(part.qtype) if repacked is None else kquant_r8.REPACKED[int(part.qtype)]
             self.segs.append((qtype, part.shape[1] // UNITS[int(part.qtype)][0], col))
             self.raws.append(_readonly(part.blocks if repacked is None else repacked))
             chunk = task_rows(rows, part.blocks.shape[1])
             if repacked is not None:  # whole groups of eight rows a task
-                chunk = -(-chunk // q4k_r8.ROWS) * q4k_r8.ROWS
+                chunk = -(-chunk // kquant_r8.ROWS) * kquant_r8.ROWS
             tasks += [(seg, r, min(r + chunk, rows)) for r in range(0, rows, chunk)]
             col += rows
         self._add(kind, layer, len(tasks), tasks)

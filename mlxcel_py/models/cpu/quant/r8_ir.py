@@ -1,4 +1,4 @@
-"""LLVM IR for Q4_K and Q6_K weights repacked eight rows at a time (q4k_r8.py's layouts), against input
+"""LLVM IR for Q4_K and Q6_K weights repacked eight rows at a time (kquant_r8.py's layouts), against input
 rows quantized per 256 values as kblock_ir's (codes, a scale per 256, int16 code sums per 16).
 
 kblock_ir reads one weight row a call: each Q4_K block's scales are unpacked on the integer units,
@@ -38,7 +38,7 @@ K6_SCALES, K6_CODES = 16, 144  # Q6_K's
 # a group's single run of bytes faster on the hardware prefetcher alone (Zen 4, one thread, Q4_K rows of
 # 2,048 / 4,096 values from DRAM: 29-30 GB/s without, 20-25 with 1-4 blocks ahead); four input rows
 # spend long enough on a block that the hardware's stream falls behind (4,096: 6.0 GB/s without,
-# 9.0-10.0 with). `python -m bench q4k-repack`.
+# 9.0-10.0 with). `python -m bench kquant-repack`.
 PREFETCH_GROUPS = 2  # group blocks ahead
 V8H, V8I8, V16I8 = ir.VectorType(ir.HalfType(), 8), ir.VectorType(I8, 8), ir.VectorType(I8, 16)
 V4I32, V16I32 = ir.VectorType(I32, 4), ir.VectorType(I32, 16)

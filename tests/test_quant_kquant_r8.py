@@ -1,4 +1,4 @@
-"""Q4_K and Q6_K repacked eight rows at a time (mlxcel_py/models/cpu/quant/q4k_r8.py): the layouts
+"""Q4_K and Q6_K repacked eight rows at a time (mlxcel_py/models/cpu/quant/kquant_r8.py): the layouts
 against the file's blocks, and the products at the hidden sizes real models have against a second
 implementation of the same arithmetic in numpy (bit for bit), against gguf's dequantized weights in
 float64, and the same bits on 1 and 2 threads, alone or in a batch, in any group."""
@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from gguf.constants import GGMLQuantizationType as T
 
-from mlxcel_py.models.cpu.quant import kblock, q4k_r8
+from mlxcel_py.models.cpu.quant import kblock, kquant_r8
 from test_quant_blocks import _reference, _weight
 
-needs_r8 = pytest.mark.skipif(not q4k_r8.AVAILABLE, reason="the repacked product is AVX2 and FMA code")
+needs_r8 = pytest.mark.skipif(not kquant_r8.AVAILABLE, reason="the repacked product is AVX2 and FMA code")
 WIDTHS = (1536, 2048, 2560, 3072, 3584, 4096)  # Qwen2.5 1.5B .. Llama 3.1 8B
 
 
@@ -23,7 +23,7 @@ def _fields(blocks: np.ndarray):
     b = blocks.reshape(n, -1, 144)
     d = b[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
     dmin = b[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32)
-    sc, m = q4k_r8._scale_min(b[..., 4:16])
+    sc, m = kquant_r8._scale_min(b[..., 4:16])
     qs = b[..., 16:].reshape(n, -1, 4, 32)
     codes = np.stack([qs & 15, qs >> 4], axis=3).reshape(n, -1, 256)  # 64p + i: low nibbles, then high
     return d, dmin, sc, m, codes
@@ -44,7 +44,7 @@ def _exact(blocks: np.ndarray, xq, xd, xs, qtype=T.Q4_K) -> np.ndarray:
     else:
         b = blocks.reshape(blocks.shape[0], -1, 210)
         d = b[..., 208:210].copy().view(np.float16)[..., 0].astype(np.float32)
-        sc, codes, sub = b[..., 192:208].view(np.int8), q4k_r8.q6_k_codes(b), 16
+        sc, codes, sub = b[..., 192:208].view(np.int8), kquant_r8.q6_k_codes(b), 16
     units = codes.shape[1]
     out = np.zeros((xq.shape[0], blocks.shape[0]), np.float32)
     for r in range(xq.shape[0]):
@@ -66,17 +66,17 @@ def _exact(blocks: np.ndarray, xq, xd, xs, qtype=T.Q4_K) -> np.ndarray:
 
 
 def _product(r8, xq, xd, xs, threads, units, qtype=T.Q4_K):
-    out = np.full((xq.shape[0], r8.shape[0] * q4k_r8.ROWS), np.nan, np.float32)
-    q4k_r8.stream_r8(int(qtype), xq, xd, xs, r8, out, threads, units)
+    out = np.full((xq.shape[0], r8.shape[0] * kquant_r8.ROWS), np.nan, np.float32)
+    kquant_r8.stream_r8(int(qtype), xq, xd, xs, r8, out, threads, units)
     return out
 
 
 def test_the_layout_holds_each_row_s_fields_where_the_kernel_reads_them():
     w = _weight(T.Q4_K, 16, 512, seed=3)
-    r8 = q4k_r8.repack(w.blocks)
+    r8 = kquant_r8.repack(w.blocks)
     d, dmin, sc, m, codes = _fields(np.ascontiguousarray(w.blocks))
-    assert r8.shape == (2, 2 * q4k_r8.GROUP_BLOCK_BYTES)
-    block = r8[1, q4k_r8.GROUP_BLOCK_BYTES:]  # group 1 (rows 8..15), block 1
+    assert r8.shape == (2, 2 * kquant_r8.GROUP_BLOCK_BYTES)
+    block = r8[1, kquant_r8.GROUP_BLOCK_BYTES:]  # group 1 (rows 8..15), block 1
     assert np.array_equal(block[0:16].view(np.float16).astype(np.float32), d[8:16, 1])
     assert np.array_equal(block[16:32].view(np.float16).astype(np.float32), dmin[8:16, 1])
     assert np.array_equal(block[32:96].reshape(8, 8), sc[8:16, 1].T)  # scales[j][row]
@@ -90,9 +90,9 @@ def test_the_layout_holds_each_row_s_fields_where_the_kernel_reads_them():
 def test_rows_that_do_not_make_whole_groups_are_refused():
     w = _weight(T.Q4_K, 12, 256)
     with pytest.raises(ValueError, match="whole groups of 8"):
-        q4k_r8.repack(w.blocks)
+        kquant_r8.repack(w.blocks)
     with pytest.raises(ValueError, match="whole groups of 8"):
-        q4k_r8.repack(_weight(T.Q6_K, 4, 256).blocks, int(T.Q6_K))
+        kquant_r8.repack(_weight(T.Q6_K, 4, 256).blocks, int(T.Q6_K))
 
 
 @needs_r8
@@ -101,7 +101,7 @@ def test_rows_that_do_not_make_whole_groups_are_refused():
 def test_each_width_gives_the_numpy_arithmetic_bit_for_bit_on_every_split(qtype, width):
     w = _weight(qtype, 24, width, seed=width)
     blocks, units = np.ascontiguousarray(w.blocks), width // 256
-    r8 = q4k_r8.repack(blocks, int(qtype))
+    r8 = kquant_r8.repack(blocks, int(qtype))
     x = np.random.default_rng(width).standard_normal((5, width)).astype(np.float32)
     xq, xd, xs = kblock.quantize(x)
     whole = _product(r8, xq, xd, xs, 2, units, qtype)
@@ -125,6 +125,6 @@ def test_the_repacked_product_agrees_with_kblock_s_within_float_rounding(qtype):
     xq, xd, xs = kblock.quantize(np.random.default_rng(7).standard_normal((3, 2048)).astype(np.float32))
     want = np.zeros((3, 64), np.float32)
     kblock.stream_kblock(int(qtype), xq, xd, xs, blocks, want, 2, 8)
-    got = _product(q4k_r8.repack(blocks, int(qtype)), xq, xd, xs, 2, 8, qtype)
+    got = _product(kquant_r8.repack(blocks, int(qtype)), xq, xd, xs, 2, 8, qtype)
     scale = np.abs(want).max()
     assert np.abs(got - want).max() <= 1e-5 * scale and not np.array_equal(got, np.zeros_like(got))
