@@ -244,3 +244,36 @@ def test_a_prompt_cut_into_row_spans_gives_the_bits_of_one_span(monkeypatch):
     whole, cut = first_token_and_kv(2048), first_token_and_kv(16)  # one span; 19 spans of 16 rows
     assert whole[0] == cut[0]
     assert all(np.array_equal(a, b) for a, b in zip(whole[1], cut[1]))
+
+
+def test_the_repacked_k_quant_step_gives_the_same_tokens_cut_batched_or_alone():
+    """The Q4_K_M fixture's step reads its Q4_K and Q6_K matrices repacked eight rows at a time
+    (quant/kquant_r8.py): a prompt cut into 7-token pieces gives the whole prompt's trace, and two
+    sequences decoded side by side the tokens each gives alone."""
+    from pathlib import Path
+
+    from mlxcel_py.models import load_model
+    from mlxcel_py.models.cpu.quant import kquant_r8
+
+    if not kquant_r8.AVAILABLE:
+        pytest.skip("the repacked products are AVX2 and FMA code")
+    lm = load_model(str(Path(__file__).parent / "fixtures" / "gguf" / "llamaq-q4_k_m.gguf"), threads=2)
+    decoder = lm.cpu_decode
+    assert decoder.fused and kquant_r8.QTYPE in decoder._weights[1][:, 0]
+
+    def runner():
+        return ModelRunner(lm.model, decode=decoder, verify=decoder.verify, kv_rows=None)
+
+    trace = scenario(runner())
+    assert scenario(runner(), chunk=7) == trace
+
+    def decode(sids, steps=6):
+        r = runner()
+        tokens = {sid: [begin(r, sid, prompt(9 + 30 * sid, sid))] for sid in sids}
+        for _ in range(steps):
+            for sid, token in zip(sids, r.execute(Step(decode=tuple(sids))).decoded):
+                tokens[sid].append(token)
+        return tokens
+
+    both = decode((1, 2))
+    assert both[1] == decode((1,))[1] and both[2] == decode((2,))[2]
