@@ -429,7 +429,7 @@ def prefill_weights_main() -> None:
 
 # kquant-repack: the Q4_K and Q6_K products over the file's rows (quant/kblock.py) against the same weights
 # repacked eight rows at a time (quant/kquant_r8.py), per type, row width, input rows and threads.
-K_BLOCK_BYTES = {"Q4_K": 144, "Q6_K": 210}
+K_TYPES = ("Q4_K", "Q6_K")
 KQUANT_REPACK_DOC = """The K-quant products two ways: kblock (one weight row a call, the file's layout) and r8 (eight rows
 a call, kquant_r8.repack's layouts), over the same random Q4_K or Q6_K weights and int8 input rows.
 
@@ -457,7 +457,7 @@ def _r8_loop_r8(qtype, reps, raw, xq, xd, xs, out, units):  # pragma: no cover -
 
 def _k_rows(name: str, rows: int, width: int, rng) -> np.ndarray:
     """Random blocks of type `name` with finite float16 scales (d, and Q4_K's dmin)."""
-    raw = rng.integers(0, 256, (rows, width // 256, K_BLOCK_BYTES[name]), dtype=np.uint8)
+    raw = rng.integers(0, 256, (rows, width // 256, kquant_r8.BLOCK_BYTES[int(T[name])]), dtype=np.uint8)
     at = [0, 2] if name == "Q4_K" else [208]
     for a in at:
         raw[:, :, a: a + 2] = np.array([0.01], np.float16).view(np.uint8)
@@ -485,7 +485,7 @@ def _r8_memory(qtype: int, raws, r8s, x, threads: int, repeat: int) -> tuple[flo
 
 def _r8_in_l2(name: str, width: int, inputs: int, rng) -> tuple[float, float]:
     qtype = int(T[name])
-    rows = max(8, int(400e3 / (width // 256 * K_BLOCK_BYTES[name])) // 8 * 8)
+    rows = max(8, int(400e3 / (width // 256 * kquant_r8.BLOCK_BYTES[int(T[name])])) // 8 * 8)
     raw = _k_rows(name, rows, width, rng)
     r8 = kquant_r8.repack(raw, qtype)
     q = kblock.quantize(rng.standard_normal((inputs, width)).astype(np.float32))
@@ -504,7 +504,7 @@ def _r8_in_l2(name: str, width: int, inputs: int, rng) -> tuple[float, float]:
 
 def kquant_repack_main() -> None:
     ap = argparse.ArgumentParser(description=KQUANT_REPACK_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--types", nargs="+", default=["Q4_K", "Q6_K"], choices=list(K_BLOCK_BYTES))
+    ap.add_argument("--types", nargs="+", default=list(K_TYPES), choices=list(K_TYPES))
     ap.add_argument("--hidden", type=int, nargs="+", default=[1536, 2048, 3072, 4096])
     ap.add_argument("--ffn", type=int, default=8960)
     ap.add_argument("--inputs", type=int, nargs="+", default=[1, 4])

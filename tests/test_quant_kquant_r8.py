@@ -75,8 +75,8 @@ def test_the_layout_holds_each_row_s_fields_where_the_kernel_reads_them():
     w = _weight(T.Q4_K, 16, 512, seed=3)
     r8 = kquant_r8.repack(w.blocks)
     d, dmin, sc, m, codes = _fields(np.ascontiguousarray(w.blocks))
-    assert r8.shape == (2, 2 * kquant_r8.GROUP_BLOCK_BYTES)
-    block = r8[1, kquant_r8.GROUP_BLOCK_BYTES:]  # group 1 (rows 8..15), block 1
+    assert r8.shape == (2, 2 * kquant_r8.GROUP_BYTES[kquant_r8.Q4_K])
+    block = r8[1, kquant_r8.GROUP_BYTES[kquant_r8.Q4_K]:]  # group 1 (rows 8..15), block 1
     assert np.array_equal(block[0:16].view(np.float16).astype(np.float32), d[8:16, 1])
     assert np.array_equal(block[16:32].view(np.float16).astype(np.float32), dmin[8:16, 1])
     assert np.array_equal(block[32:96].reshape(8, 8), sc[8:16, 1].T)  # scales[j][row]

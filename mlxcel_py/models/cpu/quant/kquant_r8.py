@@ -21,12 +21,11 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .int8_ir import HAS_AVX2
-from .kblock_ir import HAS_FMA
-from .r8_ir import GROUP_BLOCK_BYTES, GROUP_BYTES, Q4_K, Q6_K, ROWS, emit_group_dots
+from .kblock_ir import BLOCK_BYTES, HAS_FMA
+from .r8_ir import GROUP_BYTES, Q4_K, Q6_K, ROWS, emit_group_dots
 from .vector_intrinsics import _rows_switch
 
 AVAILABLE = HAS_AVX2 and HAS_FMA  # the product's CPUs (x86 with AVX2 and FMA)
-BLOCK_BYTES = {Q4_K: 144, Q6_K: 210}
 MAX_ROWS = 4  # input rows a call
 QTYPE = 1012  # the repacked layouts' type codes in a fused step's segments (not GGUF types): Q4_K's
 Q6_K_QTYPE = 1014  # and Q6_K's
@@ -168,5 +167,5 @@ def stream_r8(qtype, xq, xd, xs, raw, out, threads, units):  # pragma: no cover 
         r8_rows(qtype, raw, t * groups // threads, (t + 1) * groups // threads, xq, xd, xs, out, 0, units)
 
 
-__all__ = ["AVAILABLE", "GROUP_BLOCK_BYTES", "GROUP_BYTES", "Q4_K", "Q6_K", "QTYPE", "Q6_K_QTYPE", "REPACKED", "ROWS",
+__all__ = ["AVAILABLE", "BLOCK_BYTES", "GROUP_BYTES", "Q4_K", "Q6_K", "QTYPE", "Q6_K_QTYPE", "REPACKED", "ROWS",
            "q6_k_codes", "repack", "repacked_types", "r8_rows", "stream_r8"]

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from .int8_ir import V8I32, V16I16, _x86
-from .kblock_ir import VNNI, _fma
+from .int8_ir import V8I32, V16I16, _prefetch, _splat8, _x86
+from .kblock_ir import VNNI, _fma, _total
 from .vector_ir import I8, I32, I64, V8F, V32I8, _load, _splat, _splat_f, close_unit_loop, open_unit_loop
 
 ROWS = 8  # weight rows a group
@@ -31,7 +31,6 @@ Q4_K, Q6_K = 12, 14
 # a group's block: Q4_K d[8], dmin[8] (halves), scales[8][8], mins as pairs[4][8][2], codes[4][8][8][4];
 # Q6_K d[8], scales as pairs[8][8][2] (int8), then per t < 16: low nibbles t and t + 16, high bits t ([8][4] each)
 GROUP_BYTES = {Q4_K: 1184, Q6_K: 1680}
-GROUP_BLOCK_BYTES = GROUP_BYTES[Q4_K]
 SCALES, MINS, CODES = 32, 96, 160  # Q4_K's offsets in a group's block
 K6_SCALES, K6_CODES = 16, 144  # Q6_K's
 # Software prefetch, two group blocks ahead, only for calls of several input rows. One input row streams
@@ -53,8 +52,7 @@ def _halves(builder, group, base, at):
 def _broadcast32(builder, ptr, offset):
     """The 4 bytes at ptr + offset repeated across a <32 x i8> (one vpbroadcastd)."""
     word = builder.load(builder.bitcast(builder.gep(ptr, [offset]), I32.as_pointer()), align=1)
-    one = builder.insert_element(ir.Constant(ir.VectorType(I32, 1), None), word, ir.Constant(I32, 0))
-    return builder.bitcast(builder.shuffle_vector(one, one, ir.Constant(V8I32, [0] * 8)), V32I8)
+    return builder.bitcast(_splat8(builder, word), V32I8)
 
 
 def _scales(builder, group, base):
@@ -88,12 +86,6 @@ def _madd(builder, chain, pairs, scales):
         return _x86(builder, "llvm.x86.avx512.vpdpwssd.256", V8I32, chain, builder.bitcast(pairs, V8I32),
                     builder.bitcast(scales, V8I32))
     return builder.add(chain, _x86(builder, "llvm.x86.avx2.pmadd.wd", V8I32, pairs, scales))
-
-
-def _tree(builder, values):
-    while len(values) > 1:
-        values = [builder.add(a, b) for a, b in zip(values[::2], values[1::2])] + values[len(values) // 2 * 2:]
-    return values[0]
 
 
 def _k4_codes(builder, group, base):
@@ -152,11 +144,8 @@ def emit_group_dots(builder, qtype, group, xq, xd, xs, units):
     accs = [builder.phi(V8F) for _ in xq]
     mins = [builder.phi(V8F) for _ in xq] if qtype == Q4_K else []
     base = builder.mul(u, ir.Constant(I64, size))
-    fn = builder.module.globals.get("llvm.prefetch.p0i8") or ir.Function(
-        builder.module, ir.FunctionType(ir.VoidType(), [I8.as_pointer(), I32, I32, I32]), "llvm.prefetch.p0i8")
-    for line in range(0, size if n_in > 1 else 0, 64):
-        ahead = builder.add(base, ir.Constant(I64, PREFETCH_GROUPS * size + line))
-        builder.call(fn, [builder.gep(group, [ahead]), ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
+    for line in range(0, size if n_in > 1 else 0, 64):  # every line of the block PREFETCH_GROUPS ahead
+        _prefetch(builder, [group], u, size, PREFETCH_GROUPS * size + line)
     d = _halves(builder, group, base, 0)
     if qtype == Q4_K:
         dmin = _halves(builder, group, base, 16)
@@ -176,8 +165,8 @@ def emit_group_dots(builder, qtype, group, xq, xd, xs, units):
     for r in range(n_in):
         dx = _splat_f(builder, builder.load(builder.gep(xd[r], [u]), align=4), 8)
         bsums = _bsum_pairs(builder, xs[r], u) if qtype == Q4_K else _sums16_pairs(builder, xs[r], u)
-        bias = _tree(builder, [_x86(builder, "llvm.x86.avx2.pmadd.wd", V8I32, bp, bs) for bp, bs in zip(bias_pairs, bsums)])
-        total = _tree(builder, sums[r])
+        bias = _total(builder, [_x86(builder, "llvm.x86.avx2.pmadd.wd", V8I32, bp, bs) for bp, bs in zip(bias_pairs, bsums)])
+        total = _total(builder, sums[r])
         if qtype == Q6_K:  # the codes' bias of 32, in integers
             total = builder.sub(total, builder.shl(bias, _splat(V8I32, 5)))
         new_accs.append(_fma(builder, builder.sitofp(total, V8F), builder.fmul(d, dx), accs[r]))
