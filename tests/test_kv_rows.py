@@ -140,15 +140,22 @@ def test_the_fused_native_step_runs_over_the_rows_and_its_prompts_too(monkeypatc
     assert scenario(cut, chunk=7) == trace  # pieces of 7 tokens: the same rows, the same tokens
 
 
-def test_other_architectures_keep_the_batch_layout():
+@pytest.mark.parametrize("fixture", ["qwen3-q8_0.gguf", "phi3-f16.gguf", "gemma3-f16.gguf"])
+def test_every_architecture_runs_over_the_rows_token_exact_with_the_batch_layout(fixture):
+    """q/k norms (qwen3), LongRoPE-free phi3, gemma3's sandwich norms, GELU, per-layer ropes and
+    8-position windows: the rows (rows.attention_rows) give the batch layout's tokens."""
     from pathlib import Path
 
     from mlxcel_py.engine.runner.model_runner import _owns_rows
     from mlxcel_py.models import load_model
 
-    qwen3 = load_model(str(Path(__file__).parent / "fixtures" / "gguf" / "qwen3-q8_0.gguf"), threads=1)
-    assert qwen3.cpu_decode is not None and not qwen3.cpu_decode.spec.plain
-    assert not _owns_rows(qwen3.cpu_decode, None)  # forward_rows runs llama's layer only
+    lm = load_model(str(Path(__file__).parent / "fixtures" / "gguf" / fixture), threads=1)
+    decoder = lm.cpu_decode
+    assert not decoder.spec.llama_layer and _owns_rows(decoder, None)
+    ours = ModelRunner(lm.model, decode=decoder, verify=decoder.verify)
+    theirs = ModelRunner(lm.model, decode=decoder, verify=decoder.verify, kv_rows=False)
+    assert scenario(ours) == scenario(theirs)
+    assert isinstance(ours._batch, RowKV) and not ours.one_forward  # models/cpu/tick.py runs llama's layer
 
 
 def test_qwen2_runs_over_the_rows_with_its_bias_token_exact_with_the_batch_layout():

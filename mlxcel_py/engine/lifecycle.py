@@ -77,7 +77,8 @@ def build_engine(config: "EngineConfig", loaded: "LoadedModel", runner: Optional
                           flag="--cache-type-k")
     elif draft is not None:
         log.warning("--draft-model is off: this runner (%s) drafts no tokens", type(runner).__name__)
-    bytes_per_token = kv_bytes_per_token(loaded.model, layout)
+    kv = _kv_info(layout, kv_bytes_per_token(loaded.model, layout), len(loaded.model.layers),
+                  getattr(runner, "kv_window", (0, 0)))
     drafting = drafting if drafting.enabled else None
     if drafting is not None and not runner.verifies_drafts:
         log.warning("--lookup-ngram is off: this runner (%s) does not verify drafts", type(runner).__name__)
@@ -85,7 +86,8 @@ def build_engine(config: "EngineConfig", loaded: "LoadedModel", runner: Optional
     pc = config.prompt_cache
     cache = None
     if pc.enabled:
-        cache = PromptCache(pc.max_bytes, pc.max_entries, pc.min_prefix, bytes_per_token)
+        cache = PromptCache(pc.max_bytes, pc.max_entries, pc.min_prefix, kv.bytes_per_token,
+                            getattr(runner, "prefix_reach", None), (kv.window_bytes_per_token, kv.window_positions))
     scheduler = Scheduler(
         policy=config.policy,
         num_slots=config.num_slots,
@@ -97,8 +99,7 @@ def build_engine(config: "EngineConfig", loaded: "LoadedModel", runner: Optional
         drafting=drafting,
         context_shift=_context_shift(config, runner),
     )
-    _log_engine(config, per_slot, layout.describe(), bytes_per_token, drafting)
-    kv = KVInfo(layout.k.name, layout.v.name, bytes_per_token)
+    _log_engine(config, per_slot, layout.describe(), kv, drafting)
     identity = model_identity(loaded, kv) if local else None  # a distributed engine keeps no slot files
     return Engine(scheduler, runner, itl_budget_ms=config.itl_budget_ms, vocab_size=loaded.logits_width, kv=kv,
                   identity=identity)
@@ -128,13 +129,22 @@ def _local_runner(config: "EngineConfig", loaded: "LoadedModel", draft: Optional
     return runner, drafting
 
 
-def _log_engine(config: "EngineConfig", per_slot: int, layout: str, bytes_per_token: int, drafting: Any) -> None:
+def _kv_info(layout: Any, bytes_per_token: int, layers: int, window: tuple[int, int]) -> KVInfo:
+    """What a token costs: the layers that keep every position, and the sliding-window layers that
+    keep at most `window[1]` positions a slot (the runner's `kv_window`; the layers' K/V are alike)."""
+    windowed = bytes_per_token // max(1, layers) * window[0]
+    return KVInfo(layout.k.name, layout.v.name, bytes_per_token - windowed, windowed, window[1])
+
+
+def _log_engine(config: "EngineConfig", per_slot: int, layout: str, kv: KVInfo, drafting: Any) -> None:
     """The startup log lines of the engine just built."""
     log.info("prefill_chunk_size %s%s", config.policy.describe(),
              " until the ITL-budget calibration ends" if config.itl_budget_ms is not None else "")
     log.info("slots=%d context per slot=%d tokens (total %d)", config.num_slots, per_slot, per_slot * config.num_slots)
-    log.info("KV cache: %s; %d bytes per token, %.1f MiB per full slot", layout, bytes_per_token,
-             bytes_per_token * per_slot / (1 << 20))
+    window = (f" ({kv.window_bytes_per_token:,} more for the first {kv.window_positions:,} positions: the sliding-"
+              "window layers keep only their window)") if kv.window_positions else ""
+    log.info("KV cache: %s; %s bytes per token%s, %.1f MiB per full slot", layout, f"{kv.bytes_per_token:,}", window,
+             kv.slot_bytes(per_slot) / (1 << 20))
     pc = config.prompt_cache
     if pc.enabled:
         size = "no size limit" if pc.max_bytes >= 1 << 62 else f"{pc.max_bytes >> 20} MiB"

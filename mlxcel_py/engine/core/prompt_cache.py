@@ -42,10 +42,15 @@ class PromptCache:
     """An LRU index of KV snapshots, bounded in bytes and entries, matched by longest prefix.
 
     Plain Python: the runner stores each snapshot under the id `insert` hands out, and frees
-    the ids that `take_dropped` returns (evicted or superseded entries).
+    the ids that `take_dropped` returns (evicted or superseded entries). `reach` (the runner's
+    `prefix_reach`): a snapshot serves prefixes at most that many tokens shorter than itself (its
+    sliding-window layers keep no older positions); None: any prefix.
     """
 
-    def __init__(self, max_bytes: int, max_entries: int, min_prefix: int, bytes_per_token: int):
+    def __init__(self, max_bytes: int, max_entries: int, min_prefix: int, bytes_per_token: int,
+                 reach: Optional[int] = None, window: tuple[int, int] = (0, 0)):
+        self.reach = reach
+        self.window = window  # (bytes per token, positions) of layers that keep at most that many
         self.max_bytes = max_bytes
         self.max_entries = max_entries
         self.min_prefix = max(1, min_prefix)
@@ -65,6 +70,8 @@ class PromptCache:
         limit = len(prompt) - 1
         for entry in self._entries.values():
             n = min(common_prefix_len(entry.tokens, prompt), limit)
+            if self.reach is not None and n < len(entry.tokens) - self.reach:
+                continue  # its windowed layers no longer hold what a prefix this short needs
             if n >= self.min_prefix and n > best_len:
                 best, best_len = entry, n
         if best is None:
@@ -74,7 +81,7 @@ class PromptCache:
 
     def insert(self, tokens: tuple[int, ...]) -> Optional[int]:
         """Index a snapshot of `tokens`; its id, or None when it is too short or larger than the whole cache."""
-        nbytes = len(tokens) * self.bytes_per_token
+        nbytes = len(tokens) * self.bytes_per_token + min(len(tokens), self.window[1]) * self.window[0]
         if len(tokens) < self.min_prefix or nbytes > self.max_bytes or self.max_entries <= 0:
             return None
         self._drop_covered(tokens)

@@ -37,11 +37,19 @@ class SlotInfo:
 
 @dataclass(frozen=True, slots=True)
 class KVInfo:
-    """How the KV is stored (--cache-type-k/-v) and what one token of it costs over all layers."""
+    """How the KV is stored (--cache-type-k/-v) and what one token of it costs: `bytes_per_token` over
+    the layers that keep every position; sliding-window layers that keep at most `window_positions`
+    a slot (engine/runner/kv_rows.py) cost `window_bytes_per_token` up to there."""
 
     type_k: str = ""
     type_v: str = ""
     bytes_per_token: int = 0
+    window_bytes_per_token: int = 0
+    window_positions: int = 0
+
+    def slot_bytes(self, tokens: int) -> int:
+        """The KV bytes of a slot holding `tokens` positions."""
+        return tokens * self.bytes_per_token + min(tokens, self.window_positions) * self.window_bytes_per_token
 
 
 @dataclass(frozen=True, slots=True)

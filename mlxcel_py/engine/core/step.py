@@ -142,6 +142,11 @@ class Runner(Protocol):
     # and the longest piece it runs that way (the cost model's `fused` ticks); False: separate records.
     one_forward: bool = False
     fuses_up_to: int = 0
+    # How many tokens shorter than a snapshot a prompt-cache hit may be (its sliding-window layers keep
+    # no older positions: engine/runner/kv_rows.py); None: any prefix of it.
+    prefix_reach: Optional[int] = None
+    # (sliding-window layers, the most positions a slot holds in them) where those keep only their window.
+    kv_window: tuple[int, int] = (0, 0)
 
     def execute(self, step: Step) -> StepOutput:
         """Run one record in its order (retire, shift, decode, prefill, drop snapshots); ends in a sync."""

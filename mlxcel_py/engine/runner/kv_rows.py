@@ -5,7 +5,7 @@ batch re-pads and copies every row (merge + extend), and the CPU decode step the
 again into buffers it can write. Here each layer has one float32 buffer (slots, kv_heads,
 capacity, dim); a batch row lives in one slot with its own length, so a join copies only the
 new sequence's tokens, a leave copies nothing and a rejected draft's trim is a length change.
-The buffers are anonymous memory maps (`_zeros`): pages nobody wrote stay unmapped, so the resident
+The buffers are anonymous memory maps (kv_pages.zeros): pages nobody wrote stay unmapped, so the resident
 size grows with the tokens stored, not with the capacity. Growing the capacity copies only the
 rows in use. The decoder reads and writes them through `models/cpu/rows.forward_rows`.
 A sequence still prefilling in fused ticks (engine/runner/tick.py) writes into a staged slot, the one
@@ -16,11 +16,17 @@ is a pinned slot of the same buffers, refcounted, never decoded into. A batch ro
 carries (prefix slot, prefix length); its own slot holds only the positions from the prefix length
 on (the pages below stay unmapped) and the attention reads the positions below it from the pinned
 slot, in the same loop order, so a shared row's logits are bit-equal to a private copy's.
+
+Sliding-window layers (gemma3's: `windows`) keep only what their window reads: as a slot's sequence
+grows, the pages of its positions below `floor_for(length)` (the window, WINDOW_SLACK more, in steps
+of RELEASE_STEP) are given back in those layers, so a slot costs about window + 512 positions there
+however long its context. A pinned prefix keeps the floor it had, so it serves a prefix only down to
+PREFIX_REACH positions below its own length (the prompt cache's `reach`); a shorter match recomputes,
+as llama.cpp's SWA cache without `--swa-full`.
 """
 
 from __future__ import annotations
 
-import mmap
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -28,27 +34,13 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import KVCache
 
+from .kv_pages import PREFIX_REACH, RELEASE_STEP, WINDOW_SLACK, floor_for, release, release_span, windows_of, zeros
+
+__all__ = ["FIRST_CAPACITY", "FIRST_SLOTS", "PREFIX_REACH", "RELEASE_STEP", "WINDOW_SLACK", "PinnedPrefix", "RowKV",
+           "floor_for", "windows_of"]
+
 FIRST_SLOTS = 4
 FIRST_CAPACITY = 1024  # positions; doubled as rows grow past it
-
-
-def _zeros(shape: tuple[int, ...]) -> np.ndarray:
-    """A float32 zero buffer whose untouched pages are not resident. np.zeros (calloc) is not that
-    once glibc has raised its mmap threshold past the buffer's size (after freeing one as large):
-    calloc then clears reused heap pages, and every page of the capacity becomes resident."""
-    count = int(np.prod(shape))
-    return np.frombuffer(mmap.mmap(-1, max(4 * count, 1)), np.float32, count).reshape(shape)
-
-
-def _release(buffer: np.ndarray, slot: int) -> None:
-    """Give a freed slot's pages back (they read as zeros again and are no longer resident)."""
-    mapping, size = buffer.base, buffer[0].nbytes
-    while mapping is not None and not isinstance(mapping, mmap.mmap):
-        mapping = getattr(mapping, "obj", None) or getattr(mapping, "base", None)
-    if isinstance(mapping, mmap.mmap) and size % mmap.PAGESIZE == 0 and hasattr(mapping, "madvise"):
-        mapping.madvise(mmap.MADV_DONTNEED, slot * size, size)
-
-
 @dataclass(frozen=True, slots=True)
 class PinnedPrefix:
     """A prompt-cache snapshot held by reference: the first `length` positions of pinned slot `slot`."""
@@ -60,13 +52,18 @@ class PinnedPrefix:
 class RowKV:
     """Per-layer (slots, kv_heads, capacity, dim) buffers, batch row i in slot `slots[i]` holding
     `lengths[i]` positions (its next token's position), the first `prefixes[i][1]` of them read from
-    pinned slot `prefixes[i][0]`; `pinned` maps a pinned slot to [its length, its references]."""
+    pinned slot `prefixes[i][0]`; `pinned` maps a pinned slot to [its length, its references].
+    `windows[l]` > 0: layer l attends that many positions back; those layers hold a slot's positions
+    from `floors[slot]` on only (the module docstring)."""
 
     def __init__(self, layers: int, kv_heads: int, dim: int, slots: int = FIRST_SLOTS,
-                 capacity: int = FIRST_CAPACITY):
+                 capacity: int = FIRST_CAPACITY, windows: Sequence[int] = ()):
         self.shape = (kv_heads, dim)
-        self.keys = [_zeros((slots, kv_heads, capacity, dim)) for _ in range(layers)]
-        self.values = [_zeros((slots, kv_heads, capacity, dim)) for _ in range(layers)]
+        self.windows = tuple(windows) or (0,) * layers
+        self.window = max(self.windows)  # the floor keeps the widest window's positions
+        self.floors: dict[int, int] = {}  # slot -> its windowed layers' lowest position held
+        self.keys = [zeros((slots, kv_heads, capacity, dim)) for _ in range(layers)]
+        self.values = [zeros((slots, kv_heads, capacity, dim)) for _ in range(layers)]
         self.slots: list[int] = []
         self.lengths: list[int] = []
         self.prefixes: list[tuple[int, int]] = []
@@ -74,11 +71,26 @@ class RowKV:
         self.staged: dict[int, list[int]] = {}  # a prefilling sequence's future slot -> [lo, hi) written
 
     @classmethod
-    def like(cls, caches: Sequence[KVCache], slots: int = FIRST_SLOTS, capacity: int = FIRST_CAPACITY) -> "RowKV":
+    def like(cls, caches: Sequence[KVCache], slots: int = FIRST_SLOTS, capacity: int = FIRST_CAPACITY,
+             windows: Sequence[int] = ()) -> "RowKV":
         """An empty RowKV shaped for these row caches (one per layer); `slots` x `capacity` sized up
         front (untouched pages cost no memory) spares the joins a regrow."""
         _, heads, _, dim = caches[0].keys.shape
-        return cls(len(caches), heads, dim, max(1, slots), max(1, capacity))
+        return cls(len(caches), heads, dim, max(1, slots), max(1, capacity), windows)
+
+    def _first(self, layer: int, slot: int, first: int) -> int:
+        """The first position of `first`.. that layer `layer` holds in `slot`."""
+        return max(first, self.floors.get(slot, 0)) if self.windows[layer] else first
+
+    def _raise_floor(self, slot: int, length: int) -> None:
+        """Give back the windowed layers' pages of `slot` below `floor_for(length)`."""
+        old, new = self.floors.get(slot, 0), floor_for(length, self.window)
+        if new > old:
+            for layer, window in enumerate(self.windows):
+                if window:
+                    release_span(self.keys[layer], slot, old, new)
+                    release_span(self.values[layer], slot, old, new)
+            self.floors[slot] = new
 
     @property
     def capacity(self) -> int:
@@ -107,9 +119,11 @@ class RowKV:
             self.reserve(length + 1)
             slot, (lo, hi) = staged, self.staged.pop(staged)
             spans = [(cut, max(cut, min(lo, length))), (max(cut, hi), length)]
+        self._raise_floor(slot, length)
         for layer, cache in enumerate(caches):
             keys, values = np.asarray(cache.keys)[0], np.asarray(cache.values)[0]  # views, not MLX copies
             for a, b in spans:
+                a = self._first(layer, slot, a)
                 if a < b:
                     self.keys[layer][slot, :, a:b] = keys[:, a:b]
                     self.values[layer][slot, :, a:b] = values[:, a:b]
@@ -155,9 +169,11 @@ class RowKV:
     def pin(self, caches: Sequence[KVCache], length: int) -> PinnedPrefix:
         """A pinned slot holding the first `length` positions of these row caches (one reference)."""
         slot = self._free_slot(length + 1)
+        self._raise_floor(slot, length)
         for layer, cache in enumerate(caches):
-            self.keys[layer][slot, :, :length] = np.asarray(cache.keys[0, :, :length])
-            self.values[layer][slot, :, :length] = np.asarray(cache.values[0, :, :length])
+            a = self._first(layer, slot, 0)
+            self.keys[layer][slot, :, a:length] = np.asarray(cache.keys[0, :, a:length])
+            self.values[layer][slot, :, a:length] = np.asarray(cache.values[0, :, a:length])
         self.pinned[slot] = [length, 1]
         return PinnedPrefix(slot, length)
 
@@ -195,9 +211,11 @@ class RowKV:
         shared, cut = self.prefixes[row]
         if cut:
             slot = self.slots[row]
+            self.floors[slot] = max(self.floors.get(slot, 0), self.floors.get(shared, 0))  # what both hold
             for buffers in (self.keys, self.values):
-                for buffer in buffers:
-                    buffer[slot, :, :cut] = buffer[shared, :, :cut]
+                for layer, buffer in enumerate(buffers):
+                    a = self._first(layer, slot, 0)
+                    buffer[slot, :, a:cut] = buffer[shared, :, a:cut]
             self._drop_prefix(row)
 
     def _drop_prefix(self, row: int) -> None:
@@ -231,9 +249,12 @@ class RowKV:
         self.reserve(length + 1)
         self._drop_prefix(row)
         slot = self.slots[row]
+        self.floors.pop(slot, None)  # the row is rewritten from position 0
+        self._raise_floor(slot, length)
         for layer, (keys, values) in enumerate(layers):
-            self.keys[layer][slot, :, :length] = keys
-            self.values[layer][slot, :, :length] = values
+            a = self._first(layer, slot, 0)
+            self.keys[layer][slot, :, a:length] = keys[:, a:]
+            self.values[layer][slot, :, a:length] = values[:, a:]
         self.lengths[row] = length
 
     def row_kv(self, row: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -254,6 +275,9 @@ class RowKV:
     def advance(self, width: int = 1) -> None:
         """Every row holds `width` more positions (the forward wrote them)."""
         self.lengths = [n + width for n in self.lengths]
+        if self.window:
+            for slot, length in zip(self.slots, self.lengths):
+                self._raise_floor(slot, length)
 
     def reserve(self, positions: int) -> None:
         """Room for `positions` per slot: double the capacity, copying only the positions in use."""
@@ -279,9 +303,10 @@ class RowKV:
         return slots
 
     def _release_slot(self, slot: int) -> None:
+        self.floors.pop(slot, None)
         for buffers in (self.keys, self.values):
             for buffer in buffers:
-                _release(buffer, slot)
+                release(buffer, slot)
 
     def _regrow(self, slots: int, capacity: int) -> None:
         kv_heads, dim = self.shape
@@ -290,7 +315,8 @@ class RowKV:
         spans += [(s, lo, hi) for s, (lo, hi) in self.staged.items()]
         for buffers in (self.keys, self.values):
             for layer, old in enumerate(buffers):
-                new = _zeros((slots, kv_heads, capacity, dim))
+                new = zeros((slots, kv_heads, capacity, dim))
                 for slot, first, length in spans:  # below a shared prefix's length nothing is stored
+                    first = self._first(layer, slot, first)
                     new[slot, :, first:length] = old[slot, :, first:length]
                 buffers[layer] = new

@@ -19,6 +19,7 @@ from . import slot_io
 from .constraints import ConstraintCompiler
 from .draft_model import DraftModel
 from .kv import KVLayout, arrays, bytes_per_token, snapshot
+from .kv_rows import PREFIX_REACH, RELEASE_STEP, WINDOW_SLACK, windows_of
 from .prompt_side import PromptSide, SequenceState
 from .row_prefill import RowPrefill
 from .sampling import SampledToken, sample_step
@@ -90,6 +91,19 @@ class ModelRunner(PromptSide, RowPrefill, FusedTick, Runner):
         self.draft = draft
         self._shifter: Optional[ContextShifter] = None
         self._owned = _owns_rows(decode, kv) if kv_rows is None else kv_rows  # self._batch is a RowKV
+
+    @property
+    def prefix_reach(self) -> Optional[int]:
+        """Over the owned rows, a sliding-window model's snapshots keep only what their window reads."""
+        return PREFIX_REACH if self._owned and any(windows_of(self._fast_decode)) else None
+
+    @property
+    def kv_window(self) -> tuple[int, int]:
+        """(sliding-window layers, the most positions a slot holds in them) where they keep only their
+        window (kv_rows.py); (0, 0) where every layer keeps every position."""
+        windows = windows_of(self._fast_decode) if self.prefix_reach is not None else ()
+        held = sum(1 for w in windows if w)
+        return (held, max(windows) + WINDOW_SLACK + RELEASE_STEP) if held else (0, 0)
 
     def execute(self, step: Step) -> StepOutput:
         """Run one record in its order: retire, shift, decode, prefill, the slot file, drop snapshots."""

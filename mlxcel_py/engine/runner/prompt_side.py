@@ -16,7 +16,7 @@ import numpy as np
 from ..core.events import TokenLogprobs
 from ..core.step import PrefillPiece
 from .kv import adopt, arrays, make_cache, snapshot
-from .kv_rows import FIRST_CAPACITY, FIRST_SLOTS, PinnedPrefix, RowKV
+from .kv_rows import FIRST_CAPACITY, FIRST_SLOTS, PinnedPrefix, RowKV, windows_of
 from .logits import sequence_logprobs
 from .pooling import Pooler, hidden_fn
 from .sampling import SampledToken, SequenceSampler
@@ -184,7 +184,7 @@ class PromptSide:
 
     def _rows_kv(self, caches: list) -> RowKV:
         if self._batch is None:
-            self._batch = RowKV.like(caches, *self.rows_hint)
+            self._batch = RowKV.like(caches, *self.rows_hint, windows=windows_of(self._fast_decode))
         return self._batch
 
     def _keep_snapshot(self, snapshot_id: int, state: SequenceState, cache: list, length: int) -> None:

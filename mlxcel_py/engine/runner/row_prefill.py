@@ -20,7 +20,7 @@ import mlx.core as mx
 import numpy as np
 
 from ..core.step import PrefillPiece
-from .kv_rows import RowKV
+from .kv_rows import RowKV, windows_of
 
 
 def runs_rows(decoder) -> bool:
@@ -69,7 +69,7 @@ class RowPrefill:
             raise RuntimeError(f"piece of seq {piece.seq_id} starts at {piece.start}, its KV holds {cache[0].offset}")
         if self._batch is None:  # the first sequence: rows shaped by the decoder (its cache may be empty)
             d = self._fast_decode
-            self._batch = RowKV(len(cache), d.kv_heads, d.head_dim, *self.rows_hint)
+            self._batch = RowKV(len(cache), d.kv_heads, d.head_dim, *self.rows_hint, windows=windows_of(d))
         kv = self._batch
         if state.staged is None:
             state.staged = kv.stage(piece.end)

@@ -34,7 +34,8 @@ class FusedTick:
     @property
     def one_forward(self) -> bool:
         """Whether the engine may hand this runner a decode step and a piece in one record."""
-        return self._owned and self.fuse_max_tokens > 0
+        spec = getattr(self._fast_decode, "spec", None)  # models/cpu/tick.py runs llama's layer
+        return self._owned and self.fuse_max_tokens > 0 and spec is not None and spec.llama_layer
 
     @property
     def fuses_up_to(self) -> int:
@@ -42,7 +43,7 @@ class FusedTick:
 
     def _fuses(self, step: Step) -> bool:
         piece = step.prefill
-        if not (self._owned and step.decode and piece is not None and len(piece.tokens) <= self.fuse_max_tokens):
+        if not (self.one_forward and step.decode and piece is not None and len(piece.tokens) <= self.fuse_max_tokens):
             return False
         if self.draft is not None or any(step.drafts) or step.draft_lengths or self._pools(piece):
             return False

@@ -3,8 +3,10 @@
 Each layer's K/V is one (slots, kv_heads, capacity, dim) float32 buffer; row b of a forward
 lives in slot `slot[b]`, attends positions `start[b]` .. its own, and writes its `width` new
 tokens at `pos[b]` ..: no left padding, no BatchKVCache bookkeeping. The products, norms, RoPE
-and SwiGLU are the decoder's own (`decoder.CpuDecoder` or `native.NativeDecoder`);
-only the KV write and the attention are new kernels here.
+and SwiGLU are the decoder's own (`decoder.CpuDecoder` or `native.NativeDecoder`), every
+architecture's layer in arch_kernels' order (q/k norms, sandwich norms, GELU, a layer's own rope and
+sliding window: gemma3); only the KV write and the attention are new kernels here. A row's bits
+do not depend on the other rows, its slot or its shared prefix (decode_attention's chunks).
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ import numba
 import numpy as np
 from numba import njit
 
-from .arch import qkv_bias
-from .arch_kernels import add_bias
+from .arch import GELU_TANH, qkv_bias
+from .arch_kernels import activation, add_bias, head_norm, residual
 from .decode_attention import attend_desc
 from .decode_kernels import product, rms_norm, rope, silu_mul
 
@@ -37,17 +39,35 @@ def write_kv_rows(qkv, keys, values, slot, pos, heads, width):  # pragma: no cov
 
 
 @njit(cache=True, nogil=True)
-def attend_rows(qkv, keys, values, slot, start, pos, heads, scale, width, prefix):  # pragma: no cover - jitted
+def attend_rows(qkv, keys, values, slot, start, pos, heads, scale, width, prefix, window=0):  # pragma: no cover - jitted
     """Row r = b * width + j's query against slot slot[b]'s positions start[b] .. pos[b] + j
     (causal within a span); q is the head of qkv. Positions below prefix[b, 1] are read from the
     shared prefix row prefix[b, 0] (kv_rows.RowKV), with the bits of a private copy
-    (decode_attention's loops, over numba's threads)."""
+    (decode_attention's loops, over numba's threads). window > 0: only the last `window` positions
+    up to the query's own (a sliding-window layer; kv_rows keeps no more of them)."""
     desc = np.empty((qkv.shape[0], 5), np.int64)
     for r in range(qkv.shape[0]):
         b = r // width
+        stop = pos[b] + r % width + 1
         desc[r, 0], desc[r, 1], desc[r, 2] = prefix[b, 0], slot[b], prefix[b, 1]
-        desc[r, 3], desc[r, 4] = start[b], pos[b] + r % width + 1
+        desc[r, 3], desc[r, 4] = start[b] if window <= 0 else max(start[b], stop - window), stop
     return attend_desc(qkv, keys, values, desc, heads, np.float32(scale))
+
+
+@njit(fastmath=True, cache=True, nogil=True)
+def attention_rows(qkv, bias, q_norm, k_norm, keys, values, slot, start, pos, cos, sin, heads, scale, eps,
+                   width, window, prefix):  # pragma: no cover - jitted
+    """arch_kernels.attention_part over the engine's rows: from the q/k/v product to the attention
+    output (before o): bias, q/k norms, RoPE, the KV write, the (windowed) attention."""
+    kv_heads, dim = keys.shape[1], keys.shape[3]
+    if bias.shape[0]:
+        add_bias(qkv, bias)
+    if q_norm.shape[0]:
+        head_norm(qkv, q_norm, 0, heads, dim, eps)
+        head_norm(qkv, k_norm, heads, kv_heads, dim, eps)
+    rope(qkv, cos, sin, heads + kv_heads, dim)
+    write_kv_rows(qkv, keys, values, slot, pos, heads, width)
+    return attend_rows(qkv, keys, values, slot, start, pos, heads, scale, width, prefix, window)
 
 
 def no_prefix(rows: int) -> np.ndarray:
@@ -88,9 +108,19 @@ def forward_rows(decoder, tokens: Sequence[int], keys: Sequence[np.ndarray], val
     if numba.get_num_threads() != decoder.threads:
         numba.set_num_threads(decoder.threads)
     t, eps, heads = decoder.threads, decoder.eps, decoder.heads
-    cos, sin = decoder._ropes[0].at((pos[:, None] + np.arange(width)).reshape(-1))
-    h = np.array(decoder._embed_rows(np.asarray(tokens)), dtype=np.float32)
+    trig = decoder._trig((pos[:, None] + np.arange(width)).reshape(-1))
+    h = np.array(decoder._embed(np.asarray(tokens)), dtype=np.float32)
     for w, k, v in zip(decoder._layers, keys, values):
+        cos, sin = trig[w.rope]
+        if w.norms is not None:  # another architecture's layer (arch_kernels' order, as NativeDecoder._step)
+            n = w.norms
+            qkv = _mul(w.qkv, rms_norm(h, w.norm1, eps), t)
+            att = attention_rows(qkv, n.qkv_bias, n.q_norm, n.k_norm, k, v, slot, start, pos, cos, sin, heads,
+                                 decoder.scale, eps, width, w.window, prefix)
+            residual(h, _mul(w.o, att, t), n.post_attn, eps)
+            gate_up = _mul(w.gate_up, rms_norm(h, w.norm2, eps), t)
+            residual(h, _mul(w.down, activation(gate_up, decoder.spec.activation == GELU_TANH), t), n.post_ffn, eps)
+            continue
         qkv = qkv_rows(decoder, w, h, cos, sin)
         write_kv_rows(qkv, k, v, slot, pos, heads, width)
         h += _mul(w.o, attend_rows(qkv, k, v, slot, start, pos, heads, decoder.scale, width, prefix), t)
@@ -99,9 +129,8 @@ def forward_rows(decoder, tokens: Sequence[int], keys: Sequence[np.ndarray], val
 
 
 def supports_rows(decoder) -> bool:
-    """True when `decoder` is a CPU decode step whose layers `forward_rows` can run (llama's layer, a
-    q/k/v bias allowed: ArchSpec.llama_layer)."""
+    """True when `decoder` is a CPU decode step (CpuDecoder, NativeDecoder, FusedDecoder) whose layers
+    `forward_rows` can run: every ArchSpec's."""
     layers, spec = getattr(decoder, "_layers", None), getattr(decoder, "spec", None)
-    # the other architectures' extras (q/k norms, sandwich norms, windows) are CpuDecoder's alone
-    return bool(layers) and spec is not None and spec.llama_layer and \
-        all(hasattr(w, f) for w in layers[:1] for f in ("qkv", "o", "gate_up", "down"))
+    return bool(layers) and spec is not None and \
+        all(hasattr(w, f) for w in layers[:1] for f in ("qkv", "o", "gate_up", "down", "norms", "window", "rope"))

@@ -39,8 +39,9 @@ _GAUGES = (
     ("mlxcel_prompt_cache_entries", lambda s: s.prompt_cache_entries, "Prompt cache entries."),
     ("mlxcel_prompt_cache_bytes", lambda s: s.prompt_cache_bytes, "Prompt cache size in bytes."),
     ("mlxcel_kv_bytes_per_token", lambda s: s.kv.bytes_per_token,
-     "KV bytes one token takes over all layers (--cache-type-k/-v)."),
-    ("mlxcel_kv_bytes", lambda s: s.num_kv_tokens * s.kv.bytes_per_token, "KV bytes of the tokens in use."),
+     "KV bytes one token takes over the layers that keep every position (--cache-type-k/-v)."),
+    ("mlxcel_kv_bytes", lambda s: sum(s.kv.slot_bytes(x.processed + x.generated) for x in s.slots),
+     "KV bytes of the tokens in use (sliding-window layers: their window's)."),
 )
 
 

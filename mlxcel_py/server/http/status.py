@@ -61,7 +61,9 @@ def _slots(rt: Runtime) -> list[dict]:
             "id": s.slot_id, "state": s.state, "is_processing": s.state != "idle", "request_id": s.request_id,
             "n_ctx": stats.slot_context, "prompt_tokens": s.prompt_tokens, "processed": s.processed,
             "generated": s.generated, "context_shifts": s.context_shifts, "cache_type_k": kv.type_k, "cache_type_v": kv.type_v,
-            "kv_bytes_per_token": kv.bytes_per_token, "kv_bytes": (s.processed + s.generated) * kv.bytes_per_token,
+            "kv_bytes_per_token": kv.bytes_per_token, "kv_bytes": kv.slot_bytes(s.processed + s.generated),
+            **({"kv_window_positions": kv.window_positions, "kv_window_bytes_per_token": kv.window_bytes_per_token}
+               if kv.window_positions else {}),
         }
         for s in stats.slots
     ]
