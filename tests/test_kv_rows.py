@@ -284,3 +284,20 @@ def test_the_repacked_k_quant_step_gives_the_same_tokens_cut_batched_or_alone():
 
     both = decode((1, 2))
     assert both[1] == decode((1,))[1] and both[2] == decode((2,))[2]
+
+
+def test_the_first_idle_call_after_work_trims_the_c_heap_once(lm, monkeypatch):
+    from mlxcel_py.models import footprint
+
+    calls = []
+    monkeypatch.setattr(footprint, "malloc_trim", lambda: calls.append(1))
+    runner = ModelRunner(lm.model, decode=lm.cpu_decode)
+    runner.idle()
+    assert calls == []  # nothing ran yet
+    begin(runner, 1, prompt(20, 1))
+    runner.idle()
+    runner.idle()
+    assert calls == [1]
+    runner.execute(Step(decode=(1,)))
+    runner.idle()
+    assert calls == [1, 1]

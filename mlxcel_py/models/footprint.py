@@ -87,11 +87,11 @@ def release_memory() -> None:
     gc.unfreeze()  # the server froze the model's objects at attach; collect them now
     gc.collect()
     mx.clear_cache()
-    _malloc_trim()
+    malloc_trim()
     gc.freeze()
 
 
-def _malloc_trim() -> None:
+def malloc_trim() -> None:
     """Hand glibc's freed heap pages back to the system (without it the resident set keeps them)."""
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)

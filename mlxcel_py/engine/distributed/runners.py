@@ -76,6 +76,7 @@ class LeaderRunner(ShardRunner):
 
     def idle(self) -> None:
         """Called by the worker while there is nothing to do: ping the others now and then."""
+        super().idle()
         if self._lost is None and time.monotonic() - self._last_sent < self.keepalive_s:
             return
         with self._guarded("a keepalive"):
