@@ -47,8 +47,34 @@ def test_kept_logprobs_equal_mlx_lms_filters(filters):
         np.testing.assert_allclose(ours[kept], theirs[kept], rtol=0, atol=2e-5)
 
 
+def _sorted_threshold(x: np.ndarray, top_p: float) -> float:
+    """top-p's threshold the plain way: the whole row sorted, its cumulative mass."""
+    shift = np.float32(x.max())
+    total = float(np.exp(x - shift, dtype=np.float32).sum(dtype=np.float64))
+    values = np.sort(x)[::-1]
+    reached = np.nonzero(np.cumsum(np.exp(values - shift, dtype=np.float32), dtype=np.float64) >= top_p * total)[0]
+    return float(values[reached[0]]) if reached.size else float(x.min())
+
+
+@pytest.mark.parametrize("vocab", [50, 1000, 49152, 262144])
+def test_the_bucketed_top_p_threshold_equals_the_sorted_ones(vocab):
+    """One pass and a sort of one bucket (_nucleus_scan) against the whole row sorted: peaked and flat
+    rows, ties, banned (-inf) tokens, every top_p."""
+    from mlxcel_py.engine.runner.sampling_np import _nucleus_threshold
+
+    rng = np.random.default_rng(vocab)
+    for trial in range(40):
+        x = (rng.standard_normal(vocab) * (0.3, 1.0, 3.0, 10.0, 30.0)[trial % 5]).astype(np.float32)
+        if trial % 3 == 0:
+            x = np.round(x)
+        if trial % 4 == 0:
+            x[rng.integers(0, vocab, 5)] = -np.inf
+        top_p = (0.1, 0.5, 0.9, 0.95, 0.999)[trial % 5]
+        assert _nucleus_threshold(x, float(x.max()), top_p) == _sorted_threshold(x, top_p), (trial, top_p)
+
+
 def test_the_top_p_threshold_past_the_first_candidates_reads_the_whole_vocabulary():
-    flat = np.zeros(V, np.float32)  # every token as likely: top_p 0.5 keeps half, far more than 256
+    flat = np.zeros(V, np.float32)  # every token as likely: top_p 0.5 keeps half of them
     kept = np.isfinite(kept_logprobs(flat, SequenceSampler(SamplingParams(temperature=1.0, top_p=0.5))))
     assert kept.sum() == V  # ties at the threshold are all kept, as mlx-lm's `logprobs < threshold`
     rising = np.linspace(0, 1, V, dtype=np.float32)

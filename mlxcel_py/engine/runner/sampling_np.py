@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from .sampling import SequenceSampler
 
 _UNSEEDED = np.random.default_rng()  # unseeded requests share one generator, as MLX's global one
-NUCLEUS_CANDIDATES = 256  # top-p looks at this many best tokens first; the whole vocabulary if they fall short
+NUCLEUS_BUCKETS = 4096  # top-p's one pass sorts only the tokens of the bucket where the mass crosses
 
 
 def numpy_sampler_ok(sampler: "SequenceSampler") -> bool:
@@ -53,18 +53,53 @@ def _log_softmax(row: np.ndarray) -> np.ndarray:
 def _nucleus_threshold(x: np.ndarray, top: float, top_p: float, best: Optional[np.ndarray] = None) -> float:
     """mlx-lm's apply_top_p on the biased logits x (max `top`): the lowest value kept, that of the
     smallest best-first set whose mass reaches top_p of the whole. `best`: the top-k's values, when a
-    top-k cuts the set anyway (-inf then if the nucleus is wider than they are)."""
+    top-k cuts the set anyway (-inf then if the nucleus is wider than they are); else one bucketed
+    pass over the vocabulary (`_nucleus_scan`), never a sort of it."""
     shift = np.float32(top)
+    if best is None:
+        return float(_nucleus_scan(x, shift, top_p))
     total = float(np.exp(x - shift, dtype=np.float32).sum(dtype=np.float64))
-    tops = [best] if best is not None else [np.partition(x, x.size - c)[x.size - c:]
-                                             for c in (min(NUCLEUS_CANDIDATES, x.size), x.size)]
-    for values in tops:
-        values = np.sort(values)[::-1]
-        mass = np.cumsum(np.exp(values - shift, dtype=np.float32), dtype=np.float64)
-        reached = np.nonzero(mass >= top_p * total)[0]
-        if reached.size:
-            return float(values[reached[0]])
-    return float("-inf") if best is not None else float(x.min())
+    values = np.sort(best)[::-1]
+    mass = np.cumsum(np.exp(values - shift, dtype=np.float32), dtype=np.float64)
+    reached = np.nonzero(mass >= top_p * total)[0]
+    return float(values[reached[0]]) if reached.size else float("-inf")
+
+
+@njit(cache=True, nogil=True)
+def _nucleus_scan(x, shift, top_p):  # pragma: no cover - jitted
+    """_nucleus_threshold without a top-k: the values bucketed by rank of magnitude (NUCLEUS_BUCKETS
+    over [min, max] of the finite ones) with each bucket's mass exp(x - shift), the buckets summed from
+    the top to the one that crosses top_p of the whole, then only that bucket's values sorted. x.min()
+    where rounding leaves the mark unreached (every token kept), as the sorted cumulative sum did."""
+    low, high = np.inf, -np.inf
+    for i in range(x.size):
+        if np.isfinite(x[i]):
+            low, high = min(low, x[i]), max(high, x[i])
+    buckets = NUCLEUS_BUCKETS
+    scale = (buckets - 1) / (high - low) if high > low else 0.0
+    mass, count = np.zeros(buckets, np.float64), np.zeros(buckets, np.int64)
+    for i in range(x.size):
+        if np.isfinite(x[i]):
+            b = int((high - x[i]) * scale)
+            mass[b] += np.exp(x[i] - shift)
+            count[b] += 1
+    target, run, b = top_p * mass.sum(), 0.0, 0
+    while b < buckets and run + mass[b] < target:
+        run += mass[b]
+        b += 1
+    if b == buckets:
+        return x.min()
+    values, k = np.empty(count[b], np.float32), 0
+    for i in range(x.size):
+        if np.isfinite(x[i]) and int((high - x[i]) * scale) == b:
+            values[k] = x[i]
+            k += 1
+    values = np.sort(values)[::-1]
+    for j in range(k):
+        run += np.exp(values[j] - shift)
+        if run >= target:
+            return values[j]
+    return values[k - 1]
 
 
 def _floor(x: np.ndarray, sampler: "SequenceSampler") -> np.float32:
