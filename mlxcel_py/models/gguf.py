@@ -15,7 +15,7 @@ from gguf.constants import LlamaFileType
 
 from .gguf_tensors import GROUP_SIZE, check_supported, native, quantized_or_none
 from .gguf_tensors import dense as dense_tensor
-from .gguf_blocks import fuse_layers, install, is_block_type, release, unpermute_block_rows
+from .gguf_blocks import fuse_layers, install, is_block_type, release, repack_block_layers, unpermute_block_rows
 from .cpu.quant.blocks import QuantWeight, make
 from .gguf_arch import ROPE_TENSORS, Arch, Meta, arch_for
 from .gguf_file import GGUFFile, TensorInfo, read_gguf
@@ -132,9 +132,12 @@ def _build(module, args, weights: dict, bits: dict, source: str, held: Optional[
     except ValueError as exc:
         raise ModelLoadError(f"GGUF tensors do not fit a {args.model_type} model in {source}: {exc}") from None
     if held:
-        from .cpu.quant.kquant_r8 import repacked_types  # the CPU kernels load numba: not at import
+        from .cpu.arch import llama_like  # the CPU kernels load numba: not at import
+        from .cpu.quant.kquant_r8 import repacked_types
 
         fuse_layers(model, keep=repacked_types(model))
+        if not llama_like(model):  # the fused step repacks its own (fused_step._repacked)
+            repack_block_layers(model)
     mx.eval(model.parameters())
     return model
 

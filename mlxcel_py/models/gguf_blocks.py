@@ -36,17 +36,31 @@ def _multiply(x: mx.array, w: QuantWeight, bias: Optional[mx.array]) -> mx.array
     return y if bias is None else y + bias
 
 
+def _multiply_r8(x: mx.array, w, bias: Optional[mx.array]) -> mx.array:
+    """_multiply over repacked rows: int8 activations, quant/r8_layers.linear."""
+    from .cpu.quant import r8_layers  # the CPU kernels load numba: not at import
+
+    mx.eval(x)
+    a = np.asarray(x if x.dtype == mx.float32 else x.astype(mx.float32))
+    y = mx.array(r8_layers.linear(a.reshape(-1, w.shape[1]), w).reshape(*a.shape[:-1], w.shape[0]))
+    return y if bias is None else y + bias
+
+
 class BlockLinear(nn.Module):
-    """nn.Linear over a QuantWeight; `fused` is the q/k/v or gate/up whole this one is a row slice of."""
+    """nn.Linear over a QuantWeight; `fused` is the q/k/v or gate/up whole this one is a row slice of;
+    `r8` its rows repacked eight at a time (quant/r8_layers.py), which its products then read."""
 
     def __init__(self, blocks: QuantWeight, bias: bool = False):
         super().__init__()
         self.blocks: QuantWeight = blocks
         self.fused: Optional[QuantWeight] = None
+        self.r8 = None  # Optional[r8_layers.R8Weight]
         if bias:
             self.bias = mx.zeros((blocks.shape[0],))
 
     def __call__(self, x: mx.array) -> mx.array:
+        if self.r8 is not None:
+            return _multiply_r8(x, self.r8, self.get("bias"))
         return _multiply(x, self.blocks, self.get("bias"))
 
 
@@ -159,6 +173,22 @@ def fuse_layers(model: nn.Module, keep: tuple = ()) -> int:
                 m.fused, start = group, start + rows
             fused += 1
     return fused
+
+
+def repack_block_layers(model: nn.Module) -> int:
+    """Give each Q4_K/Q6_K BlockLinear of `model` that is a view of the mapped file its rows repacked
+    eight at a time (`BlockLinear.r8`, quant/r8_layers.py) and drop the file's pages; returns how many."""
+    from .cpu.quant.r8_layers import repacked  # the CPU kernels load numba: not at import
+
+    count = 0
+    for _, module in model.named_modules():
+        if isinstance(module, BlockLinear) and module.fused is None and mapped(module.blocks.blocks):
+            r8 = repacked(module.blocks)
+            if r8 is not None:
+                module.r8 = r8
+                release(module.blocks.blocks)
+                count += 1
+    return count
 
 
 def has_blocks(model: nn.Module) -> bool:

@@ -22,7 +22,7 @@ from .arch_kernels import activation, attention_part, residual, warm_up as warm_
 from ..gguf_arch import ROPE_TENSORS
 from ..gguf_blocks import BlockEmbedding, BlockLinear, has_blocks, unpermute_block_rows
 from .decode_kernels import attend, linear as f32_linear, rms_norm, rope, silu_mul, warm_up, write_kv
-from .quant import products, vector
+from .quant import products, r8_layers, vector
 from .quant.blocks import QuantWeight, make
 
 log = logging.getLogger("mlxcel_py.models")
@@ -41,13 +41,14 @@ class Product:
     parts: tuple[Part, ...]
 
     def __call__(self, x: np.ndarray, threads: int) -> np.ndarray:
-        outs = [products.linear(x, p, threads=threads) if isinstance(p, QuantWeight) else f32_linear(x, p)
+        outs = [products.linear(x, p, threads=threads) if isinstance(p, QuantWeight) else
+                r8_layers.linear(x, p, threads=threads) if isinstance(p, r8_layers.R8Weight) else f32_linear(x, p)
                 for p in self.parts]
         return outs[0] if len(outs) == 1 else np.concatenate(outs, axis=1)
 
     @property
     def quantized(self) -> int:
-        return sum(isinstance(p, QuantWeight) for p in self.parts)
+        return sum(isinstance(p, (QuantWeight, r8_layers.R8Weight)) for p in self.parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +104,8 @@ class _ModuleBlocks:
         if len(modules) > 1 and whole is not None and all(getattr(m, "fused", None) is whole for m in modules) \
                 and sum(m.blocks.shape[0] for m in modules) == whole.shape[0]:
             return Product((whole,))
-        return Product(tuple(m.blocks if isinstance(m, (BlockLinear, BlockEmbedding)) else np.asarray(m.weight)
-                             for m in modules))
+        return Product(tuple((m.r8 or m.blocks) if isinstance(m, BlockLinear) else
+                             m.blocks if isinstance(m, BlockEmbedding) else np.asarray(m.weight) for m in modules))
 
 
 class NativeDecoder(CpuDecoder):

@@ -101,12 +101,11 @@ def repack(blocks: np.ndarray, qtype: int = Q4_K) -> np.ndarray:
 
 
 def repacked_types(model) -> tuple:
-    """The GGUF types whose rows the fused decode step reads repacked on this CPU for `model` (a llama
-    or qwen2: arch.llama_like): the loader leaves them unfused (gguf_blocks.fuse_layers' `keep`), so
-    each repacked matrix is a copy of file pages that can leave memory, not of an in-memory fused one."""
-    from ..arch import llama_like
-
-    return (Q4_K, Q6_K) if AVAILABLE and llama_like(model) else ()
+    """The GGUF types whose rows are read repacked on this CPU for `model` (by the fused decode step for a
+    llama or qwen2, arch.llama_like; by the block layers' products for the others, r8_layers): the loader
+    leaves them unfused (gguf_blocks.fuse_layers' `keep`), so each repacked matrix is a copy of file pages
+    that can leave memory, not of an in-memory fused one."""
+    return (Q4_K, Q6_K) if AVAILABLE else ()
 
 
 def _group_dot_of(qtype: int):
