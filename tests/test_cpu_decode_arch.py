@@ -155,10 +155,15 @@ def q8_files(tmp_path_factory):
     return {**files, "qwen3-q8_0": FIXTURES / "qwen3-q8_0.gguf"}
 
 
-def _native_pair(path):
-    """(the f32 load, the default load: block layers and the native step over them)."""
+def _native_pair(path, monkeypatch=None):
+    """(the f32 load, the default load: block layers and the native step over them). With `monkeypatch`
+    the layers keep the file's blocks (not repacked: quant/r8_layers.py), whose products have a
+    float-activation kernel to compare against float32."""
+    from mlxcel_py.models import gguf
     from mlxcel_py.models.cpu.native import NativeDecoder
 
+    if monkeypatch is not None:
+        monkeypatch.setattr(gguf, "repack_block_layers", lambda model: 0)
     f32, native = load_model(str(path), threads=1, cpu_weights="f32"), load_model(str(path), threads=1, cpu_weights="native")
     assert type(f32.cpu_decode) is cpu_decode.CpuDecoder and isinstance(native.cpu_decode, NativeDecoder)
     assert native.description.endswith("decode over GGUF blocks") and native.cpu_decode.counts()[1] == 0
@@ -169,7 +174,7 @@ def _native_pair(path):
 def test_native_step_over_q8_0_blocks_equals_float32_with_float_activations(name, q8_files, monkeypatch):
     from mlxcel_py.models.cpu.quant import products
 
-    f32, native = _native_pair(q8_files[name])
+    f32, native = _native_pair(q8_files[name], monkeypatch)
     monkeypatch.setattr(products, "linear", products.linear_vector)
     prompts = [prompt(9, 0), prompt(20, 1), prompt(31, 2)]
     ours, theirs = make_batch(f32.model, prompts), make_batch(f32.model, prompts)
@@ -192,7 +197,7 @@ def test_native_engine_greedy_batched_equals_alone(name, q8_files):
 def test_native_verify_span_equals_the_float32_one_with_float_activations(name, q8_files, monkeypatch):
     from mlxcel_py.models.cpu.quant import products
 
-    f32, native = _native_pair(q8_files[name])
+    f32, native = _native_pair(q8_files[name], monkeypatch)
     monkeypatch.setattr(products, "linear", products.linear_vector)
     prompts = [prompt(n, n) for n in (12, 3, 20)]
     ours, theirs = make_batch(f32.model, prompts), make_batch(f32.model, prompts)

@@ -23,7 +23,13 @@ EXACT = 1e-4  # float activations over the blocks against the float32 model's de
 INT8 = 0.15  # the shipped int8-activation decode kernels (docs/CPU_DECODE.md)
 
 
-def _pair(name):
+def _pair(name, monkeypatch=None):
+    """(block layers, float32) loads; with `monkeypatch` the block layers keep the file's blocks (the
+    tiles' path, not quant/r8_layers.py's repacked rows with int8 activations)."""
+    if monkeypatch is not None:
+        from mlxcel_py.models import gguf
+
+        monkeypatch.setattr(gguf, "repack_block_layers", lambda model: 0)
     path = str(FIXTURES / f"{name}.gguf")
     return load_model(path, threads=1, cpu_weights="native"), load_model(path, threads=1, cpu_weights="f32")
 
@@ -35,8 +41,8 @@ def _logits(lm, ids):
 
 
 @pytest.mark.parametrize("name", LLAMAS + ["qwen3-q8_0"])
-def test_block_model_keeps_no_float32_matrix_and_its_prefill_equals_float32s(name):
-    blocks, f32 = _pair(name)
+def test_block_model_keeps_no_float32_matrix_and_its_prefill_equals_float32s(name, monkeypatch):
+    blocks, f32 = _pair(name, monkeypatch)
     assert (blocks.weights, f32.weights) == ("gguf-blocks", "dense-float32")
     assert "GGUF blocks (no float32 copy)" in blocks.description
     kinds = {type(m) for _, m in blocks.model.named_modules()}
@@ -48,11 +54,12 @@ def test_block_model_keeps_no_float32_matrix_and_its_prefill_equals_float32s(nam
     assert (got.argmax(-1) == want.argmax(-1)).all()
 
 
-def test_few_rows_equal_the_float32_path_bit_for_bit():
+def test_few_rows_equal_the_float32_path_bit_for_bit(monkeypatch):
     """A short prefill piece or the runner's LM head is a row or two: those go through the same tiles
     (not the decode kernels), each fixture matrix one tile, so they equal the f32 path exactly
-    (the decode kernels' rounding changed a small model's greedy answer)."""
-    blocks, f32 = _pair("qwen3-q8_0")
+    (the decode kernels' rounding changed a small model's greedy answer). The tiles' path: a repacked
+    layer reads int8 activations instead (tests/test_r8_layers.py)."""
+    blocks, f32 = _pair("qwen3-q8_0", monkeypatch)
     assert isinstance(blocks.cpu_decode, NativeDecoder)  # decode (and only decode) takes the kernels
     np.testing.assert_array_equal(_logits(blocks, [5, 7]), _logits(f32, [5, 7]))
 

@@ -1,4 +1,4 @@
-"""Q4_K/Q6_K block layers of the models the fused step does not run (gemma3, qwen3, phi3) read their rows
+"""Q4_K/Q6_K/Q5_0/Q8_0 block layers of the models the fused step does not run (gemma3, qwen3, phi3) read their rows
 repacked eight at a time (models/cpu/quant/r8_layers.py): in the prompt's forward and in the decode step,
 within int8 rounding of the file's blocks through float32 tiles, each row's bits independent of the batch
 and the thread count, and the engine's rows token-exact with the batch layout over them."""
@@ -33,13 +33,11 @@ def _block_layers(lm):
     return [(n, m) for n, m in lm.model.named_modules() if isinstance(m, BlockLinear)]
 
 
-def test_the_k_quant_layers_are_repacked_and_the_others_are_not(lm):
-    from gguf.constants import GGMLQuantizationType as T
-
+def test_the_repackable_layers_are_repacked_and_the_others_are_not(lm):
     layers = _block_layers(lm)
-    kquant = [m for _, m in layers if m.blocks.qtype in (T.Q4_K, T.Q6_K)]
+    kquant = [m for _, m in layers if int(m.blocks.qtype) in kquant_r8.R8_TYPES]
     assert kquant and all(m.r8 is not None and m.fused is None and m.r8.shape == m.blocks.shape for m in kquant)
-    assert all(m.r8 is None for _, m in layers if m.blocks.qtype not in (T.Q4_K, T.Q6_K))
+    assert all(m.r8 is None for _, m in layers if int(m.blocks.qtype) not in kquant_r8.R8_TYPES)
     products = [prod for layer in lm.cpu_decode._layers for prod in (layer.qkv, layer.o, layer.gate_up, layer.down)]
     parts = [p for prod in [*products, lm.cpu_decode._head_product] for p in prod.parts]  # phi3's own head too
     from mlxcel_py.models.cpu.quant.r8_layers import R8Weight

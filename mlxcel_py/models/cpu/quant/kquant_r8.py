@@ -22,14 +22,19 @@ from numba.extending import intrinsic
 
 from .int8_ir import HAS_AVX2
 from .kblock_ir import BLOCK_BYTES, HAS_FMA
-from .r8_ir import GROUP_BYTES, Q4_K, Q6_K, ROWS, emit_group_dots
+from .r8_ir import GROUP_BYTES as K_GROUP_BYTES, Q4_K, Q6_K, ROWS, emit_group_dots
+from .r8_ir32 import GROUP_BYTES as GROUP_BYTES32, Q5_0, Q8_0, emit_group_dots32
 from .vector_intrinsics import _rows_switch
 
 AVAILABLE = HAS_AVX2 and HAS_FMA  # the product's CPUs (x86 with AVX2 and FMA)
 MAX_ROWS = 4  # input rows a call
 QTYPE = 1012  # the repacked layouts' type codes in a fused step's segments (not GGUF types): Q4_K's
 Q6_K_QTYPE = 1014  # and Q6_K's
-REPACKED = {Q4_K: QTYPE, Q6_K: Q6_K_QTYPE}
+REPACKED = {Q4_K: QTYPE, Q6_K: Q6_K_QTYPE}  # the fused step's (K-quants)
+R8_TYPES = (Q4_K, Q6_K, Q5_0, Q8_0)  # what `repack` lays out (r8_layers reads them all)
+GROUP_BYTES = {**K_GROUP_BYTES, **GROUP_BYTES32}
+FILE_BYTES = {**BLOCK_BYTES, Q5_0: 22, Q8_0: 34}  # a block's bytes in the file
+VALUES = {Q4_K: 256, Q6_K: 256, Q5_0: 32, Q8_0: 32}  # a block's values
 
 
 def _scale_min(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -45,10 +50,10 @@ def _scale_min(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _groups(blocks: np.ndarray, qtype: int) -> np.ndarray:
     """(N, units * block bytes) -> (N / 8, units, 8 rows, block bytes), N a multiple of 8."""
     n, width = blocks.shape
-    if n % ROWS or width % BLOCK_BYTES[qtype]:
+    if n % ROWS or width % FILE_BYTES[qtype]:
         raise ValueError(f"rows of {n} x {width} bytes do not make whole groups of {ROWS}")
-    units = width // BLOCK_BYTES[qtype]
-    return np.asarray(blocks, np.uint8).reshape(n // ROWS, ROWS, units, BLOCK_BYTES[qtype]).transpose(0, 2, 1, 3)
+    units = width // FILE_BYTES[qtype]
+    return np.asarray(blocks, np.uint8).reshape(n // ROWS, ROWS, units, FILE_BYTES[qtype]).transpose(0, 2, 1, 3)
 
 
 def _q4_k(b: np.ndarray) -> list:
@@ -93,22 +98,42 @@ def _q6_k(b: np.ndarray) -> list:
     ]
 
 
+def _q8_0(b: np.ndarray) -> list:
+    groups, units = b.shape[:2]
+    codes = b[..., 2:34].reshape(groups, units, ROWS, 8, 4).transpose(0, 1, 3, 2, 4)  # [register m][row][4]
+    return [b[..., 0:2].reshape(groups, units, 16), codes.reshape(groups, units, 256)]
+
+
+def _q5_0(b: np.ndarray) -> list:
+    groups, units = b.shape[:2]
+    nibbles = b[..., 6:22].reshape(groups, units, ROWS, 4, 4).transpose(0, 1, 3, 2, 4)  # [register p][row][4]
+    bits = np.unpackbits(np.ascontiguousarray(b[..., 2:6]), axis=-1, bitorder="little")  # bit j: code j's fifth
+    high = (bits.reshape(groups, units, ROWS, 8, 4) << np.arange(8, dtype=np.uint8)[:, None]).sum(axis=3)
+    return [b[..., 0:2].reshape(groups, units, 16), nibbles.reshape(groups, units, 128),
+            high.astype(np.uint8).reshape(groups, units, 32)]
+
+
 def repack(blocks: np.ndarray, qtype: int = Q4_K) -> np.ndarray:
-    """Q4_K or Q6_K blocks (N, units * block bytes), N a multiple of 8 -> (N / 8, units * GROUP_BYTES[qtype])."""
+    """Q4_K, Q6_K, Q5_0 or Q8_0 blocks (N, units * block bytes), N a multiple of 8 -> (N / 8, units *
+    GROUP_BYTES[qtype]) (r8_ir's and r8_ir32's layouts)."""
     b = _groups(blocks, qtype)
-    parts = (_q4_k if qtype == Q4_K else _q6_k)(b)
+    parts = {Q4_K: _q4_k, Q6_K: _q6_k, Q5_0: _q5_0, Q8_0: _q8_0}[qtype](b)
     return np.ascontiguousarray(np.concatenate(parts, axis=-1).reshape(b.shape[0], b.shape[1] * GROUP_BYTES[qtype]))
 
 
 def repacked_types(model) -> tuple:
-    """The GGUF types whose rows are read repacked on this CPU for `model` (by the fused decode step for a
-    llama or qwen2, arch.llama_like; by the block layers' products for the others, r8_layers): the loader
-    leaves them unfused (gguf_blocks.fuse_layers' `keep`), so each repacked matrix is a copy of file pages
-    that can leave memory, not of an in-memory fused one."""
-    return (Q4_K, Q6_K) if AVAILABLE else ()
+    """The GGUF types whose rows are read repacked on this CPU for `model` (Q4_K and Q6_K by the fused
+    decode step for a llama or qwen2, arch.llama_like; R8_TYPES by the block layers' products for the
+    others, r8_layers): the loader leaves them unfused (gguf_blocks.fuse_layers' `keep`), so each
+    repacked matrix is a copy of file pages that can leave memory, not of an in-memory fused one."""
+    from ..arch import llama_like
+
+    if not AVAILABLE:
+        return ()
+    return (Q4_K, Q6_K) if llama_like(model) else R8_TYPES
 
 
-def _group_dot_of(qtype: int):
+def _group_dot_of(qtype: int, emit_dots=emit_group_dots):
     """The intrinsic of qtype's groups: `dot(raw, g, xq, xd, xs, b, count, out, col, units)`."""
 
     @intrinsic
@@ -127,7 +152,7 @@ def _group_dot_of(qtype: int):
             def emit(rows):
                 firsts = [builder.add(b, ir.Constant(b.type, r)) for r in range(rows)]
                 ptrs = [[builder.gep(a.data, [builder.mul(f, width(a))]) for f in firsts] for a in (xq_a, xd_a, xs_a)]
-                for f, value in zip(firsts, emit_group_dots(builder, qtype, group, *ptrs, units)):
+                for f, value in zip(firsts, emit_dots(builder, qtype, group, *ptrs, units)):
                     at = builder.add(builder.mul(f, width(out_a)), builder.add(col, builder.mul(g, ir.Constant(g.type, ROWS))))
                     ptr = builder.bitcast(builder.gep(out_a.data, [at]), value.type.as_pointer())
                     builder.store(value, ptr, align=4)
@@ -140,17 +165,27 @@ def _group_dot_of(qtype: int):
 
 
 _dot_q4_k, _dot_q6_k = _group_dot_of(Q4_K), _group_dot_of(Q6_K)
+_dot_q5_0, _dot_q8_0 = _group_dot_of(Q5_0, emit_group_dots32), _group_dot_of(Q8_0, emit_group_dots32)
 
 
 @njit(cache=True, nogil=True, inline="always")
 def r8_rows(qtype, raw, g0, g1, xq, xd, xs, out, col, units):  # pragma: no cover - jitted
     """out[:, col + 8 * g0 .. col + 8 * g1] = the input rows . groups g0..g1 of the rows raw repacked
-    from qtype (Q4_K or Q6_K, or their REPACKED codes)."""
+    from qtype (Q4_K or Q6_K, or their REPACKED codes, over kblock's activations; Q5_0 or Q8_0 over
+    kernels.quantize_rows_q8's)."""
     count = xq.shape[0]
     if qtype == Q4_K or qtype == QTYPE:
         for g in range(g0, g1):
             for b in range(0, count, MAX_ROWS):
                 _dot_q4_k(raw, g, xq, xd, xs, b, min(MAX_ROWS, count - b), out, col, units)
+    elif qtype == Q5_0:
+        for g in range(g0, g1):
+            for b in range(0, count, MAX_ROWS):
+                _dot_q5_0(raw, g, xq, xd, xs, b, min(MAX_ROWS, count - b), out, col, units)
+    elif qtype == Q8_0:
+        for g in range(g0, g1):
+            for b in range(0, count, MAX_ROWS):
+                _dot_q8_0(raw, g, xq, xd, xs, b, min(MAX_ROWS, count - b), out, col, units)
     else:
         for g in range(g0, g1):
             for b in range(0, count, MAX_ROWS):
@@ -166,5 +201,6 @@ def stream_r8(qtype, xq, xd, xs, raw, out, threads, units):  # pragma: no cover 
         r8_rows(qtype, raw, t * groups // threads, (t + 1) * groups // threads, xq, xd, xs, out, 0, units)
 
 
-__all__ = ["AVAILABLE", "BLOCK_BYTES", "GROUP_BYTES", "Q4_K", "Q6_K", "QTYPE", "Q6_K_QTYPE", "REPACKED", "ROWS",
+__all__ = ["AVAILABLE", "BLOCK_BYTES", "FILE_BYTES", "GROUP_BYTES", "Q4_K", "Q5_0", "Q6_K", "Q8_0", "QTYPE",
+           "Q6_K_QTYPE", "R8_TYPES", "REPACKED", "ROWS", "VALUES",
            "q6_k_codes", "repack", "repacked_types", "r8_rows", "stream_r8"]
