@@ -91,7 +91,7 @@ class ModelRunner(PromptSide, RowPrefill, FusedTick, Runner):
         self.draft = draft
         self._shifter: Optional[ContextShifter] = None
         self._owned = _owns_rows(decode, kv) if kv_rows is None else kv_rows  # self._batch is a RowKV
-        self._worked = False  # a record ran since the last idle call (`idle`)
+        self._worked = True  # a record ran since the last idle call (`idle`); at first, the load's temporaries
 
     @property
     def prefix_reach(self) -> Optional[int]:
@@ -107,9 +107,10 @@ class ModelRunner(PromptSide, RowPrefill, FusedTick, Runner):
         return (held, max(windows) + WINDOW_SLACK + RELEASE_STEP) if held else (0, 0)
 
     def idle(self) -> None:
-        """The first idle call after work hands the C heap's free pages back: a prefill's numpy
-        temporaries leave ~125 MB of them resident otherwise (Gemma 3 270M, 2,048 tokens); the
-        next prefill faults them in again (a few ms of its seconds)."""
+        """The first idle call after work (or after the load, whose repacking leaves its temporaries)
+        hands the C heap's free pages back: a prefill's numpy temporaries leave ~125 MB of them
+        resident otherwise (Gemma 3 270M, 2,048 tokens); the next prefill faults them in again (a few
+        ms of its seconds)."""
         if self._worked:
             from ...models.footprint import malloc_trim
 
