@@ -41,6 +41,24 @@ def test_wrapped_sdpa_takes_a_boolean_mask_and_leaves_others_to_mlx():
     assert len(calls) == 2
 
 
+def test_the_sliding_layers_of_a_forward_share_their_mask_s_tiles(monkeypatch):
+    """One forward hands every sliding layer the same mask: its tiles are found once; another mask (the
+    next forward's, or a different window) gets its own, with MLX's result."""
+    from mlxcel_py.models.cpu import prefill_kernels
+
+    found = []
+    real = prefill_kernels.range_tiles
+    monkeypatch.setattr(prefill_kernels, "range_tiles", lambda seen, group: found.append(seen.shape) or real(seen, group))
+    sdpa = make_sdpa(lambda *a, **k: None)
+    q = mx.random.normal((1, 4, 16, 8))
+    first, second = create_causal_mask(16, 0, window_size=5), create_causal_mask(16, 0, window_size=3)
+    for mask in (first, first, first, second, first):
+        out = sdpa(q, q, q, cache=None, scale=0.5, mask=mask)
+        want = mx.fast.scaled_dot_product_attention(q, q, q, scale=0.5, mask=mask)
+        np.testing.assert_allclose(np.asarray(out), np.asarray(want), atol=1e-5)
+    assert len(found) == 3  # first, second, first again
+
+
 def test_numpy_gelu_matches_mlx():
     g = mx.random.normal((64, 96)) * 4
     np.testing.assert_allclose(numpy_gelu_mul(np.asarray(g)), np.asarray(nn.gelu_approx(g)), rtol=1e-5, atol=1e-6)

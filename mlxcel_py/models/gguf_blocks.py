@@ -31,7 +31,7 @@ def _multiply(x: mx.array, w: QuantWeight, bias: Optional[mx.array]) -> mx.array
     rounding changed a small model's greedy answer), as a float32 MLX array."""
     mx.eval(x)
     a = np.asarray(x if x.dtype == mx.float32 else x.astype(mx.float32))
-    out = prefill.matmul_tiled(a.reshape(-1, w.shape[1]), w)
+    out = prefill.matmul(a.reshape(-1, w.shape[1]), w)
     y = mx.array(out.reshape(*a.shape[:-1], w.shape[0]))
     return y if bias is None else y + bias
 

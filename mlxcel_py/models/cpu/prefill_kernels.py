@@ -34,11 +34,13 @@ def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float) 
     return run_tiles(q, k, v, scale, causal_tiles(q.shape[1], k.shape[1], q.shape[0] // k.shape[0]))
 
 
-def masked_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, seen: np.ndarray) -> np.ndarray:
+def masked_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, seen: np.ndarray,
+                     tiles: Optional[list] = None) -> np.ndarray:
     """Attention under a boolean (L, S) mask (True: the key is seen), e.g. a sliding window's.
     q (H, L, D), k/v (KV, S, D). Each tile of queries multiplies only the keys some row of it sees:
-    under a window of W that is at most a tile + W keys, whatever the context."""
-    tiles = range_tiles(seen, q.shape[0] // k.shape[0])
+    under a window of W that is at most a tile + W keys, whatever the context. `tiles`: range_tiles of
+    this mask, already found (every sliding layer of a forward gets the same mask)."""
+    tiles = tiles if tiles is not None else range_tiles(seen, q.shape[0] // k.shape[0])
     if tiles is not None:  # every row sees one run of keys (causal, sliding window): the tiled kernel
         return run_tiles(q, k, v, scale, tiles)
     return _masked_attention_numpy(q, k, v, scale, seen)
@@ -81,7 +83,15 @@ def _mask_kind(mask, queries, keys) -> Optional[str]:
 
 def make_sdpa(original: Callable) -> Callable:
     """Wrap mlx-lm's `scaled_dot_product_attention`: numpy for unbatched causal prefill, and for one
-    under a boolean (L, S) mask (a sliding-window layer's)."""
+    under a boolean (L, S) mask (a sliding-window layer's). A forward hands every sliding layer the same
+    mask object: its tiles are found once (`held`, per engine thread, keeps the mask alive, so its
+    identity is its own)."""
+    held = threading.local()
+
+    def mask_tiles(mask, seen: np.ndarray, group: int) -> Optional[list]:
+        if getattr(held, "key", None) is not mask or held.group != group:
+            held.key, held.group, held.tiles = mask, group, range_tiles(seen, group)
+        return held.tiles
 
     def sdpa(queries, keys, values, cache, scale, mask, sinks=None):
         # a quantized cache hands over (packed, scales, biases) tuples: mlx-lm's quantized attention
@@ -101,7 +111,8 @@ def make_sdpa(original: Callable) -> Callable:
         if kind == "causal":
             out = causal_attention(q, k, v, scale)
         else:
-            out = masked_attention(q, k, v, scale, np.asarray(mask))
+            seen = np.asarray(mask)
+            out = masked_attention(q, k, v, scale, seen, mask_tiles(mask, seen, q.shape[0] // k.shape[0]))
         return mx.array(out)[None]
 
     sdpa.mlxcel_numpy = True  # type: ignore[attr-defined]

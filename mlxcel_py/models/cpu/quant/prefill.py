@@ -39,6 +39,22 @@ def _scratch(size: int) -> np.ndarray:
     return buf
 
 
+FEW_ROWS = 8  # at most this many input rows over a matrix of several tiles: the streaming float kernel
+
+
+def matmul(x: np.ndarray, w: QuantWeight) -> np.ndarray:
+    """x (M, K) @ W.T: `matmul_tiled`, except a few rows against a matrix of several tiles (a 262k-row
+    tied LM head for a prompt's last position), which the float vector kernel streams once (float
+    activations, within 1e-6 of the tiles) instead of dequantizing every tile: Gemma 3 270M's head for
+    one row 48 -> 8.6 ms (Zen 4, 2 threads). A matrix of one tile keeps the tiles' bits (the f32 path's)."""
+    if x.shape[0] <= FEW_ROWS and tile_rows(w) < w.shape[0] and products._vector_reads(w.qtype, w.shape[1]):
+        try:
+            return products.linear_vector(np.ascontiguousarray(x, dtype=np.float32), w)
+        except ValueError:  # a type the vector kernel does not read here
+            pass
+    return matmul_tiled(x, w)
+
+
 def matmul_tiled(x: np.ndarray, w: QuantWeight, out: np.ndarray | None = None,
                  tile_bytes: int = TILE_BYTES) -> np.ndarray:
     """x (M, K) float32 @ W.T -> (M, N) float32, equal to x @ dequantize(W).T up to BLAS's summation order."""
