@@ -71,6 +71,22 @@ def _product(r8, xq, xd, xs, threads, units, qtype=T.Q4_K):
     return out
 
 
+def assert_every_split(product, w, r8, xq, xd, xs, values):
+    """`product(r8, xq, xd, xs, threads)`'s rows: the same bits on 1 and 2 threads, each row alone as in
+    the batch, group 2 read first as last; and within float rounding of gguf's dequantized weights times
+    the quantized input (scales per `values`), in float64. Returns the product on 2 threads."""
+    whole = product(r8, xq, xd, xs, 2)
+    assert np.array_equal(whole, product(r8, xq, xd, xs, 1))
+    for b in range(xq.shape[0]):  # alone == in the batch (4 + 1 a call for 5)
+        assert np.array_equal(product(r8, xq[b:b + 1], xd[b:b + 1], xs[b:b + 1], 2)[0], whole[b])
+    moved = product(np.ascontiguousarray(r8[::-1]), xq, xd, xs, 2)  # group 2 first: the same bits
+    assert np.array_equal(moved[:, :8], whole[:, 16:])
+    x_hat = np.repeat(xd.astype(np.float64), values, axis=1) * xq
+    ref = _reference(w).astype(np.float64)
+    assert np.all(np.abs(whole - x_hat @ ref.T) <= 2e-5 * (np.abs(x_hat) @ np.abs(ref).T) + 1e-6)
+    return whole
+
+
 def test_the_layout_holds_each_row_s_fields_where_the_kernel_reads_them():
     w = _weight(T.Q4_K, 16, 512, seed=3)
     r8 = kquant_r8.repack(w.blocks)
@@ -104,17 +120,8 @@ def test_each_width_gives_the_numpy_arithmetic_bit_for_bit_on_every_split(qtype,
     r8 = kquant_r8.repack(blocks, int(qtype))
     x = np.random.default_rng(width).standard_normal((5, width)).astype(np.float32)
     xq, xd, xs = kblock.quantize(x)
-    whole = _product(r8, xq, xd, xs, 2, units, qtype)
+    whole = assert_every_split(lambda *a: _product(*a, units, qtype), w, r8, xq, xd, xs, 256)
     assert np.array_equal(whole, _exact(blocks, xq, xd, xs, qtype))
-    assert np.array_equal(whole, _product(r8, xq, xd, xs, 1, units, qtype))
-    for b in range(5):  # alone == in the batch of 5 (4 + 1 a call)
-        assert np.array_equal(_product(r8, xq[b:b + 1], xd[b:b + 1], xs[b:b + 1], 2, units, qtype)[0], whole[b])
-    moved = _product(np.ascontiguousarray(r8[::-1]), xq, xd, xs, 2, units, qtype)  # group 2 first: the same bits
-    assert np.array_equal(moved[:, :8], whole[:, 16:])
-    # the formula: gguf's dequantized weights times the quantized input, in float64
-    x_hat = np.repeat(xd.astype(np.float64), 256, axis=1) * xq
-    ref = _reference(w).astype(np.float64)
-    assert np.all(np.abs(whole - x_hat @ ref.T) <= 2e-5 * (np.abs(x_hat) @ np.abs(ref).T) + 1e-6)
 
 
 @needs_r8

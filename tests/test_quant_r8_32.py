@@ -11,8 +11,8 @@ from gguf.constants import GGMLQuantizationType as T
 
 from mlxcel_py.models.cpu.quant import kquant_r8
 from mlxcel_py.models.cpu.quant.kernels import quantize_rows_q8
-from test_quant_blocks import _reference, _weight
-from test_quant_kquant_r8 import _fma
+from test_quant_blocks import _weight
+from test_quant_kquant_r8 import _fma, assert_every_split
 
 needs_r8 = pytest.mark.skipif(not kquant_r8.AVAILABLE, reason="the repacked product is AVX2 and FMA code")
 WIDTHS = (576, 640, 896, 1024, 2048)
@@ -89,16 +89,8 @@ def test_each_width_gives_the_numpy_arithmetic_bit_for_bit_on_every_split(qtype,
     r8 = kquant_r8.repack(blocks, int(qtype))
     x = np.random.default_rng(width).standard_normal((5, width)).astype(np.float32)
     xq, xd, xs = _quantize(x)
-    whole = _product(r8, xq, xd, xs, 2, units, qtype)
+    whole = assert_every_split(lambda *a: _product(*a, units, qtype), w, r8, xq, xd, xs, 32)
     assert np.array_equal(whole, _exact(blocks, xq, xd, qtype))
-    assert np.array_equal(whole, _product(r8, xq, xd, xs, 1, units, qtype))
-    for b in range(5):  # alone == in the batch of 5 (4 + 1 a call)
-        assert np.array_equal(_product(r8, xq[b:b + 1], xd[b:b + 1], xs[b:b + 1], 2, units, qtype)[0], whole[b])
-    moved = _product(np.ascontiguousarray(r8[::-1]), xq, xd, xs, 2, units, qtype)  # group 2 first: the same bits
-    assert np.array_equal(moved[:, :8], whole[:, 16:])
-    x_hat = np.repeat(xd.astype(np.float64), 32, axis=1) * xq
-    ref = _reference(w).astype(np.float64)
-    assert np.all(np.abs(whole - x_hat @ ref.T) <= 2e-5 * (np.abs(x_hat) @ np.abs(ref).T) + 1e-6)
 
 
 @needs_r8

@@ -176,8 +176,9 @@ def fuse_layers(model: nn.Module, keep: tuple = ()) -> int:
 
 
 def repack_block_layers(model: nn.Module) -> int:
-    """Give each Q4_K/Q6_K BlockLinear of `model` that is a view of the mapped file its rows repacked
-    eight at a time (`BlockLinear.r8`, quant/r8_layers.py) and drop the file's pages; returns how many."""
+    """Give each BlockLinear of `model` in one of kquant_r8.R8_TYPES (Q4_K, Q6_K, Q5_0, Q8_0) that is a view
+    of the mapped file its rows repacked eight at a time (`BlockLinear.r8`, quant/r8_layers.py) and drop
+    the file's pages; returns how many."""
     from .cpu.quant.r8_layers import repacked  # the CPU kernels load numba: not at import
 
     count = 0

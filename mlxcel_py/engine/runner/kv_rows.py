@@ -41,6 +41,8 @@ __all__ = ["FIRST_CAPACITY", "FIRST_SLOTS", "PREFIX_REACH", "RELEASE_STEP", "WIN
 
 FIRST_SLOTS = 4
 FIRST_CAPACITY = 1024  # positions; doubled as rows grow past it
+
+
 @dataclass(frozen=True, slots=True)
 class PinnedPrefix:
     """A prompt-cache snapshot held by reference: the first `length` positions of pinned slot `slot`."""

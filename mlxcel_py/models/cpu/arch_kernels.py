@@ -52,16 +52,23 @@ def add_bias(x, bias):  # pragma: no cover - jitted
 
 
 @njit(fastmath=True, cache=True, nogil=True)
-def attention_part(qkv, bias, q_norm, k_norm, keys, values, idx, left_pad, cos, sin, heads, scale, eps,
-                   width, window):  # pragma: no cover - jitted
-    """From the q/k/v product to the attention output (before o): bias, q/k norms, RoPE, the KV write."""
-    kv_heads, dim = keys.shape[1], keys.shape[3]
+def qkv_parts(qkv, bias, q_norm, k_norm, cos, sin, heads, kv_heads, dim, eps):  # pragma: no cover - jitted
+    """The q/k/v product's parts before the KV write, in place: bias, q/k norms, RoPE (this and
+    rows.attention_rows share them)."""
     if bias.shape[0]:
         add_bias(qkv, bias)
     if q_norm.shape[0]:
         head_norm(qkv, q_norm, 0, heads, dim, eps)
         head_norm(qkv, k_norm, heads, kv_heads, dim, eps)
     rope(qkv, cos, sin, heads + kv_heads, dim)
+
+
+@njit(fastmath=True, cache=True, nogil=True)
+def attention_part(qkv, bias, q_norm, k_norm, keys, values, idx, left_pad, cos, sin, heads, scale, eps,
+                   width, window):  # pragma: no cover - jitted
+    """From the q/k/v product to the attention output (before o): bias, q/k norms, RoPE, the KV write."""
+    kv_heads, dim = keys.shape[1], keys.shape[3]
+    qkv_parts(qkv, bias, q_norm, k_norm, cos, sin, heads, kv_heads, dim, eps)
     write_kv(qkv, keys, values, idx, heads, width)
     return attend(qkv, keys, values, idx + 1, left_pad, heads, scale, width, window)
 

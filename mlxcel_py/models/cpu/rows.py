@@ -18,7 +18,7 @@ import numpy as np
 from numba import njit
 
 from .arch import GELU_TANH, qkv_bias
-from .arch_kernels import activation, add_bias, head_norm, residual
+from .arch_kernels import activation, add_bias, qkv_parts, residual
 from .decode_attention import attend_desc
 from .decode_kernels import product, rms_norm, rope, silu_mul
 
@@ -59,13 +59,7 @@ def attention_rows(qkv, bias, q_norm, k_norm, keys, values, slot, start, pos, co
                    width, window, prefix):  # pragma: no cover - jitted
     """arch_kernels.attention_part over the engine's rows: from the q/k/v product to the attention
     output (before o): bias, q/k norms, RoPE, the KV write, the (windowed) attention."""
-    kv_heads, dim = keys.shape[1], keys.shape[3]
-    if bias.shape[0]:
-        add_bias(qkv, bias)
-    if q_norm.shape[0]:
-        head_norm(qkv, q_norm, 0, heads, dim, eps)
-        head_norm(qkv, k_norm, heads, kv_heads, dim, eps)
-    rope(qkv, cos, sin, heads + kv_heads, dim)
+    qkv_parts(qkv, bias, q_norm, k_norm, cos, sin, heads, keys.shape[1], keys.shape[3], eps)
     write_kv_rows(qkv, keys, values, slot, pos, heads, width)
     return attend_rows(qkv, keys, values, slot, start, pos, heads, scale, width, prefix, window)
 
