@@ -62,6 +62,10 @@ def test_the_sliding_layers_of_a_forward_share_their_mask_s_tiles(monkeypatch):
 def test_numpy_gelu_matches_mlx():
     g = mx.random.normal((64, 96)) * 4
     np.testing.assert_allclose(numpy_gelu_mul(np.asarray(g)), np.asarray(nn.gelu_approx(g)), rtol=1e-5, atol=1e-6)
+    ends = mx.array([[-1e20, -200.0, -30.0, -8.0, -1e-3, 0.0, 1e-3, 8.0, 30.0, 200.0, 1e20]])  # one pass's extremes
+    np.testing.assert_allclose(numpy_gelu_mul(np.asarray(ends)), np.asarray(nn.gelu_approx(ends)), rtol=1e-5, atol=1e-6)
+    three = np.asarray(mx.random.normal((2, 3, 40)))  # any leading shape, as mlx-lm's (1, L, F)
+    np.testing.assert_allclose(numpy_gelu_mul(three), np.asarray(nn.gelu_approx(mx.array(three))), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("name", ["gemma3-f16", "qwen2-f16", "qwen3-f16", "phi3long-f16", "mistral-f16"])

@@ -9,7 +9,7 @@ and `mlp_part`, so both paths apply the parts in one order."""
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from .decode_kernels import attend, product, rms_norm, rope, silu_mul, write_kv
 
@@ -42,6 +42,34 @@ def gelu_mul(gate_up):  # pragma: no cover - jitted
             inner = SQRT_2_OVER_PI * (g + np.float32(0.044715) * g * g * g)
             out[b, i] = np.float32(0.5) * g * (np.float32(1.0) + np.tanh(inner)) * gate_up[b, ffn + i]
     return out
+
+
+@njit(fastmath=True, cache=True, nogil=True, error_model="numpy", parallel=True)
+def gelu_rows(g, out):  # pragma: no cover - jitted
+    """out = gelu_tanh(g) of (R, F) float32 arrays in one pass, rows over numba's threads: the prefill's
+    GELU (prefill_kernels.numpy_gelu_mul; numpy's nine passes took 0.11 s a 2,048-token Gemma 3 270M
+    prompt)."""
+    for b in prange(g.shape[0]):
+        gelu_span(g, out, b, g.shape[1])
+
+
+@njit(fastmath=True, cache=True, nogil=True, error_model="numpy")
+def gelu_span(g, out, b, n):  # pragma: no cover - jitted
+    """out[b, i] = gelu_tanh(g[b, i]) for i < n, as g * sigmoid(2 sqrt(2/pi) (g + 0.044715 g^3)) (the
+    same function as 0.5 g (1 + tanh(...))), exp as decode_kernels.silu_mul_span's 2^n * p(f); a function
+    of its own in the parallel loop, as silu_mul_span (numba's parfor passes reorder an inline body)."""
+    bits = out.view(np.int32)
+    for i in range(n):
+        x = g[b, i]
+        inner = SQRT_2_OVER_PI * (x + np.float32(0.044715) * x * x * x)
+        y = min(max(np.float32(-2.0) * inner * np.float32(1.4426950408889634), np.float32(-126.0)), np.float32(126.0))
+        k = np.floor(y + np.float32(0.5))
+        f = y - k
+        p = np.float32(1.0) + f * (np.float32(0.6931471805599453) + f * (np.float32(0.2402265069591007) + f * (
+            np.float32(0.05550410866482158) + f * (np.float32(0.009618129107628477) + f * (
+                np.float32(0.0013333558146428443) + f * np.float32(0.00015403530393381606))))))
+        bits[b, i] = (np.int32(k) + np.int32(127)) << 23
+        out[b, i] = x / (np.float32(1.0) + out[b, i] * p)
 
 
 @njit(fastmath=True, cache=True, nogil=True)
