@@ -1,5 +1,6 @@
 """Q4_K and Q6_K weights repacked eight rows at a time, and their products (r8_ir.py) over kblock's
-activations (quantize_rows_q8k: int8 codes, a scale per 256, int16 code sums per 16).
+activations (quantize_rows_q8k: int8 codes, a scale per 256, int16 code sums per 16); Q5_0 and Q8_0 the
+same way over Q8_0's activations per 32 (r8_ir32.py has their layouts).
 
 Q4_K: rows 8g .. 8g + 7 are group g, one array row of `units` group blocks (1,184 bytes for the eight
 rows' 1,152): d[8] and dmin[8] (float16), the 6-bit scales decoded to bytes as scales[j][r] (sub-block
