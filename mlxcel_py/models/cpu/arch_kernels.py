@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from .decode_attention import exp2_fraction
 from .decode_kernels import attend, product, rms_norm, rope, silu_mul, write_kv
 
 
@@ -65,11 +66,8 @@ def gelu_span(g, out, b, n):  # pragma: no cover - jitted
         y = min(max(np.float32(-2.0) * inner * np.float32(1.4426950408889634), np.float32(-126.0)), np.float32(126.0))
         k = np.floor(y + np.float32(0.5))
         f = y - k
-        p = np.float32(1.0) + f * (np.float32(0.6931471805599453) + f * (np.float32(0.2402265069591007) + f * (
-            np.float32(0.05550410866482158) + f * (np.float32(0.009618129107628477) + f * (
-                np.float32(0.0013333558146428443) + f * np.float32(0.00015403530393381606))))))
         bits[b, i] = (np.int32(k) + np.int32(127)) << 23
-        out[b, i] = x / (np.float32(1.0) + out[b, i] * p)
+        out[b, i] = x / (np.float32(1.0) + out[b, i] * exp2_fraction(f))
 
 
 @njit(fastmath=True, cache=True, nogil=True)

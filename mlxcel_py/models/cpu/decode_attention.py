@@ -28,6 +28,16 @@ SUB_BYTES = 16384  # K or V rows a pass of the group's queries (half of a 32 KB 
 
 
 @njit(fastmath=True, cache=True, nogil=True, error_model="numpy", inline="always")
+def exp2_fraction(f):  # pragma: no cover - jitted
+    """2^f for |f| <= 1/2 as a degree-6 polynomial (relative error ~1e-7): with the integer part put
+    into a float's exponent bits, the exp that vectorizes (this module's softmax, prefill_attention's,
+    decode_kernels.silu_mul_span, arch_kernels.gelu_span)."""
+    return np.float32(1.0) + f * (np.float32(0.6931471805599453) + f * (np.float32(0.2402265069591007) + f * (
+        np.float32(0.05550410866482158) + f * (np.float32(0.009618129107628477) + f * (
+            np.float32(0.0013333558146428443) + f * np.float32(0.00015403530393381606))))))
+
+
+@njit(fastmath=True, cache=True, nogil=True, error_model="numpy", inline="always")
 def _dots_any(q, k, out):  # pragma: no cover - jitted
     """out[j] = q . k[j]: attention_ir.dots for a head dimension that is not a multiple of 8."""
     for j in range(k.shape[0]):
@@ -80,9 +90,7 @@ def _softmax(scores, n, acc):  # pragma: no cover - jitted
             x = max((scores[g, j] - m) * np.float32(1.4426950408889634), np.float32(-126.0))
             i = np.floor(x + np.float32(0.5))
             f = x - i
-            p = np.float32(1.0) + f * (np.float32(0.6931471805599453) + f * (np.float32(0.2402265069591007) + f * (
-                np.float32(0.05550410866482158) + f * (np.float32(0.009618129107628477) + f * (
-                    np.float32(0.0013333558146428443) + f * np.float32(0.00015403530393381606))))))
+            p = exp2_fraction(f)
             bits[g, j] = (np.int32(i) + np.int32(127)) << 23
             e = scores[g, j] * p
             scores[g, j] = e

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .decode_attention import attend_desc
+from .decode_attention import attend_desc, exp2_fraction
 
 
 # Rows above which OpenBLAS's GEMM (its packing amortized) is as fast as `_stream`.
@@ -187,11 +187,8 @@ def silu_mul_span(gate, g0, up, u0, out, b, n):  # pragma: no cover - jitted
         x = min(max(-g * np.float32(1.4426950408889634), np.float32(-126.0)), np.float32(126.0))
         k = np.floor(x + np.float32(0.5))
         f = x - k
-        p = np.float32(1.0) + f * (np.float32(0.6931471805599453) + f * (np.float32(0.2402265069591007) + f * (
-            np.float32(0.05550410866482158) + f * (np.float32(0.009618129107628477) + f * (
-                np.float32(0.0013333558146428443) + f * np.float32(0.00015403530393381606))))))
         bits[b, i] = (np.int32(k) + np.int32(127)) << 23
-        out[b, i] = g / (np.float32(1.0) + out[b, i] * p) * up[b, u0 + i]
+        out[b, i] = g / (np.float32(1.0) + out[b, i] * exp2_fraction(f)) * up[b, u0 + i]
 
 
 # The same body inlined at numba's level, for the serial callers: there `out` is the caller's own new

@@ -18,6 +18,7 @@ import numpy as np
 from numba import njit
 
 from .blas import numpy_blas_threads
+from .decode_attention import exp2_fraction
 
 TILE_ROWS = 256  # query rows (heads of a group x queries) a task multiplies at once
 _state = {"threads": os.cpu_count() or 1, "pool": None}
@@ -41,9 +42,7 @@ def softmax_ranges(s, lo, hi, per_head, totals):  # pragma: no cover - numba
             x = max((s[r, j] - m) * np.float32(1.4426950408889634), np.float32(-126.0))
             n = np.floor(x + np.float32(0.5))
             f = x - n
-            p = np.float32(1.0) + f * (np.float32(0.6931471805599453) + f * (np.float32(0.2402265069591007) + f * (
-                np.float32(0.05550410866482158) + f * (np.float32(0.009618129107628477) + f * (
-                    np.float32(0.0013333558146428443) + f * np.float32(0.00015403530393381606))))))
+            p = exp2_fraction(f)
             bits[r, j] = (np.int32(n) + np.int32(127)) << 23
             e = s[r, j] * p
             s[r, j] = e
