@@ -9,7 +9,8 @@ and for the output (here the tied token embedding); a row that is not whole 256-
 fallback llama.cpp converts to (Q4_K -> Q5_0, Q6_K -> Q8_0; the output -> Q8_0), as on SmolLM2's 576-wide
 rows. Blocks are random bytes with their float16 scales set to small normal values (random bytes could
 be NaN). The tokenizer (and its chat template) is the default model's, SmolLM2's 49,152 tokens. Default
-OUT: /tmp/synthetic-<preset>-q4_k_m.gguf; the 1b preset is 1.07B parameters (638 MiB).
+OUT: /tmp/synthetic-<preset>-q4_k_m.gguf; the 1b preset is 1.07B parameters (638 MiB), the 3b
+preset (Llama 3.2 3B's shape: 28 layers of 3,072) 2.9B.
 
 The other architectures (--arch; their presets are named after the architecture, `--arch qwen3` =
 `--preset qwen3`): each one's tensor names and metadata are taken from its committed fixture
@@ -40,6 +41,7 @@ F16_FIELDS = {T.Q4_K: (0, 2), T.Q6_K: (208,), T.Q5_0: (0,), T.Q8_0: (0,)}
 FALLBACK = {T.Q4_K: T.Q5_0, T.Q6_K: T.Q8_0}  # llama.cpp's convert for rows that are not whole 256-blocks
 PRESETS = {  # layers, hidden, ffn, heads, kv heads
     "1b": (16, 2048, 8192, 32, 8),
+    "3b": (28, 3072, 8192, 24, 8),  # Llama 3.2 3B's shape
     "smollm2-135m": (30, 576, 1536, 9, 3),
     "smollm2-360m": (32, 960, 2560, 15, 5),
 }

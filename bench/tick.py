@@ -138,6 +138,7 @@ class Ticks:
 
     def __init__(self, runner, rows: int):
         self.runner, self.next_id = runner, 100
+        self.before_timed = lambda: None  # called right before each timed tick (tick-split clears its sums)
         self.rows = tuple(range(1, rows + 1))
         for sid in self.rows:
             self.runner.execute(Step(prefill=self.piece(sid, 0, 32, True)))
@@ -164,11 +165,17 @@ class Ticks:
         return sid
 
     def tick(self, context: int, n: int, arm: str) -> tuple[float, float]:
+        """One timed tick of an `n`-token piece after `context` positions (+ 16: an untimed first piece
+        stages the fabricated context into the rows, a one-off copy the admission's later pieces skip)."""
         sid = self.at_context(context)
         start = context or 16
         self.runner.fuse_max_tokens = 128 if arm.startswith("fused") else 0
         cpu_tick.PIECE_BLAS_THREADS = None if arm == "fused 2t" else 1
         prompt_side.SMALL_PIECE = 0 if arm == "separate 2t" else 128
+        if context:
+            self.runner.execute(Step(decode=self.rows, prefill=self.piece(sid, start, 16)))
+            start += 16
+        self.before_timed()
         cpu, wall = time.process_time(), time.perf_counter()
         if arm.startswith("fused"):
             self.runner.execute(Step(decode=self.rows, prefill=self.piece(sid, start, n)))
@@ -230,15 +237,16 @@ TICK_SPLIT_DOC = """Where a fused tick's time goes, by piece size and context, 4
 Usage: python -m bench tick-split [--repeats 3] [--rows 4] [--contexts 0,2048,6000]
        [--sizes 16,32,64]
 
-The real ModelRunner's one-forward tick (models/cpu/tick.py) on the default model, its parts timed
-by wrapping them: the block products (`_mul`), the piece's attention (`causal_attention`), the
-decode rows' attention and KV writes (`attend_rows`, `write_kv_rows`), the piece's KV `store`, and
-the rest (norms, RoPE, embedding, LM head, sampling, glue). Contexts are fabricated as in
-tick-fused (random K/V). Per shape the tick with the least wall time of `--repeats`.
+The real ModelRunner's one-forward tick on the default model: the decode rows and the piece's rows
+through the fused step (engine/runner/row_prefill.py), its parts timed by wrapping them: the piece's
+staging into its slot (`_stage_piece`), the step (`run_rows`: every product and the attention), and the
+mirror of the piece's K/V into its row cache (`_piece_written`); the rest is the runner's glue and
+sampling (the step's growth with the context is its attention). Contexts are fabricated as in tick-fused (random K/V,
+staged by an untimed first piece). Per shape the tick with the least wall time of `--repeats`.
 """
 
 
-PARTS = ("products", "piece attn", "rows attn", "store")
+PARTS = ("stage", "step", "mirror")
 _acc: dict[str, float] = defaultdict(float)
 
 
@@ -252,20 +260,18 @@ def _timed(name: str, fn):
     return wrapper
 
 
-def install_part_timers() -> None:
-    """Wrap the tick's parts where models/cpu/tick.py looks them up."""
-    cpu_tick._mul = _timed("products", cpu_tick._mul)
-    cpu_tick.causal_attention = _timed("piece attn", cpu_tick.causal_attention)
-    cpu_tick.attend_rows = _timed("rows attn", cpu_tick.attend_rows)
-    cpu_tick.write_kv_rows = _timed("rows attn", cpu_tick.write_kv_rows)
-    store = runner_tick._store
-    runner_tick._store = lambda cache, *rest: _timed("store", store(cache, *rest))
+def install_part_timers(runner) -> None:
+    """Wrap the tick's parts on this runner (instance attributes shadow the mixin's methods)."""
+    runner._stage_piece = _timed("stage", runner._stage_piece)
+    runner._piece_written = _timed("mirror", runner._piece_written)
+    runner._fast_decode.run_rows = _timed("step", runner._fast_decode.run_rows)
 
 
 def tick_split_main() -> None:
     args, runner = tick_setup(TICK_SPLIT_DOC, "16,32,64")
-    install_part_timers()
+    install_part_timers(runner)
     t = Ticks(runner, args.rows)
+    t.before_timed = _acc.clear
     for n in (16, 64):
         t.tick(0, n, "fused")
     print(f"{'context':>7} {'piece':>5} | {'tick wall':>9} {'cpu':>7} | " + " ".join(f"{p:>10}" for p in PARTS)
@@ -274,7 +280,6 @@ def tick_split_main() -> None:
         for n in map(int, args.sizes.split(",")):
             runs = []
             for _ in range(args.repeats):
-                _acc.clear()
                 cpu, wall = t.tick(context, n, "fused")
                 runs.append((wall, cpu, dict(_acc)))
             wall, cpu, parts = min(runs, key=lambda r: r[0])

@@ -5,12 +5,13 @@ interleaved), the same client (mlxcel_py.loadtest) for both.
 
     python -m bench vs-llama-server [--models A.gguf B.gguf] [--servers ours llama] [--slots 4] [--ctx 16384]
         [--threads 2] [--rounds 2] [--window-s 10] [--decode-by frames|replies] [--json out.json] [--ttft-only]
-        [--interleave]
+        [--interleave] [--ttft-tokens 2048]
 
 Per model and server: resident memory (RSS of the server's process tree) after load and after decoding,
 decode tok/s at 1 and 4 streams (token frames over a window, greedy, EOS ignored; `--decode-by replies`:
 from whole non-streamed replies of 136 and 8 tokens, for vocabularies whose tokens are byte pieces), the time to first
-token of a lone 2,048-token prompt, greedy completions of GREEDY_PROMPTS (their first dozen characters
+token of a lone prompt of `--ttft-tokens` tokens (2,048; 512 where 2,048 would take minutes a round, as a
+3B on two cores: the table's header says which), greedy completions of GREEDY_PROMPTS (their first dozen characters
 compared across servers), and KV bytes per token. `--interleave` starts both servers and runs each round
 on each in turn, the other idle (a machine whose speed drifts over a run slows both alike; resident memory
 is still each server's own). llama-server is $LLAMA_SERVER, else `llama-server` on
@@ -258,7 +259,8 @@ def ours_description(log: str) -> str:
 
 def _opened(name: str, model: str, args: argparse.Namespace, server: ManagedServer, encode, eos_ids) -> dict:
     """A started server's first figures: memory after load, its warm-up, greedy texts."""
-    out: dict = {"server": name, "model": Path(model).name, "argv": " ".join(server.spec.argv)}
+    out: dict = {"server": name, "model": Path(model).name, "argv": " ".join(server.spec.argv),
+                 "ttft_tokens": args.ttft_tokens}
     out["rss_after_load"] = settled_rss(server.proc.pid)
     asyncio.run(warm_up(server.spec.url, encode, eos_ids, 0))
     out["greedy"] = [] if args.ttft_only else greedy_texts(server.spec.url)
@@ -272,8 +274,8 @@ def _decode_round(url: str, streams: int, r: int, args: argparse.Namespace, enco
     return asyncio.run(decode_rate(url, prompts, eos_ids, args.window_s, args.ctx // args.slots - DECODE_PROMPT_TOKENS - 16))
 
 
-def _ttft_round(url: str, r: int, encode, eos_ids) -> float:
-    return asyncio.run(lone_ttft_ms(url, build_prompt(encode, TTFT_TOKENS, round_seed(0, r, "ttft")), eos_ids))
+def _ttft_round(url: str, r: int, args: argparse.Namespace, encode, eos_ids) -> float:
+    return asyncio.run(lone_ttft_ms(url, build_prompt(encode, args.ttft_tokens, round_seed(0, r, "ttft")), eos_ids))
 
 
 def _closing(name: str, model: str, out: dict, server: ManagedServer) -> None:
@@ -296,7 +298,7 @@ def measure(name: str, model: str, args: argparse.Namespace) -> dict:
         for streams in [] if args.ttft_only else args.streams:
             _medians(out, f"decode_{streams}", [_decode_round(server.spec.url, streams, r, args, encode, eos_ids)
                                                 for r in range(args.rounds)])
-        _medians(out, "ttft_ms", [_ttft_round(server.spec.url, r, encode, eos_ids) for r in range(args.rounds)])
+        _medians(out, "ttft_ms", [_ttft_round(server.spec.url, r, args, encode, eos_ids) for r in range(args.rounds)])
         _closing(name, model, out, server)
     if name == "llama" and not args.ttft_only:
         out["kv"] = llama_kv_probe(model, args.slots, args.ctx, args.threads)
@@ -324,7 +326,7 @@ def measure_interleaved(names: list[str], model: str, args: argparse.Namespace) 
         ttfts: dict[str, list[float]] = {name: [] for name in names}
         for r in range(args.rounds):
             for name in names:
-                ttfts[name].append(_ttft_round(servers[name].spec.url, r, encode, eos_ids))
+                ttfts[name].append(_ttft_round(servers[name].spec.url, r, args, encode, eos_ids))
         for name in names:
             _medians(outs[name], "ttft_ms", ttfts[name])
             _closing(name, model, outs[name], servers[name])
@@ -344,9 +346,10 @@ def agreement(results: list[dict]) -> None:
 
 
 def table(results: list[dict], streams: list[int]) -> str:
+    sizes = "/".join(sorted({str(r.get("ttft_tokens", TTFT_TOKENS)) for r in results}, key=int))
     head = ("| model | server | RSS after load MB | RSS after decoding MB (peak) | "
             + " | ".join(f"decode tok/s {s} stream{'s' if s > 1 else ''}" for s in streams)
-            + f" | lone {TTFT_TOKENS}-token TTFT s | KV bytes/token | greedy first {AGREE_CHARS} chars agree |")
+            + f" | lone {sizes}-token TTFT s | KV bytes/token | greedy first {AGREE_CHARS} chars agree |")
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
         rates = " | ".join(f"{r[f'decode_{s}']['median']:.1f}" if f"decode_{s}" in r else "-" for s in streams)
@@ -374,6 +377,8 @@ def main() -> None:
     ap.add_argument("--decode-by", choices=["frames", "replies"], default="frames",
                     help="decode tok/s from streamed frames over --window-s, or from whole non-streamed replies of "
                          f"{LONG_REPLY} and {SHORT_REPLY} tokens (reply_rate: byte-piece vocabularies)")
+    ap.add_argument("--ttft-tokens", type=int, default=TTFT_TOKENS,
+                    help="the lone TTFT prompt's tokens (512 for a 3B on two cores, where 2,048 takes minutes a round)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--previous", type=Path, help="an earlier run's output: its result lines are kept, not rerun")
     ap.add_argument("--ttft-only", action="store_true", help="memory and TTFT only: no greedy texts, decode or KV probe")

@@ -98,9 +98,10 @@ class RowPrefill:
         """Record the piece's positions in the staged slot and mirror them into its row cache."""
         kv.staged_written(state.staged, piece.start, piece.end)
         cache = state.prefill_cache
-        for layer, c in enumerate(cache):
-            k = kv.keys[layer][state.staged, :, piece.start:piece.end]
-            v = kv.values[layer][state.staged, :, piece.start:piece.end]
+        for layer, c in enumerate(cache):  # contiguous first: mlx converts a strided view of the slot
+            # buffer 50-400x slower (2.3 ms a layer at 6,000 positions: 140 ms a tick of a 135M model)
+            k = np.ascontiguousarray(kv.keys[layer][state.staged, :, piece.start:piece.end])
+            v = np.ascontiguousarray(kv.values[layer][state.staged, :, piece.start:piece.end])
             c.update_and_fetch(mx.array(k)[None], mx.array(v)[None])
         mx.eval([c.state for c in cache])
 

@@ -115,7 +115,7 @@ def _rotated(layer: BatchKVCache, row: int, pad: int, shift: Shift, rope) -> tup
 def _rotated_row(keys: np.ndarray, values: np.ndarray, shift: Shift, rope) -> tuple[np.ndarray, np.ndarray]:
     """A row's (kv_heads, L, dim) K/V without [n_keep, n_keep + n_discard), the tail's keys rotated back."""
     keep, cut = shift.n_keep, shift.n_keep + shift.n_discard
-    tail = mx.array(keys[None, :, cut:])
+    tail = mx.array(np.ascontiguousarray(keys[None, :, cut:]))
     _, heads, length, dim = tail.shape
     turned = rope(tail.reshape(1, heads * length, 1, dim), offset=-shift.n_discard).reshape(tail.shape)
     new_keys = np.concatenate([keys[:, :keep], np.asarray(turned[0])], axis=1)
