@@ -162,3 +162,32 @@ def test_strided_kv_views_give_the_bits_of_contiguous_arrays():
     ref = _reference(qkv, strided_k, padded_v, desc, heads, 0.125)
     np.testing.assert_allclose(A.attend_desc(qkv, strided_k, padded_v, desc, heads, np.float32(0.125)), ref,
                                rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("dim", DIMS)
+def test_a_block_of_prompt_rows_gives_each_row_s_bits_alone(dim):
+    """A piece's rows (one KV row, consecutive stops) share each pass over K and V in blocks of
+    BLOCK_ROWS: every row's output has the bits of that row attended alone, whatever rows ride along,
+    with a shared prefix cut inside the block's chunks, windowed rows (their own first position) and a
+    decode row of another sequence between blocks."""
+    heads, kv_heads, n = 6, 2, A.BLOCK_ROWS + 7
+    keys, values = _kv(3, kv_heads, 2 * A.CHUNK + 64, dim=dim)
+    qkv = _qkv(n + 1, heads, kv_heads, dim=dim)
+    stops = A.CHUNK - 5 + np.arange(n)  # the piece crosses a chunk boundary
+    cut = A.CHUNK - 40
+    piece = np.column_stack([np.full(n, 2), np.ones(n), np.full(n, cut), np.zeros(n), stops]).astype(np.int64)
+    windowed = piece.copy()
+    windowed[:, 3] = np.maximum(stops - 100, 0)  # each row's own window start
+    for desc in (piece, windowed):
+        desc = np.vstack([desc[:5], [[0, 0, 0, 0, 90]], desc[5:]])  # another sequence's decode row
+        together = A.attend_desc(qkv, keys, values, desc, heads, np.float32(0.3))
+        for r in range(len(desc)):
+            alone = A.attend_desc(qkv[r:r + 1], keys, values, desc[r:r + 1], heads, np.float32(0.3))
+            assert np.array_equal(together[r], alone[0]), r
+        np.testing.assert_allclose(together, _reference(qkv, keys, values, desc, heads, 0.3), rtol=2e-5, atol=2e-6)
+
+
+def test_block_rows_are_runs_of_one_kv_cut_at_multiples_of_the_block():
+    desc = np.array([[0, 1, 0, 0, 5]] * (A.BLOCK_ROWS + 3) + [[0, 2, 0, 0, 9], [0, 1, 0, 0, 6]], np.int64)
+    starts = {r: int(A.block_rows(desc, r)) for r in range(len(desc)) if A.block_rows(desc, r)}
+    assert starts == {0: A.BLOCK_ROWS, A.BLOCK_ROWS: 3, A.BLOCK_ROWS + 3: 1, A.BLOCK_ROWS + 4: 1}

@@ -25,6 +25,7 @@ from .attention_ir import LANES, dots, weigh
 CHUNK = 256  # positions per partial: fixed, so the thread count changes no bit
 SHARED, OWN, CUT, FIRST, STOP = range(5)  # a row descriptor's fields
 SUB_BYTES = 16384  # K or V rows a pass of the group's queries (half of a 32 KB L1)
+BLOCK_ROWS = 16  # rows of one sequence (a prompt piece) whose queries share each pass over K and V
 
 
 @njit(fastmath=True, cache=True, nogil=True, error_model="numpy", inline="always")
@@ -56,25 +57,36 @@ def _weigh_any(p, v, acc):  # pragma: no cover - jitted
 
 
 @njit(fastmath=True, cache=True, nogil=True, error_model="numpy", inline="always")
-def _segment(qs, keys, values, row, kv, a, b, lo, scores, acc, weigh_now):  # pragma: no cover - jitted
-    """Positions a..b (from KV row `row`) of every query of the group: their scores (scores[:, a - lo:]),
-    or with weigh_now their weighted values added to acc[:, :dim]. The group's queries take the
-    positions SUB_BYTES of K (or V) at a time, so that all but the first read them from L1."""
+def _pass(qs, keys, values, kv, spans, lo, scores, acc, n, weigh_now):  # pragma: no cover - jitted
+    """The block's rows' scores (scores[j, :, p - lo[j]]) for their positions, or with weigh_now their
+    weighted values added to acc[j, :, :dim]: row j reads positions spans[j, 0]..spans[j, 1] from KV row
+    spans[j, 3] and spans[j, 1]..spans[j, 2] from KV row spans[j, 4].  The positions go SUB_BYTES of K
+    (or V) at a time through every query of every row, so that all but the first read them from L1.
+    A score or a weighed position has the same bits wherever a range is cut (attention_ir)."""
     dim = keys.shape[3]
     vector = dim % LANES == 0 and keys.strides[3] == 4 and values.strides[3] == 4  # attention_ir's loops
     step = max(LANES, SUB_BYTES // (4 * dim) // LANES * LANES)
-    for s in range(a, b, step):
-        e = min(s + step, b)
-        for g in range(qs.shape[0]):
-            if weigh_now:
-                if vector:
-                    weigh(scores[g, s - lo:e - lo], values[row, kv, s:e], acc[g, :dim])
-                else:
-                    _weigh_any(scores[g, s - lo:e - lo], values[row, kv, s:e], acc[g, :dim])
-            elif vector:
-                dots(qs[g], keys[row, kv, s:e], scores[g, s - lo:e - lo])
-            else:
-                _dots_any(qs[g], keys[row, kv, s:e], scores[g, s - lo:e - lo])
+    first, stop = spans[0, 0], spans[0, 2]
+    for j in range(1, n):
+        first, stop = min(first, spans[j, 0]), max(stop, spans[j, 2])
+    for s in range(first, stop, step):
+        e = min(s + step, stop)
+        for j in range(n):
+            for half in range(2):  # below the cut from the shared row, then the row's own
+                a, b = max(s, spans[j, half]), min(e, spans[j, half + 1])
+                if a >= b:
+                    continue
+                row, o = spans[j, 3 + half], lo[j]
+                for g in range(qs.shape[1]):
+                    if weigh_now:
+                        if vector:
+                            weigh(scores[j, g, a - o:b - o], values[row, kv, a:b], acc[j, g, :dim])
+                        else:
+                            _weigh_any(scores[j, g, a - o:b - o], values[row, kv, a:b], acc[j, g, :dim])
+                    elif vector:
+                        dots(qs[j, g], keys[row, kv, a:b], scores[j, g, a - o:b - o])
+                    else:
+                        _dots_any(qs[j, g], keys[row, kv, a:b], scores[j, g, a - o:b - o])
 
 
 @njit(fastmath=True, cache=True, nogil=True, error_model="numpy", inline="always")
@@ -98,28 +110,63 @@ def _softmax(scores, n, acc):  # pragma: no cover - jitted
         acc[g, dim], acc[g, dim + 1] = m, t
 
 
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _same_kv(desc, a, b):  # pragma: no cover - jitted
+    """Whether rows a and b read the same KV: one shared prefix row up to one cut, one own row."""
+    return desc[a, SHARED] == desc[b, SHARED] and desc[a, OWN] == desc[b, OWN] and desc[a, CUT] == desc[b, CUT]
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def block_rows(desc, r):  # pragma: no cover - jitted
+    """The rows of the block row r starts (r, r + 1, ...: up to BLOCK_ROWS rows that read the same KV,
+    never across a multiple of BLOCK_ROWS), or 0 where r does not start one (the item is another's)."""
+    if r % BLOCK_ROWS and _same_kv(desc, r - 1, r):
+        return 0
+    n = 1
+    while n < BLOCK_ROWS and r + n < desc.shape[0] and (r + n) % BLOCK_ROWS and _same_kv(desc, r, r + n):
+        n += 1
+    return n
+
+
 @njit(fastmath=True, cache=True, nogil=True, error_model="numpy")
-def item(qkv, keys, values, desc, heads, scale, part, i, scores):  # pragma: no cover - jitted
-    """Work item i = (row, KV head, chunk) of part's (rows, kv_heads, chunks, group, dim + 2):
-    that chunk's partial (acc, max, sum) for the KV head's group; scores: (group, CHUNK) scratch."""
+def item(qkv, keys, values, desc, heads, scale, part, i):  # pragma: no cover - jitted
+    """Work item i = (row, KV head, chunk) of part's (rows, kv_heads, chunks, group, dim + 2): where the
+    row starts a block (block_rows), that chunk's partial (acc, max, sum) for the KV head's group of
+    every row of the block, which read each K and V position once for all their queries (a prompt
+    piece's rows, a verify span); an item of a row inside a block does nothing."""
     kv_heads, chunks, group, dim = part.shape[1], part.shape[2], part.shape[3], keys.shape[3]
     r, kv, c = i // (kv_heads * chunks), (i // chunks) % kv_heads, i % chunks
-    acc = part[r, kv, c]
-    acc[:, :dim] = 0.0
-    lo, hi = max(c * CHUNK, desc[r, FIRST]), min((c + 1) * CHUNK, desc[r, STOP])
-    if hi <= lo:
-        acc[:, dim], acc[:, dim + 1] = -np.inf, 0.0  # no positions here: weighs nothing in combine
+    n = block_rows(desc, r)
+    if n == 0:
         return
-    qs = np.empty((group, dim), np.float32)
-    for g in range(group):
-        for d in range(dim):
-            qs[g, d] = qkv[r, (kv * group + g) * dim + d] * scale
-    cut, shared, own = min(max(desc[r, CUT], lo), hi), desc[r, SHARED], desc[r, OWN]  # below the cut: the shared row
-    _segment(qs, keys, values, shared, kv, lo, cut, lo, scores, acc, False)
-    _segment(qs, keys, values, own, kv, cut, hi, lo, scores, acc, False)
-    _softmax(scores, hi - lo, acc)
-    _segment(qs, keys, values, shared, kv, lo, cut, lo, scores, acc, True)
-    _segment(qs, keys, values, own, kv, cut, hi, lo, scores, acc, True)
+    acc = part[r:r + n, kv, c]
+    lo = np.empty(n, np.int64)
+    spans = np.empty((n, 5), np.int64)  # first, cut, end positions; shared row, own row (_pass)
+    live = 0
+    for j in range(n):
+        d = desc[r + j]
+        acc[j, :, :dim] = 0.0
+        lo[j], hi = max(c * CHUNK, d[FIRST]), min((c + 1) * CHUNK, d[STOP])
+        if hi <= lo[j]:
+            acc[j, :, dim], acc[j, :, dim + 1] = -np.inf, 0.0  # no positions here: weighs nothing in combine
+            hi = lo[j]
+        else:
+            live += 1
+        spans[j, 0], spans[j, 1], spans[j, 2] = lo[j], min(max(d[CUT], lo[j]), hi), hi
+        spans[j, 3], spans[j, 4] = d[SHARED], d[OWN]
+    if live == 0:
+        return
+    qs = np.empty((n, group, dim), np.float32)
+    for j in range(n):
+        for g in range(group):
+            for e in range(dim):
+                qs[j, g, e] = qkv[r + j, (kv * group + g) * dim + e] * scale
+    scores = np.empty((n, group, CHUNK), np.float32)
+    _pass(qs, keys, values, kv, spans, lo, scores, acc, n, False)
+    for j in range(n):
+        if spans[j, 2] > lo[j]:
+            _softmax(scores[j], spans[j, 2] - lo[j], acc[j])
+    _pass(qs, keys, values, kv, spans, lo, scores, acc, n, True)
 
 
 @njit(fastmath=True, cache=True, nogil=True, error_model="numpy")
@@ -157,7 +204,7 @@ def attend_desc(qkv, keys, values, desc, heads, scale):  # pragma: no cover - ji
     chunks = (desc[:, STOP].max() + CHUNK - 1) // CHUNK
     part = np.empty((rows, kv_heads, chunks, group, dim + 2), np.float32)
     for i in prange(rows * kv_heads * chunks):
-        item(qkv, keys, values, desc, heads, scale, part, i, np.empty((group, CHUNK), np.float32))
+        item(qkv, keys, values, desc, heads, scale, part, i)
     out = np.empty((rows, heads * dim), np.float32)
     for r in prange(rows):
         combine(part, r, out)

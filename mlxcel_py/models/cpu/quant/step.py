@@ -26,7 +26,7 @@ import numpy as np
 from numba import njit, prange
 
 from ..arch_kernels import add_bias
-from ..decode_attention import CHUNK, combine, item
+from ..decode_attention import combine, item
 from ..decode_kernels import rms_norm, rope, silu_mul
 from .atomics import count_done, fetch_add, wait_at_least
 from .kblock import KBLOCK_TYPES, kblock_rows, quantize_rows_q8k
@@ -149,9 +149,8 @@ def _run(kind, layer, local, count, task, w, kv, rows, acts, q, f):  # pragma: n
             add_bias(qkv[r0:r1], biases[layer])
         rope(qkv[r0:r1], cos[r0:r1], sin[r0:r1], heads + kv_heads, dim)
         _write_kv(qkv[r0:r1], keys[layer], values[layer], kv_row[r0:r1], pos[r0:r1], heads)
-    elif kind == ATTEND:  # (row, KV head, chunk) `local`'s partial
-        scores = np.empty((heads // kv_heads, CHUNK), np.float32)
-        item(qkv, keys[layer], values[layer], desc, heads, np.float32(scale), part, local, scores)
+    elif kind == ATTEND:  # (row, KV head, chunk) `local`'s partial, with its block's (decode_attention.item)
+        item(qkv, keys[layer], values[layer], desc, heads, np.float32(scale), part, local)
     elif kind == QUANT_ATTN:  # the partials merged in chunk order, then quantized
         for b in range(r0, r1):
             combine(part, b, attn)
