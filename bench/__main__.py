@@ -56,6 +56,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("decode-sweep", "decode", "decode_sweep_main",
             "the decode step's products per row width: GB/s against the measured read bandwidth"),
     Command("arch-decode", "decode", "arch_decode_main", "decode per architecture: mlx-lm's forward vs the CPU step"),
+    Command("roofline", "decode", "roofline_main",
+            "this machine's bandwidth and peak products; decode and prefill as fractions of them"),
     # Kernels alone, without a model.
     Command("quant-kernels", "kernels", "quant_kernels_main", "quantized decode kernels and tiled prefill vs float32"),
     Command("kquant-repack", "kernels", "kquant_repack_main", "the Q4_K and Q6_K products over the file's rows vs repacked eight rows a call"),

@@ -32,6 +32,7 @@ from mlxcel_py.models.cpu.blas import preload_blas  # noqa: E402
 
 preload_blas(os.environ.get("MLXCEL_BLAS", "auto"))  # before anything imports MLX
 
+import numba  # noqa: E402
 import numpy as np  # noqa: E402
 from test_cpu_decode import make_batch, prompt  # noqa: E402
 
@@ -460,3 +461,130 @@ def arch_decode_main() -> None:
         lm = load_model(str(ROOT / "tests/fixtures/gguf" / f"{name}.gguf"), threads=opts.threads, cpu_weights="f32")
         for rows in opts.rows:
             arch_ab(name, lm.model, rows, 64, opts.steps, opts.threads)
+
+
+# ---- roofline ------------------------------------------------------------------------------------
+
+ROOFLINE_DOC = """This machine's limits, and each model's decode and prefill as a fraction of them.
+
+Usage: python -m bench roofline [--models A.gguf ...] [--threads 2] [--context 512] [--steps 20]
+       [--prefill-tokens 512] [--bw-mib 1024]
+
+Limits (each the best of a few runs, on 1 thread and on `--threads`):
+- read: a float32 sum over `--bw-mib` MiB, each thread its contiguous share (`read_bandwidth`);
+- triad: STREAM's a = b + s * c over three arrays of `--bw-mib` / 3 MiB, each thread its share, counted
+  as STREAM does (three arrays' bytes a pass);
+- float32 products: numpy's BLAS sgemm of 2,048 x 2,048 matrices (GFLOP/s);
+- int8 products: the repacked Q4_K kernel (quant/kquant_r8.py) over 64 int8 input rows, its weights in
+  L2 (one thread's MACs a second; the figure for more threads is that times the threads, the kernel
+  being compute-bound there).
+Per model (default: the default model):
+- decode: the fused step alone at one row and `--context` positions, best of `--steps` (as decode-step
+  --hold): the bytes it reads a token (every weight product's bytes in the file, the LM head's included,
+  and the context's float32 K/V) over the read bandwidth give the bus's tok/s; the step's tok/s as a
+  fraction of it (the goal: 0.8 and over);
+- prefill: a `--prefill-tokens` prompt through the engine's runner (rows of the fused step, as
+  `prefill --routes`): its MACs (every layer's weights a token, and the causal attention's QK and PV)
+  a second as a fraction of the int8 peak.
+"""
+
+
+@numba.njit(parallel=True, fastmath=True)
+def _triad(a, b, c, s):  # pragma: no cover - jitted
+    """a = b + s * c, numba's threads each a contiguous share."""
+    for i in numba.prange(a.shape[0]):
+        a[i] = b[i] + s * c[i]
+
+
+def triad_bandwidth(threads: int, mib: int = 1024, reps: int = 3) -> float:
+    """GB/s of STREAM's triad a = b + s * c (float32, three arrays of `mib` / 3 MiB; three arrays'
+    bytes a pass, as STREAM counts), on `threads` of numba's threads, best of `reps` after an untimed pass."""
+    n = mib * 2**20 // 12
+    a, b, c = np.zeros(n, np.float32), np.ones(n, np.float32), np.ones(n, np.float32)
+    numba.set_num_threads(threads)
+    best = float("inf")
+    for rep in range(reps + 1):
+        t = time.perf_counter()
+        _triad(a, b, c, np.float32(3.0))
+        best = best if rep == 0 else min(best, time.perf_counter() - t)
+    return 3 * a.nbytes / best / 1e9
+
+
+def sgemm_gflops(threads: int, n: int = 2048, reps: int = 3) -> float:
+    """GFLOP/s of numpy's BLAS sgemm of n x n float32 matrices on `threads` BLAS threads."""
+    from mlxcel_py.models.cpu.blas import numpy_blas_threads
+
+    x = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
+    with numpy_blas_threads(threads):
+        x @ x
+        best = min(_seconds(lambda: x @ x) for _ in range(reps))
+    return 2 * n**3 / best / 1e9
+
+
+def _seconds(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def int8_gmacs(width: int = 2048, inputs: int = 64) -> float:
+    """One thread's GMAC/s of the repacked Q4_K product, weights in L2 (bench/kernels.py's probe)."""
+    from bench.kernels import _r8_in_l2
+
+    _, ns = _r8_in_l2("Q4_K", width, inputs, np.random.default_rng(0))
+    return 256 / ns
+
+
+def _shape(lm) -> tuple[int, int, int, int]:
+    """(layers, heads, kv_heads, head_dim) of a loaded model's CPU decoder."""
+    d = lm.cpu_decode
+    return len(d._layers), d.heads, d.kv_heads, d.head_dim
+
+
+def model_roofline(path: Path, threads: int, context: int, steps: int, tokens: int, bus: float, peak: float) -> list:
+    """(what, figure, limit, fraction) lines for one model: decode against the bus, prefill against int8."""
+    from bench.engine import routes_seconds
+
+    lm = load_model(str(path), threads=threads)
+    layers, heads, kv_heads, dim = _shape(lm)
+    weights = sum(b for b, _ in product_bytes(path).values())
+    kv = layers * kv_heads * dim * 2 * 4 * context
+    median_ms = held_step(lm, path, 1, threads, steps, context, 0.0)[0]
+    limit = bus * 1e9 / (weights + kv)
+    lines = [(f"decode at {context} positions: {(weights + kv) / 1e6:.0f} MB a token", 1e3 / median_ms, limit)]
+    params = sum(int(np.prod(t.shape)) for t in read_gguf(path).tensors.values()
+                 if t.name.startswith("blk.") and t.name.endswith(".weight") and len(t.shape) == 2)
+    macs = params * tokens + layers * heads * dim * 2 * tokens * (tokens + 1) / 2
+    seconds = routes_seconds(lm, tokens)
+    lines.append((f"prefill of {tokens} tokens: {macs / 1e9:.0f} GMAC", macs / seconds / 1e9, peak))
+    del lm
+    gc.collect()
+    return lines
+
+
+def roofline_main() -> None:
+    ap = argparse.ArgumentParser(description=ROOFLINE_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="+", default=None)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--context", type=int, default=512)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--prefill-tokens", type=int, default=512)
+    ap.add_argument("--bw-mib", type=int, default=1024)
+    args = ap.parse_args()
+    print(f"{datetime.datetime.now().isoformat(timespec='seconds')}  {cpu_line()}")
+    counts = sorted({1, args.threads})
+    flops = {t: sgemm_gflops(t) for t in counts}  # first: numba's threads, once started, spin a while
+    read = {t: read_bandwidth(t, args.bw_mib) for t in counts}
+    triad = {t: triad_bandwidth(t, args.bw_mib) for t in counts}
+    int8 = int8_gmacs()
+    for name, unit, got in (("read", "GB/s", read), ("triad", "GB/s", triad), ("sgemm", "GFLOP/s", flops)):
+        print(f"{name:6s} " + ", ".join(f"{got[t]:.1f} {unit} on {t} thread(s)" for t in counts))
+    print(f"int8   {int8:.1f} GMAC/s on 1 thread (repacked Q4_K, 64 input rows, in L2); "
+          f"{int8 * args.threads:.1f} taken as {args.threads} threads' peak")
+    print(f"{'model':40s} {'what':44s} {'got':>9s} {'limit':>9s} {'of limit':>8s}")
+    for model in args.models or [default_model_path()]:
+        path = Path(model)
+        for what, got, limit in model_roofline(path, args.threads, args.context, args.steps, args.prefill_tokens,
+                                               read[args.threads], int8 * args.threads):
+            unit = "tok/s" if what.startswith("decode") else "GMAC/s"
+            print(f"{path.name[:40]:40s} {what:44s} {got:9.1f} {limit:9.1f} {got / limit:8.2f}  ({unit})", flush=True)

@@ -299,27 +299,34 @@ def prefill_seconds(model, ids: list[int], chunk: int) -> float:
     return time.perf_counter() - start
 
 
-def routes(model: str | None, tokens: list[int], rounds: int) -> None:
-    """Seconds of one prefill through the runner: as rows of the fused step, then as tiles."""
+def routes_seconds(lm, n: int, rows: bool = True) -> float:
+    """Seconds of one `n`-token prefill through a fresh runner, as rows of the fused step (or tiles)."""
     from mlxcel_py.engine.core.request import SamplingParams
     from mlxcel_py.engine.core.step import BeginSequence, PrefillPiece, Step
     from mlxcel_py.engine.runner import row_prefill
     from mlxcel_py.engine.runner.model_runner import ModelRunner
 
-    lm, rows = load_model(model), row_prefill.runs_rows
+    ids, runs_rows = tuple(random.Random(1).randrange(100, 40000) for _ in range(n)), row_prefill.runs_rows
+    row_prefill.runs_rows = runs_rows if rows else (lambda decoder: False)
+    try:
+        runner = ModelRunner(lm.model, decode=lm.cpu_decode, verify=lm.cpu_decode.verify, kernels=lm.cpu_kernels)
+        begin = BeginSequence(SamplingParams(max_tokens=1, temperature=0.0), ())
+        start = time.perf_counter()
+        runner.execute(Step(prefill=PrefillPiece(1, 0, ids, n, True, None, begin)))
+        return time.perf_counter() - start
+    finally:
+        row_prefill.runs_rows = runs_rows
+
+
+def routes(model: str | None, tokens: list[int], rounds: int) -> None:
+    """Seconds of one prefill through the runner: as rows of the fused step, then as tiles."""
+    lm = load_model(model)
     print(f"model: {lm.description}; BLAS {BLAS.name} {BLAS.note}")
-    rng = random.Random(1)
     for n in tokens:
-        ids, seconds = tuple(rng.randrange(100, 40000) for _ in range(n)), {"rows": [], "tiles": []}
+        seconds: dict[str, list[float]] = {"rows": [], "tiles": []}
         for _ in range(rounds):
             for route in seconds:
-                row_prefill.runs_rows = rows if route == "rows" else (lambda decoder: False)
-                runner = ModelRunner(lm.model, decode=lm.cpu_decode, verify=lm.cpu_decode.verify, kernels=lm.cpu_kernels)
-                begin = BeginSequence(SamplingParams(max_tokens=1, temperature=0.0), ())
-                start = time.perf_counter()
-                runner.execute(Step(prefill=PrefillPiece(1, 0, ids, n, True, None, begin)))
-                seconds[route].append(time.perf_counter() - start)
-        row_prefill.runs_rows = rows
+                seconds[route].append(routes_seconds(lm, n, route == "rows"))
         print(f"{n} tokens: " + "; ".join(f"{r} {' '.join(f'{t:.2f}' for t in ts)} s" for r, ts in seconds.items()),
               flush=True)
 

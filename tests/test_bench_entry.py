@@ -23,7 +23,8 @@ ALIASES = {a: c for c in COMMANDS for a in c.aliases}
 EXPECTED = {
     "all", "admission", "peers", "vs-llama-server", "side-by-side", "kv-bytes", "decode", "serve-path", "models",
     "mixed-embeddings", "distributed", "engine", "generate", "fast-path", "prefill", "cpu-weights", "memory",
-    "decode-step", "decode-sweep", "arch-decode", "quant-kernels", "kquant-repack", "decode-attention", "prefill-attention",
+    "decode-step", "decode-sweep", "arch-decode", "roofline", "quant-kernels", "kquant-repack", "decode-attention",
+    "prefill-attention",
     "prefill-weights", "tick-costs", "tick-fused", "tick-split", "tick-spikes", "kv-join", "context-shift",
     "speculative", "constraints", "grammar-libs", "synthetic-gguf",
 }

@@ -144,6 +144,33 @@ def test_the_ir_loops_give_a_position_the_same_bits_in_any_pass(dim):
         assert np.array_equal(parts, whole)
 
 
+@pytest.mark.parametrize("dim", (16, 64, 96, 128))
+def test_the_paired_ir_loops_give_each_query_the_bits_of_its_own_pass(dim):
+    """attention_ir.dots2 / weigh2 (two queries sharing each K or V load) == dots / weigh per query."""
+    from numba import njit
+
+    from mlxcel_py.models.cpu.attention_ir import dots, dots2, weigh, weigh2
+
+    run_dots, run_weigh = njit(lambda q, k, out: dots(q, k, out)), njit(lambda p, v, acc: weigh(p, v, acc))
+    run_dots2 = njit(lambda a, b, k, oa, ob: dots2(a, b, k, oa, ob))
+    run_weigh2 = njit(lambda a, b, v, xa, xb: weigh2(a, b, v, xa, xb))
+    rng = np.random.default_rng(dim)
+    n = 29  # passes of 8 (where AVX-512VL), 4 and alone
+    qs, k = rng.standard_normal((2, dim), dtype=np.float32), rng.standard_normal((n, dim), dtype=np.float32)
+    pair, alone = np.empty((2, n), np.float32), np.empty((2, n), np.float32)
+    run_dots2(qs[0], qs[1], k, pair[0], pair[1])
+    for i in range(2):
+        run_dots(qs[i], k, alone[i])
+    assert np.array_equal(pair, alone)
+    ps, acc0 = rng.random((2, n), dtype=np.float32), rng.standard_normal((2, dim), dtype=np.float32)
+    pair_acc, alone_acc = acc0.copy(), acc0.copy()
+    run_weigh2(ps[0], ps[1], k, pair_acc[0], pair_acc[1])
+    for i in range(2):
+        run_weigh(ps[i], k, alone_acc[i])
+    assert np.array_equal(pair_acc, alone_acc)
+    np.testing.assert_allclose(pair_acc, acc0 + ps.astype(np.float64) @ k, rtol=1e-5, atol=1e-5)
+
+
 def test_strided_kv_views_give_the_bits_of_contiguous_arrays():
     """K/V that are views (rows padded past the head dimension; a last axis that is not contiguous)
     take the same loops' bits as their contiguous copies, or numba's loops where the last axis strides."""

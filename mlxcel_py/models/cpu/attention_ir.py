@@ -14,12 +14,17 @@ products, for a head dimension that is a multiple of 8 (runtime, any such):
 - `weigh(p, v, acc)`: acc += sum_j p[j] * v[j], positions in order, one FMA a lane a position, the
   accumulator held in registers 64 lanes at a time (then 32, then 8), so a position's weight is
   added the same way wherever a range is cut.
+- `dots2(q0, q1, k, out0, out1)`, `weigh2(p0, p1, v, acc0, acc1)`: the same for two queries (a GQA group's
+  heads) in one pass, each K or V load serving both: every (query, position) keeps the single loops'
+  FMAs, order and pairings, so the same bits (1.15-1.4x fewer ns a (query, position) at dim 64 and 128).
 
 Nothing here is x86-specific: LLVM splits the vectors for the target (ymm on AVX2, q on NEON)."""
 
 from __future__ import annotations
 
-from llvmlite import ir
+import platform
+
+from llvmlite import binding as llvm, ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -27,6 +32,10 @@ from numba.extending import intrinsic
 from .quant.vector_ir import CONTRACT, F32, I32, I64, reduce_sum
 
 LANES = 8  # a slice of the head dimension: one AVX2 register of float32
+# dots2's positions a pass: 8 (16 accumulators) where x86 has AVX-512VL's 32 vector registers, else 4
+# (8 accumulators: AVX2's 16, NEON's 32 registers of half the width). A score's bits are the same in any.
+_X86 = platform.machine().lower() in ("x86_64", "amd64")
+PAIR_WIDTHS = (8, 4, 1) if _X86 and llvm.get_host_cpu_features().get("avx512vl") else (4, 1)
 V8F = ir.VectorType(F32, LANES)
 BLOCKS = (64, 32, 8)  # weigh's accumulator widths, widest first (64 lanes: 8 ymm registers)
 
@@ -142,6 +151,68 @@ def _emit_weigh(builder, p, v, acc, n, dim, stride):
         first = last
 
 
+def _emit_dots_pair(builder, qs, k, outs, n, dim, stride):
+    """_emit_dots for two queries at once: each K slice loaded once for both, PAIR_WIDTHS positions a
+    pass, then one at a time. Each (query, position) takes
+    _emit_dots's FMAs in the same order and the same reduction pairings: the same bits."""
+    zero = ir.Constant(V8F, None)
+    slices = builder.udiv(dim, _i64(LANES))
+
+    def slice_loop(rows_at):
+        def body(s, accs):
+            at = builder.mul(s, _i64(LANES))
+            qv = [_vload(builder, q, at, V8F) for q in qs]
+            ks = [_vload(builder, k, builder.add(r, at), V8F) for r in rows_at]
+            return [_fma(builder, qv[i], ks[p], accs[i * len(ks) + p]) for i in range(len(qs)) for p in range(len(ks))]
+        return _loop(builder, f"dots2x{len(rows_at)}", _i64(0), slices, 1, [zero] * (len(qs) * len(rows_at)), body)
+
+    def group(width):
+        def body(j, _):
+            accs = slice_loop([builder.mul(builder.add(j, _i64(p)), stride) for p in range(width)])
+            for i, out in enumerate(outs):
+                mine = accs[i * width:(i + 1) * width]
+                if width == 1:
+                    builder.store(reduce_sum(builder, mine[0]), builder.gep(out, [j]))
+                else:
+                    sums = _reduce(builder, mine)
+                    builder.store(sums, builder.bitcast(builder.gep(out, [j]), sums.type.as_pointer()), align=4)
+            return []
+        return body
+
+    first = _i64(0)
+    for width in PAIR_WIDTHS:
+        _loop(builder, f"dots2_by{width}", first, n, width, [], group(width))
+        first = builder.mul(builder.udiv(n, _i64(width)), _i64(width))
+
+
+def _emit_weigh_pair(builder, ps, v, accs, n, dim, stride):
+    """_emit_weigh for two queries at once: each V load serves both, 32 lanes at a time (4 + 4
+    accumulators), then 8; each lane takes the same FMAs in the same order: the same bits."""
+    first = _i64(0)
+    for lanes in (32, 8):
+        vtype = ir.VectorType(F32, lanes)
+        last = builder.mul(builder.udiv(dim, _i64(lanes)), _i64(lanes))
+
+        def block(d, _, vtype=vtype, lanes=lanes):
+            def position(j, values):
+                got = _vload(builder, v, builder.add(builder.mul(j, stride), d), vtype)
+                out = []
+                for p, value in zip(ps, values):
+                    splat = builder.insert_element(ir.Constant(vtype, None), builder.load(builder.gep(p, [j])),
+                                                   ir.Constant(I32, 0))
+                    out.append(_fma(builder, _shuffle(builder, splat, splat, [0] * lanes), got, value))
+                return out
+
+            init = [_vload(builder, acc, d, vtype) for acc in accs]
+            totals = _loop(builder, f"weigh2_{lanes}_j", _i64(0), n, 1, init, position)
+            for acc, total in zip(accs, totals):
+                builder.store(total, builder.bitcast(builder.gep(acc, [d]), vtype.as_pointer()), align=4)
+            return []
+
+        _loop(builder, f"weigh2_{lanes}", first, last, lanes, [], block)
+        first = last
+
+
 def _arrays(context, builder, signature, args):
     return [context.make_array(t)(context, builder, a) for t, a in zip(signature.args, args)]
 
@@ -186,3 +257,35 @@ def weigh(typingctx, p, v, acc):
         return context.get_dummy_value()
 
     return types.void(p, v, acc), codegen
+
+
+@intrinsic
+def dots2(typingctx, q0, q1, k, out0, out1):
+    """dots(q0, k, out0) and dots(q1, k, out1) in one pass over k: the same bits."""
+    if not (_ok(q0, q1, k, out0, out1) and k.ndim == 2 and q0.ndim == q1.ndim == out0.ndim == out1.ndim == 1):
+        return None
+
+    def codegen(context, builder, signature, args):
+        q0_a, q1_a, k_a, o0_a, o1_a = _arrays(context, builder, signature, args)
+        n, dim = cgutils.unpack_tuple(builder, k_a.shape, 2)
+        _emit_dots_pair(builder, [q0_a.data, q1_a.data], k_a.data, [o0_a.data, o1_a.data], n, dim,
+                        _row_stride(builder, k_a))
+        return context.get_dummy_value()
+
+    return types.void(q0, q1, k, out0, out1), codegen
+
+
+@intrinsic
+def weigh2(typingctx, p0, p1, v, acc0, acc1):
+    """weigh(p0, v, acc0) and weigh(p1, v, acc1) in one pass over v: the same bits."""
+    if not (_ok(p0, p1, v, acc0, acc1) and v.ndim == 2 and p0.ndim == p1.ndim == acc0.ndim == acc1.ndim == 1):
+        return None
+
+    def codegen(context, builder, signature, args):
+        p0_a, p1_a, v_a, a0_a, a1_a = _arrays(context, builder, signature, args)
+        n, dim = cgutils.unpack_tuple(builder, v_a.shape, 2)
+        _emit_weigh_pair(builder, [p0_a.data, p1_a.data], v_a.data, [a0_a.data, a1_a.data], n, dim,
+                         _row_stride(builder, v_a))
+        return context.get_dummy_value()
+
+    return types.void(p0, p1, v, acc0, acc1), codegen

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .attention_ir import LANES, dots, weigh
+from .attention_ir import LANES, dots, dots2, weigh, weigh2
 
 CHUNK = 256  # positions per partial: fixed, so the thread count changes no bit
 SHARED, OWN, CUT, FIRST, STOP = range(5)  # a row descriptor's fields
@@ -77,7 +77,17 @@ def _pass(qs, keys, values, kv, spans, lo, scores, acc, n, weigh_now):  # pragma
                 if a >= b:
                     continue
                 row, o = spans[j, 3 + half], lo[j]
-                for g in range(qs.shape[1]):
+                paired = 0
+                if vector:  # two queries a pass: each K or V load serves both (attention_ir's pairs)
+                    for g in range(0, qs.shape[1] - 1, 2):
+                        if weigh_now:
+                            weigh2(scores[j, g, a - o:b - o], scores[j, g + 1, a - o:b - o], values[row, kv, a:b],
+                                   acc[j, g, :dim], acc[j, g + 1, :dim])
+                        else:
+                            dots2(qs[j, g], qs[j, g + 1], keys[row, kv, a:b], scores[j, g, a - o:b - o],
+                                  scores[j, g + 1, a - o:b - o])
+                    paired = qs.shape[1] // 2 * 2
+                for g in range(paired, qs.shape[1]):
                     if weigh_now:
                         if vector:
                             weigh(scores[j, g, a - o:b - o], values[row, kv, a:b], acc[j, g, :dim])
