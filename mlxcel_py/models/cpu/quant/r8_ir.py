@@ -6,7 +6,9 @@ broadcast per 32 codes with a shuffle, and the block's int32 sum and its float s
 per row, reduced across eight lanes at the row's end. Here a vector lane is a weight row: one
 32-byte register holds four codes of each of eight rows, `vpmaddubsw` against those four input codes
 broadcast gives each row's two pair sums, and `vpmaddwd` (`vpdpwssd` with AVX512-VNNI) by the rows'
-sub-block scales adds them into the rows' own int32 lanes. The scales come decoded (one byte a
+sub-block scales adds them into the rows' own int32 lanes (Q4_K with AVX512-VNNI: `vpdpbusd` adds the
+four codes' products straight into a sub-block's int32 lanes, then one `vpmulld` by its scales, the same
+integers: `_k4_dpbusd`). The scales come decoded (one byte a
 row), the block's d and dmin as eight halves, and the float work, once a block, is for eight rows:
 
     acc += (d * d_x) * float(sumi) ; mins += (dmin * d_x) * float(m . bsums)   (lanes = rows)
@@ -133,6 +135,29 @@ def _sums16_pairs(builder, xs, u):
     return [builder.bitcast(builder.shuffle_vector(words, words, ir.Constant(V8I32, [q] * 8)), V16I16) for q in range(8)]
 
 
+def _k4_dpbusd(builder, group, base, codes, xq, first):
+    """Q4_K's int32 sums with AVX512-VNNI's vpdpbusd: each register's four codes a row (unsigned) against
+    the four input codes (signed) added straight into the sub-block's int32 lanes (two chains a
+    sub-block, even and odd registers), then times the rows' sub-block scales (vpmulld): one
+    instruction a register and input row where vpmaddubsw + vpdpwssd take two. The same integers as
+    the pairs' path (exact sums, any order): the same bits. Returns [[sum]] per input row."""
+    zero = ir.Constant(V8I32, None)
+    scale32 = [builder.zext(_load(builder, group, builder.add(base, ir.Constant(I64, SCALES + 8 * j)), V8I8), V8I32)
+               for j in range(8)]
+    parts = [{} for _ in xq]  # [input row][sub-block] = its two chains, while the sub-block runs
+    totals = [[] for _ in xq]
+    for n, (register, weight, sub) in enumerate(codes):  # each register loaded once for every input row
+        for r in range(len(xq)):
+            x = _broadcast32(builder, xq[r], builder.add(first, ir.Constant(I64, weight)))
+            chains = parts[r].setdefault(sub, [zero, zero])
+            chains[(n // 2) % 2] = _x86(builder, "llvm.x86.avx512.vpdpbusd.256", V8I32, chains[(n // 2) % 2],
+                                        builder.bitcast(register, V8I32), builder.bitcast(x, V8I32))
+            if n % 16 >= 14:  # the sub-block's last register (codes come 16 a pair of sub-blocks): fold it
+                a, b = parts[r].pop(sub)
+                totals[r].append(builder.mul(builder.add(a, b), scale32[sub]))
+    return totals
+
+
 def emit_group_dots(builder, qtype, group, xq, xd, xs, units):
     """A group of eight weight rows (i8*, `units` blocks of GROUP_BYTES[qtype]) against each input row
     (xq: i8* codes, xd: float* scale per 256, xs: i16* code sums per 16): one <8 x float> per input
@@ -155,12 +180,15 @@ def emit_group_dots(builder, qtype, group, xq, xd, xs, units):
         scales, bias_pairs = _k6_scales(builder, group, base)
         codes = _k6_codes(builder, group, base)
     first = builder.mul(u, ir.Constant(I64, 256))
-    sums = [[None] * chains for _ in xq]
-    for n, (register, weight, sub) in enumerate(codes):
-        for r in range(n_in):
-            x = _broadcast32(builder, xq[r], builder.add(first, ir.Constant(I64, weight)))
-            pairs = _x86(builder, "llvm.x86.avx2.pmadd.ub.sw", V16I16, register, x)
-            sums[r][n % chains] = _madd(builder, sums[r][n % chains], pairs, scales[sub])
+    if VNNI and qtype == Q4_K:
+        sums = _k4_dpbusd(builder, group, base, codes, xq, first)
+    else:
+        sums = [[None] * chains for _ in xq]
+        for n, (register, weight, sub) in enumerate(codes):
+            for r in range(n_in):
+                x = _broadcast32(builder, xq[r], builder.add(first, ir.Constant(I64, weight)))
+                pairs = _x86(builder, "llvm.x86.avx2.pmadd.ub.sw", V16I16, register, x)
+                sums[r][n % chains] = _madd(builder, sums[r][n % chains], pairs, scales[sub])
     new_accs, new_mins = [], []
     for r in range(n_in):
         dx = _splat_f(builder, builder.load(builder.gep(xd[r], [u]), align=4), 8)
