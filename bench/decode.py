@@ -479,8 +479,8 @@ Limits (each the best of a few runs, on 1 thread and on `--threads`):
   L2 (one thread's MACs a second; the figure for more threads is that times the threads, the kernel
   being compute-bound there).
 Per model (default: the default model):
-- decode: the fused step alone at one row and `--context` positions, best of `--steps` (as decode-step
-  --hold): the bytes it reads a token (every weight product's bytes in the file, the LM head's included,
+- decode: one sequence's decode step through the engine's runner (the server's path, its own KV rows)
+  after a `--context`-token prompt, the median of `--steps`: the bytes it reads a token (every weight product's bytes in the file, the LM head's included,
   and the context's float32 K/V) over the read bandwidth give the bus's tok/s; the step's tok/s as a
   fraction of it (the goal: 0.8 and over);
 - prefill: a `--prefill-tokens` prompt through the engine's runner (rows of the fused step, as
@@ -543,15 +543,15 @@ def _shape(lm) -> tuple[int, int, int, int]:
 
 def model_roofline(path: Path, threads: int, context: int, steps: int, tokens: int, bus: float, peak: float) -> list:
     """(what, figure, limit, fraction) lines for one model: decode against the bus, prefill against int8."""
-    from bench.engine import routes_seconds
+    from bench.engine import decode_seconds, routes_seconds
 
     lm = load_model(str(path), threads=threads)
     layers, heads, kv_heads, dim = _shape(lm)
     weights = sum(b for b, _ in product_bytes(path).values())
     kv = layers * kv_heads * dim * 2 * 4 * context
-    median_ms = held_step(lm, path, 1, threads, steps, context, 0.0)[0]
+    seconds = decode_seconds(lm, context, steps)
     limit = bus * 1e9 / (weights + kv)
-    lines = [(f"decode at {context} positions: {(weights + kv) / 1e6:.0f} MB a token", 1e3 / median_ms, limit)]
+    lines = [(f"decode at {context} positions: {(weights + kv) / 1e6:.0f} MB a token", 1 / seconds, limit)]
     params = sum(int(np.prod(t.shape)) for t in read_gguf(path).tensors.values()
                  if t.name.startswith("blk.") and t.name.endswith(".weight") and len(t.shape) == 2)
     macs = params * tokens + layers * heads * dim * 2 * tokens * (tokens + 1) / 2

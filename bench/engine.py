@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import time
@@ -316,6 +317,25 @@ def routes_seconds(lm, n: int, rows: bool = True) -> float:
         return time.perf_counter() - start
     finally:
         row_prefill.runs_rows = runs_rows
+
+
+def decode_seconds(lm, context: int, steps: int) -> float:
+    """Median seconds of one decode step of one sequence through a fresh runner (the server's path: the
+    engine's KV rows), after a `context`-token prompt."""
+    from mlxcel_py.engine.core.request import SamplingParams
+    from mlxcel_py.engine.core.step import BeginSequence, PrefillPiece, Step
+    from mlxcel_py.engine.runner.model_runner import ModelRunner
+
+    ids = tuple(random.Random(2).randrange(100, 40000) for _ in range(context))
+    runner = ModelRunner(lm.model, decode=lm.cpu_decode, verify=lm.cpu_decode.verify, kernels=lm.cpu_kernels)
+    begin = BeginSequence(SamplingParams(max_tokens=steps + 8, temperature=0.0), ())
+    runner.execute(Step(prefill=PrefillPiece(1, 0, ids, context, True, None, begin)))
+    times = []
+    for _ in range(steps + 2):
+        start = time.perf_counter()
+        runner.execute(Step(decode=(1,)))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[2:])  # the first two warm the decode path
 
 
 def routes(model: str | None, tokens: list[int], rounds: int) -> None:
