@@ -77,7 +77,7 @@ def test_qkv_and_gate_up_of_one_type_are_row_slices_of_one_array(name, fused):
     assert all(m.fused is None and (any(m is c for c in copies) or mapped(m.blocks.blocks)) for g in kept for m in g)
     fused -= len(kept)
     assert len(whole) == fused  # q4_k_m: v is Q6_K beside Q4_K q/k, so only gate/up fuse (unless repacked)
-    assert len(kept) == (0 if not keep else {"llama-q8_0": 0, "llamaq-q4_k_m": 1, "llamaq-q6_k": 2}[name])
+    assert len(kept) == (0 if not keep else {"llama-q8_0": 2, "llamaq-q4_k_m": 1, "llamaq-q6_k": 2}[name])
     for group in whole:
         assert all(np.shares_memory(m.blocks.blocks, group[0].fused.blocks) for m in group)
         assert sum(m.blocks.shape[0] for m in group) == group[0].fused.shape[0]

@@ -30,8 +30,9 @@ from .vector_intrinsics import _rows_switch
 AVAILABLE = HAS_AVX2 and HAS_FMA  # the product's CPUs (x86 with AVX2 and FMA)
 MAX_ROWS = 4  # input rows a call
 QTYPE = 1012  # the repacked layouts' type codes in a fused step's segments (not GGUF types): Q4_K's
-Q6_K_QTYPE = 1014  # and Q6_K's
-REPACKED = {Q4_K: QTYPE, Q6_K: Q6_K_QTYPE}  # the fused step's (K-quants)
+Q6_K_QTYPE = 1014  # Q6_K's
+Q5_0_QTYPE, Q8_0_QTYPE = 1006, 1008  # Q5_0's and Q8_0's
+REPACKED = {Q4_K: QTYPE, Q6_K: Q6_K_QTYPE, Q5_0: Q5_0_QTYPE, Q8_0: Q8_0_QTYPE}  # the fused step's
 R8_TYPES = (Q4_K, Q6_K, Q5_0, Q8_0)  # what `repack` lays out (r8_layers reads them all)
 GROUP_BYTES = {**K_GROUP_BYTES, **GROUP_BYTES32}
 FILE_BYTES = {**BLOCK_BYTES, Q5_0: 22, Q8_0: 34}  # a block's bytes in the file
@@ -124,14 +125,10 @@ def repack(blocks: np.ndarray, qtype: int = Q4_K) -> np.ndarray:
 
 def repacked_types(model) -> tuple:
     """The GGUF types whose rows are read repacked on this CPU for `model` (Q4_K and Q6_K by the fused
-    decode step for a llama or qwen2, arch.llama_like; R8_TYPES by the block layers' products for the
-    others, r8_layers): the loader leaves them unfused (gguf_blocks.fuse_layers' `keep`), so each
-    repacked matrix is a copy of file pages that can leave memory, not of an in-memory fused one."""
-    from ..arch import llama_like
-
-    if not AVAILABLE:
-        return ()
-    return (Q4_K, Q6_K) if llama_like(model) else R8_TYPES
+    decode step for a llama or qwen2, arch.llama_like, by the block layers' products for the others,
+    r8_layers): the loader leaves them unfused (gguf_blocks.fuse_layers' `keep`), so each repacked matrix
+    is a copy of file pages that can leave memory, not of an in-memory fused one."""
+    return R8_TYPES if AVAILABLE else ()
 
 
 def _group_dot_of(qtype: int, emit_dots=emit_group_dots):
@@ -179,11 +176,11 @@ def r8_rows(qtype, raw, g0, g1, xq, xd, xs, out, col, units):  # pragma: no cove
         for g in range(g0, g1):
             for b in range(0, count, MAX_ROWS):
                 _dot_q4_k(raw, g, xq, xd, xs, b, min(MAX_ROWS, count - b), out, col, units)
-    elif qtype == Q5_0:
+    elif qtype == Q5_0 or qtype == Q5_0_QTYPE:
         for g in range(g0, g1):
             for b in range(0, count, MAX_ROWS):
                 _dot_q5_0(raw, g, xq, xd, xs, b, min(MAX_ROWS, count - b), out, col, units)
-    elif qtype == Q8_0:
+    elif qtype == Q8_0 or qtype == Q8_0_QTYPE:
         for g in range(g0, g1):
             for b in range(0, count, MAX_ROWS):
                 _dot_q8_0(raw, g, xq, xd, xs, b, min(MAX_ROWS, count - b), out, col, units)
@@ -203,5 +200,5 @@ def stream_r8(qtype, xq, xd, xs, raw, out, threads, units):  # pragma: no cover 
 
 
 __all__ = ["AVAILABLE", "BLOCK_BYTES", "FILE_BYTES", "GROUP_BYTES", "Q4_K", "Q5_0", "Q6_K", "Q8_0", "QTYPE",
-           "Q6_K_QTYPE", "R8_TYPES", "REPACKED", "ROWS", "VALUES",
+           "Q6_K_QTYPE", "Q5_0_QTYPE", "Q8_0_QTYPE", "R8_TYPES", "REPACKED", "ROWS", "VALUES",
            "q6_k_codes", "repack", "repacked_types", "r8_rows", "stream_r8"]

@@ -31,7 +31,8 @@ from ..decode_kernels import rms_norm, rope, silu_mul
 from .atomics import count_done, fetch_add, wait_at_least
 from .kblock import KBLOCK_TYPES, kblock_rows, quantize_rows_q8k
 from .kernels import quantize_rows_q8
-from .kquant_r8 import Q6_K_QTYPE as Q6_K_R8, QTYPE as Q4_K_R8, ROWS as R8_ROWS, r8_rows
+from .kquant_r8 import Q5_0_QTYPE as Q5_0_R8, Q6_K_QTYPE as Q6_K_R8, Q8_0_QTYPE as Q8_0_R8, QTYPE as Q4_K_R8, \
+    ROWS as R8_ROWS, r8_rows
 from .vector import product_rows
 
 Q4_K, Q6_K = 12, 14
@@ -62,9 +63,11 @@ def _quantize(x, q):  # pragma: no cover - jitted
 @njit(fastmath=True, cache=True, nogil=True, error_model="numpy")
 def _product(raw, qtype, units, col, r0, r1, q, out):  # pragma: no cover - jitted
     """Output columns col + r0 .. col + r1 of out = x @ W.T (rows r0..r1 of W's blocks raw)."""
-    xq, xd, _, xs, kq, kd, ks = q
+    xq, xd, xsum, xs, kq, kd, ks = q
     if qtype == Q4_K_R8 or qtype == Q6_K_R8:  # kquant_r8's groups: r0, r1 multiples of 8
         r8_rows(qtype, raw, r0 // R8_ROWS, r1 // R8_ROWS, kq, kd, ks, out, col, units)
+    elif qtype == Q5_0_R8 or qtype == Q8_0_R8:  # the same over the activations per 32 (int32 sums per 16)
+        r8_rows(qtype, raw, r0 // R8_ROWS, r1 // R8_ROWS, xq, xd, xsum, out, col, units)
     elif KBLOCK and (qtype == Q4_K or qtype == Q6_K):
         kblock_rows(qtype, raw, r0, r1, kq, kd, ks, out, col, units)
     else:
