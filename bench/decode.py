@@ -542,7 +542,7 @@ def _shape(lm) -> tuple[int, int, int, int]:
 
 
 def model_roofline(path: Path, threads: int, context: int, steps: int, tokens: int, bus: float, peak: float) -> list:
-    """(what, figure, limit, fraction) lines for one model: decode against the bus, prefill against int8."""
+    """(what, figure, limit) lines for one model: decode against the bus, prefill against the int8 peak."""
     from bench.engine import decode_seconds, routes_seconds
 
     lm = load_model(str(path), threads=threads)

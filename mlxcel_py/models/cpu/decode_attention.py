@@ -60,7 +60,7 @@ def _weigh_any(p, v, acc):  # pragma: no cover - jitted
 def _pass(qs, keys, values, kv, spans, lo, scores, acc, n, weigh_now):  # pragma: no cover - jitted
     """The block's rows' scores (scores[j, :, p - lo[j]]) for their positions, or with weigh_now their
     weighted values added to acc[j, :, :dim]: row j reads positions spans[j, 0]..spans[j, 1] from KV row
-    spans[j, 3] and spans[j, 1]..spans[j, 2] from KV row spans[j, 4].  The positions go SUB_BYTES of K
+    spans[j, 3] and spans[j, 1]..spans[j, 2] from KV row spans[j, 4]. The positions go SUB_BYTES of K
     (or V) at a time through every query of every row, so that all but the first read them from L1.
     A score or a weighed position has the same bits wherever a range is cut (attention_ir)."""
     dim = keys.shape[3]

@@ -6,9 +6,9 @@ broadcast per 32 codes with a shuffle, and the block's int32 sum and its float s
 per row, reduced across eight lanes at the row's end. Here a vector lane is a weight row: one
 32-byte register holds four codes of each of eight rows, `vpmaddubsw` against those four input codes
 broadcast gives each row's two pair sums, and `vpmaddwd` (`vpdpwssd` with AVX512-VNNI) by the rows'
-sub-block scales adds them into the rows' own int32 lanes (Q4_K with AVX512-VNNI: `vpdpbusd` adds the
-four codes' products straight into a sub-block's int32 lanes, then one `vpmulld` by its scales, the same
-integers: `_k4_dpbusd`). The scales come decoded (one byte a
+sub-block scales adds them into the rows' own int32 lanes (Q4_K against one input row with AVX512-VNNI:
+`vpdpbusd` adds the four codes' products straight into a sub-block's int32 lanes, then one `vpmulld` by
+its scales, the same integers: `_k4_dpbusd`). The scales come decoded (one byte a
 row), the block's d and dmin as eight halves, and the float work, once a block, is for eight rows:
 
     acc += (d * d_x) * float(sumi) ; mins += (dmin * d_x) * float(m . bsums)   (lanes = rows)
@@ -180,8 +180,8 @@ def emit_group_dots(builder, qtype, group, xq, xd, xs, units):
         scales, bias_pairs = _k6_scales(builder, group, base)
         codes = _k6_codes(builder, group, base)
     first = builder.mul(u, ir.Constant(I64, 256))
-    if VNNI and qtype == Q4_K:
-        sums = _k4_dpbusd(builder, group, base, codes, xq, first)
+    if VNNI and qtype == Q4_K and n_in == 1:  # several input rows: measured slower (4 rows, a 1,024-token
+        sums = _k4_dpbusd(builder, group, base, codes, xq, first)  # qwen3 prefill 11.7-12.0 -> 12.6-14.9 s)
     else:
         sums = [[None] * chains for _ in xq]
         for n, (register, weight, sub) in enumerate(codes):
