@@ -124,7 +124,7 @@ def repack(blocks: np.ndarray, qtype: int = Q4_K) -> np.ndarray:
 
 
 def repacked_types(model) -> tuple:
-    """The GGUF types whose rows are read repacked on this CPU for `model` (Q4_K and Q6_K by the fused
+    """The GGUF types whose rows are read repacked on this CPU, whatever the `model` (R8_TYPES: by the fused
     decode step for a llama or qwen2, arch.llama_like, by the block layers' products for the others,
     r8_layers): the loader leaves them unfused (gguf_blocks.fuse_layers' `keep`), so each repacked matrix
     is a copy of file pages that can leave memory, not of an in-memory fused one."""
