@@ -300,21 +300,28 @@ def prefill_seconds(model, ids: list[int], chunk: int) -> float:
     return time.perf_counter() - start
 
 
-def routes_seconds(lm, n: int, rows: bool = True) -> float:
-    """Seconds of one `n`-token prefill through a fresh runner, as rows of the fused step (or tiles)."""
+def _prompted(lm, n: int, seed: int, max_tokens: int) -> tuple:
+    """(a fresh runner, seconds): one `n`-token prompt of random ids prefilled through it as sequence 1."""
     from mlxcel_py.engine.core.request import SamplingParams
     from mlxcel_py.engine.core.step import BeginSequence, PrefillPiece, Step
-    from mlxcel_py.engine.runner import row_prefill
     from mlxcel_py.engine.runner.model_runner import ModelRunner
 
-    ids, runs_rows = tuple(random.Random(1).randrange(100, 40000) for _ in range(n)), row_prefill.runs_rows
+    ids = tuple(random.Random(seed).randrange(100, 40000) for _ in range(n))
+    runner = ModelRunner(lm.model, decode=lm.cpu_decode, verify=lm.cpu_decode.verify, kernels=lm.cpu_kernels)
+    begin = BeginSequence(SamplingParams(max_tokens=max_tokens, temperature=0.0), ())
+    start = time.perf_counter()
+    runner.execute(Step(prefill=PrefillPiece(1, 0, ids, n, True, None, begin)))
+    return runner, time.perf_counter() - start
+
+
+def routes_seconds(lm, n: int, rows: bool = True) -> float:
+    """Seconds of one `n`-token prefill through a fresh runner, as rows of the fused step (or tiles)."""
+    from mlxcel_py.engine.runner import row_prefill
+
+    runs_rows = row_prefill.runs_rows
     row_prefill.runs_rows = runs_rows if rows else (lambda decoder: False)
     try:
-        runner = ModelRunner(lm.model, decode=lm.cpu_decode, verify=lm.cpu_decode.verify, kernels=lm.cpu_kernels)
-        begin = BeginSequence(SamplingParams(max_tokens=1, temperature=0.0), ())
-        start = time.perf_counter()
-        runner.execute(Step(prefill=PrefillPiece(1, 0, ids, n, True, None, begin)))
-        return time.perf_counter() - start
+        return _prompted(lm, n, 1, 1)[1]
     finally:
         row_prefill.runs_rows = runs_rows
 
@@ -322,14 +329,9 @@ def routes_seconds(lm, n: int, rows: bool = True) -> float:
 def decode_seconds(lm, context: int, steps: int) -> float:
     """Median seconds of one decode step of one sequence through a fresh runner (the server's path: the
     engine's KV rows), after a `context`-token prompt."""
-    from mlxcel_py.engine.core.request import SamplingParams
-    from mlxcel_py.engine.core.step import BeginSequence, PrefillPiece, Step
-    from mlxcel_py.engine.runner.model_runner import ModelRunner
+    from mlxcel_py.engine.core.step import Step
 
-    ids = tuple(random.Random(2).randrange(100, 40000) for _ in range(context))
-    runner = ModelRunner(lm.model, decode=lm.cpu_decode, verify=lm.cpu_decode.verify, kernels=lm.cpu_kernels)
-    begin = BeginSequence(SamplingParams(max_tokens=steps + 8, temperature=0.0), ())
-    runner.execute(Step(prefill=PrefillPiece(1, 0, ids, context, True, None, begin)))
+    runner, _ = _prompted(lm, context, 2, steps + 8)
     times = []
     for _ in range(steps + 2):
         start = time.perf_counter()

@@ -51,8 +51,8 @@ def fused_step_applies(model) -> bool:
 
 def _repacked(part: QuantWeight) -> Optional[np.ndarray]:
     """part's rows repacked eight at a time, its file pages then dropped from memory (they come back if
-    another path reads them), or None: not Q4_K or Q6_K, not whole groups of 8, not this CPU's, or not a view of
-    the mapped file (a copy would stay resident beside the repacked rows)."""
+    another path reads them), or None: not a kquant_r8.REPACKED type, not whole groups of 8, not this
+    CPU's, or not a view of the mapped file (a copy would stay resident beside the repacked rows)."""
     if int(part.qtype) not in kquant_r8.REPACKED or not kquant_r8.AVAILABLE or part.shape[0] % kquant_r8.ROWS \
             or not mapped(part.blocks):
         return None

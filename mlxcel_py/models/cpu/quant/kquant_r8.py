@@ -169,8 +169,8 @@ _dot_q5_0, _dot_q8_0 = _group_dot_of(Q5_0, emit_group_dots32), _group_dot_of(Q8_
 @njit(cache=True, nogil=True, inline="always")
 def r8_rows(qtype, raw, g0, g1, xq, xd, xs, out, col, units):  # pragma: no cover - jitted
     """out[:, col + 8 * g0 .. col + 8 * g1] = the input rows . groups g0..g1 of the rows raw repacked
-    from qtype (Q4_K or Q6_K, or their REPACKED codes, over kblock's activations; Q5_0 or Q8_0 over
-    kernels.quantize_rows_q8's)."""
+    from qtype (Q4_K or Q6_K over kblock's activations; Q5_0 or Q8_0 over kernels.quantize_rows_q8's;
+    each type or its REPACKED code, the fused step's name for it)."""
     count = xq.shape[0]
     if qtype == Q4_K or qtype == QTYPE:
         for g in range(g0, g1):

@@ -58,15 +58,15 @@ def _broadcast32(builder, ptr, offset):
 
 
 def _scales(builder, group, base):
-    """The 8 sub-blocks' scales as <16 x i16>, row r's at lanes 2r and 2r + 1 (vpmaddwd's pairs), and
-    the 4 pairs of mins as <16 x i16>, row r's (m_2q, m_2q+1) at lanes 2r, 2r + 1."""
-    scales = []
-    for j in range(8):
-        v = builder.zext(_load(builder, group, builder.add(base, ir.Constant(I64, SCALES + 8 * j)), V8I8), V8I32)
-        scales.append(builder.bitcast(builder.or_(v, builder.shl(v, _splat(V8I32, 16))), V16I16))
+    """The 8 sub-blocks' scales as <8 x i32> (row r's in lane r: _k4_dpbusd's) and as <16 x i16>, row r's
+    at lanes 2r and 2r + 1 (vpmaddwd's pairs), and the 4 pairs of mins as <16 x i16>, row r's
+    (m_2q, m_2q+1) at lanes 2r, 2r + 1."""
+    words = [builder.zext(_load(builder, group, builder.add(base, ir.Constant(I64, SCALES + 8 * j)), V8I8), V8I32)
+             for j in range(8)]
+    scales = [builder.bitcast(builder.or_(v, builder.shl(v, _splat(V8I32, 16))), V16I16) for v in words]
     mins = [builder.zext(_load(builder, group, builder.add(base, ir.Constant(I64, MINS + 16 * q)), V16I8), V16I16)
             for q in range(4)]
-    return scales, mins
+    return words, scales, mins
 
 
 def _bsum_pairs(builder, xs, u):
@@ -135,15 +135,13 @@ def _sums16_pairs(builder, xs, u):
     return [builder.bitcast(builder.shuffle_vector(words, words, ir.Constant(V8I32, [q] * 8)), V16I16) for q in range(8)]
 
 
-def _k4_dpbusd(builder, group, base, codes, xq, first):
+def _k4_dpbusd(builder, scale32, codes, xq, first):
     """Q4_K's int32 sums with AVX512-VNNI's vpdpbusd: each register's four codes a row (unsigned) against
     the four input codes (signed) added straight into the sub-block's int32 lanes (two chains a
     sub-block, even and odd registers), then times the rows' sub-block scales (vpmulld): one
     instruction a register and input row where vpmaddubsw + vpdpwssd take two. The same integers as
     the pairs' path (exact sums, any order): the same bits. Returns [[sum]] per input row."""
     zero = ir.Constant(V8I32, None)
-    scale32 = [builder.zext(_load(builder, group, builder.add(base, ir.Constant(I64, SCALES + 8 * j)), V8I8), V8I32)
-               for j in range(8)]
     parts = [{} for _ in xq]  # [input row][sub-block] = its two chains, while the sub-block runs
     totals = [[] for _ in xq]
     for n, (register, weight, sub) in enumerate(codes):  # each register loaded once for every input row
@@ -174,14 +172,14 @@ def emit_group_dots(builder, qtype, group, xq, xd, xs, units):
     d = _halves(builder, group, base, 0)
     if qtype == Q4_K:
         dmin = _halves(builder, group, base, 16)
-        scales, bias_pairs = _scales(builder, group, base)
+        words, scales, bias_pairs = _scales(builder, group, base)
         codes = _k4_codes(builder, group, base)
     else:
         scales, bias_pairs = _k6_scales(builder, group, base)
         codes = _k6_codes(builder, group, base)
     first = builder.mul(u, ir.Constant(I64, 256))
     if VNNI and qtype == Q4_K and n_in == 1:  # several input rows: measured slower (4 rows, a 1,024-token
-        sums = _k4_dpbusd(builder, group, base, codes, xq, first)  # qwen3 prefill 11.7-12.0 -> 12.6-14.9 s)
+        sums = _k4_dpbusd(builder, words, codes, xq, first)  # qwen3 prefill 11.7-12.0 -> 12.6-14.9 s)
     else:
         sums = [[None] * chains for _ in xq]
         for n, (register, weight, sub) in enumerate(codes):
