@@ -8,7 +8,7 @@ per row, reduced across eight lanes at the row's end. Here a vector lane is a we
 broadcast gives each row's two pair sums, and `vpmaddwd` (`vpdpwssd` with AVX512-VNNI) by the rows'
 sub-block scales adds them into the rows' own int32 lanes (Q4_K with AVX512-VNNI: `vpdpbusd` adds the
 four codes' products straight into a sub-block's int32 lanes, then one `vpmulld` by its scales, the same
-integers: `_k4_dpbusd`, and `_k4_dpbusd_rows` against several input rows). The scales come decoded (one byte a
+integers: `_k4_dpbusd`, and `_k4_dpbusd_rows` against several input rows; Q6_K's `_k6_dpbusd_rows`). The scales come decoded (one byte a
 row), the block's d and dmin as eight halves, and the float work, once a block, is for eight rows:
 
     acc += (d * d_x) * float(sumi) ; mins += (dmin * d_x) * float(m . bsums)   (lanes = rows)
@@ -163,32 +163,90 @@ def _k4_dpbusd_rows(builder, scale32, group, base, xq, first):
     """_k4_dpbusd for several input rows, a packed register's two code registers against every row in one
     inline-asm statement: LLVM's scheduler otherwise runs the rows one after another over all 64 code
     registers, which then do not fit the 32 vector registers (Zen 4, 4 rows: ~290 spill loads and stores a
-    block, 2.7 ns a row block where gcc's interleaved form of the same loop takes 1.7). The same integers
-    as the pairs' path. Returns [[sum]] per input row."""
+    block). The rows' running totals pass through every statement untouched, so each sub-block pair's fold
+    is ordered before the next pair's sums (else the sums wait on the stack). The same integers as the
+    pairs' path. Returns [[sum]] per input row."""
     n = len(xq)
     xs = [builder.gep(x, [first]) for x in xq]
     codes = builder.gep(group, [builder.add(base, ir.Constant(I64, CODES))])
-    mask = _splat(V32I8, 15)
     zero = ir.Constant(V8I32, None)
-    out = ir.LiteralStructType([V8I32] * (2 * n + 2))
-    ftype = ir.FunctionType(out, [V8I32] * (2 * n) + [I8.as_pointer()] * (n + 1) + [V32I8])
-    constraint = ",".join(["=v"] * (2 * n) + ["=&v", "=&v"] + [str(i) for i in range(2 * n)] + ["r"] * (n + 1) + ["v"])
-    w, m = 4 * n + 2, 5 * n + 3  # operand numbers: the codes' pointer, the mask
-    totals = [None] * n
+    acc, held = 2 * n, 3 * n  # outputs: the sums [half][row], the running totals, then two scratch registers
+    out = ir.LiteralStructType([V8I32] * (held + 2))
+    ftype = ir.FunctionType(out, [V8I32] * held + [I8.as_pointer()] * (n + 1) + [V32I8])
+    constraint = ",".join(["=v"] * held + ["=&v", "=&v"] + [str(i) for i in range(held)] + ["r"] * (n + 1) + ["v"])
+    lo, hi = f"${held}", f"${held + 1}"
+    w, m = 2 * held + 2, 2 * held + n + 3  # operand numbers: the codes' pointer (the rows' after it), the mask
+    totals = [zero] * n  # passed through every statement untouched: it orders each fold before the next sums
     for p in range(4):  # sub-blocks 2p (low nibbles) and 2p + 1 (high), 8 packed registers each
-        sums = [zero] * (2 * n)
+        sums = [zero] * acc
         for g in range(8):
             at = 256 * p + 32 * g
-            text = [f"vmovdqu64 {at}(${w}), ${2 * n}", f"vpsrlw $$4, ${2 * n}, ${2 * n + 1}",
-                    f"vpandd ${m}, ${2 * n}, ${2 * n}", f"vpandd ${m}, ${2 * n + 1}, ${2 * n + 1}"]
-            for half in range(2):
+            text = [f"vmovdqu64 {at}(${w}), {lo}", f"vpsrlw $$4, {lo}, {hi}", f"vpandd ${m}, {lo}, {lo}",
+                    f"vpandd ${m}, {hi}, {hi}"]
+            for half, register in enumerate((lo, hi)):
                 weight = 64 * p + 32 * half + 4 * g
-                text += [f"vpdpbusd {weight}(${w + 1 + r}){{1to8}}, ${2 * n + half}, ${half * n + r}" for r in range(n)]
-            res = builder.asm(ftype, "\n".join(text), constraint, sums + [codes] + xs + [mask], False)
-            sums = [builder.extract_value(res, i) for i in range(2 * n)]
+                text += [f"vpdpbusd {weight}(${w + 1 + r}){{1to8}}, {register}, ${half * n + r}" for r in range(n)]
+            res = builder.asm(ftype, "\n".join(text), constraint, sums + totals + [codes] + xs + [_splat(V32I8, 15)], False)
+            sums = [builder.extract_value(res, i) for i in range(acc)]
+            totals = [builder.extract_value(res, acc + r) for r in range(n)]
         for r in range(n):
             scaled = builder.add(builder.mul(sums[r], scale32[2 * p]), builder.mul(sums[n + r], scale32[2 * p + 1]))
-            totals[r] = scaled if totals[r] is None else builder.add(totals[r], scaled)
+            totals[r] = builder.add(totals[r], scaled)
+    return [[t] for t in totals]
+
+
+def _k6_scale32(builder, group, base, sub):
+    """Q6_K's sub-block `sub` scales as <8 x i32>, row r's (sign-extended) in lane r: _k6_dpbusd_rows's."""
+    pair = _load(builder, group, builder.add(base, ir.Constant(I64, K6_SCALES + 16 * (sub // 2))), V16I8)
+    return builder.sext(builder.shuffle_vector(pair, pair, ir.Constant(V8I32, [2 * r + sub % 2 for r in range(8)])), V8I32)
+
+
+def _k6_dpbusd_rows(builder, group, base, xq, first):
+    """Q6_K's int32 sums with AVX512-VNNI's vpdpbusd, in inline asm as _k4_dpbusd_rows: each 96-byte step t
+    of the block (two low-nibble registers and a top-bits register) puts together its four 6-bit code
+    registers (codes t, t + 16, t + 32, t + 48: sub-blocks t // 4 + 0, 4, 8, 12) and adds each against
+    every input row into that sub-block's int32 lanes; four steps complete four sub-blocks, then times
+    their scales (vpmulld). The same integers as the pairs' path (the bias of 32 is the caller's).
+    Returns [[sum]] per input row."""
+    n = len(xq)
+    xs = [builder.gep(x, [first]) for x in xq]
+    codes = builder.gep(group, [builder.add(base, ir.Constant(I64, K6_CODES))])
+    zero = ir.Constant(V8I32, None)
+    acc, held, scratch = 4 * n, 5 * n, 5  # outputs: the sums [k][row], the running totals, low0, low1, high, code, top
+    out = ir.LiteralStructType([V8I32] * (held + scratch))
+    ftype = ir.FunctionType(out, [V8I32] * held + [I8.as_pointer()] * (n + 1) + [V32I8, V32I8])
+    constraint = ",".join(["=v"] * held + ["=&v"] * scratch + [str(i) for i in range(held)] + ["r"] * (n + 1) + ["v", "v"])
+    low0, low1, high, code, top = (f"${held + i}" for i in range(scratch))
+    w = 2 * held + scratch  # operand numbers: the codes' pointer, the rows', the masks 15 and 48
+    m15, m48 = f"${w + n + 1}", f"${w + n + 2}"
+    totals = [zero] * n  # passed through every statement untouched: it orders each round's fold before the next
+    for s in range(4):  # steps 4s .. 4s + 3 complete sub-blocks s, s + 4, s + 8, s + 12
+        sums = [zero] * acc
+        for t in range(4 * s, 4 * s + 4):
+            text = [f"vmovdqu64 {96 * t}(${w}), {low0}", f"vmovdqu64 {96 * t + 32}(${w}), {low1}",
+                    f"vmovdqu64 {96 * t + 64}(${w}), {high}"]
+            for k, c in enumerate((t, t + 16, t + 32, t + 48)):
+                low = low0 if k % 2 == 0 else low1
+                if k < 2:
+                    text.append(f"vpandd {m15}, {low}, {code}")
+                else:
+                    text += [f"vpsrlw $$4, {low}, {code}", f"vpandd {m15}, {code}, {code}"]
+                shift = (4, 2, 0, -2)[k]  # the top bits 2k, 2k + 1 to bits 4, 5
+                if shift > 0:
+                    text += [f"vpsllw $${shift}, {high}, {top}", f"vpternlogd $$0xF8, {m48}, {top}, {code}"]
+                elif shift < 0:
+                    text += [f"vpsrlw $${-shift}, {high}, {top}", f"vpternlogd $$0xF8, {m48}, {top}, {code}"]
+                else:
+                    text.append(f"vpternlogd $$0xF8, {m48}, {high}, {code}")
+                text += [f"vpdpbusd {4 * c}(${w + 1 + r}){{1to8}}, {code}, ${k * n + r}" for r in range(n)]
+            res = builder.asm(ftype, "\n".join(text), constraint,
+                              sums + totals + [codes] + xs + [_splat(V32I8, 15), _splat(V32I8, 48)], False)
+            sums = [builder.extract_value(res, i) for i in range(acc)]
+            totals = [builder.extract_value(res, acc + r) for r in range(n)]
+        scales = [_k6_scale32(builder, group, base, s + 4 * k) for k in range(4)]
+        for r in range(n):
+            for k in range(4):
+                totals[r] = builder.add(totals[r], builder.mul(sums[k * n + r], scales[k]))
     return [[t] for t in totals]
 
 
@@ -218,6 +276,8 @@ def emit_group_dots(builder, qtype, group, xq, xd, xs, units):
         sums = _k4_dpbusd(builder, words, codes, xq, first)
     elif VNNI and BW and qtype == Q4_K:
         sums = _k4_dpbusd_rows(builder, words, group, base, xq, first)
+    elif VNNI and BW and qtype == Q6_K:
+        sums = _k6_dpbusd_rows(builder, group, base, xq, first)
     else:
         sums = [[None] * chains for _ in xq]
         for n, (register, weight, sub) in enumerate(codes):
