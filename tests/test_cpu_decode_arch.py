@@ -163,7 +163,7 @@ def _native_pair(path, monkeypatch=None):
     from mlxcel_py.models.cpu.native import NativeDecoder
 
     if monkeypatch is not None:
-        monkeypatch.setattr(gguf, "repack_block_layers", lambda model: 0)
+        monkeypatch.setattr(gguf, "repack_block_layers", lambda model, copies=False: 0)
     f32, native = load_model(str(path), threads=1, cpu_weights="f32"), load_model(str(path), threads=1, cpu_weights="native")
     assert type(f32.cpu_decode) is cpu_decode.CpuDecoder and isinstance(native.cpu_decode, NativeDecoder)
     assert native.description.endswith("decode over GGUF blocks") and native.cpu_decode.counts()[1] == 0

@@ -32,25 +32,36 @@ def _run(decoder, lm, prompts, steps, tokens=None):
     return out, caches
 
 
-def _native_pair(name, threads=1):
+def _native_pair(name, threads=1, monkeypatch=None):
+    """(the default load, its path, the per-product step over the file's blocks); with `monkeypatch` llama's
+    q/k stay the loader's copies in the file's layout (not repacked: int8 activations whatever the test forces)."""
+    if monkeypatch is not None:
+        from mlxcel_py.models import gguf
+
+        monkeypatch.setattr(gguf, "repack_block_layers", lambda model, copies=False: 0)
     path = FIXTURES / f"{name}.gguf"
     lm = load_model(str(path), threads=threads)
     return lm, path, NativeDecoder(lm.model, blocks_of(lm.model, path), threads)
 
 
 @pytest.mark.skipif(not kquant_r8.AVAILABLE, reason="the repacked Q4_K product is AVX2 and FMA code")
-def test_the_step_reads_the_file_s_k_quant_matrices_repacked_and_copies_as_they_are():
+def test_the_step_reads_every_k_quant_matrix_repacked_and_the_q_k_copies_are_dropped():
     """gate, up and o (Q4_K), v and down (Q6_K) are views of the mapped file: repacked eight rows at a
-    time (their pages dropped); llama's q and k are copies (the file's row order undone), and a prompt's
-    last position reads the LM head in the file's layout: kblock's product reads them as they are."""
+    time by the step's plan (their pages dropped); llama's q and k are copies (the file's row order
+    undone), repacked at load into their layers' r8 and the copies dropped; a prompt's last position
+    reads the LM head in the file's layout: kblock's product reads it as it is."""
     lm, _, native = _native_pair("llamaq-q4_k_m")
     types = lm.cpu_decode._weights[1][:, 0].tolist()
     layers = len(native._layers)
-    assert types.count(kquant_r8.QTYPE) == 3 * layers and types.count(kquant_r8.Q4_K) == 2 * layers
+    assert types.count(kquant_r8.QTYPE) == 5 * layers and types.count(kquant_r8.Q4_K) == 0
     assert types.count(kquant_r8.Q6_K_QTYPE) == 2 * layers and types[-1] == kquant_r8.Q6_K  # the head last
     tasks = lm.cpu_decode._weights[0]
     repacked = np.isin(tasks[:, 0], np.flatnonzero(np.isin(types, list(kquant_r8.REPACKED.values()))))
     assert repacked.any() and not (tasks[repacked, 1:] % kquant_r8.ROWS).any()  # whole groups a task
+    for layer in lm.model.model.layers:
+        attn = layer.self_attn
+        assert all(m.r8 is not None and m.blocks is None for m in (attn.q_proj, attn.k_proj))
+        assert all(m.r8 is None and m.blocks is not None for m in (attn.v_proj, attn.o_proj))
 
 
 @avx2
@@ -114,7 +125,7 @@ def test_fused_step_over_contexts_crossing_attention_chunks_equals_native_on_one
 
 @avx2
 def test_loader_selects_the_fused_step_for_llama_and_a_forced_candidate_goes_per_product(monkeypatch):
-    lm, path, native = _native_pair("llama-q8_0")
+    lm, path, native = _native_pair("llama-q8_0", monkeypatch=monkeypatch)
     assert type(decoder_for(lm.model, path, 1)) is FusedDecoder
     assert type(native_decoder_for(lm.model, path, 1)) is NativeDecoder  # the per-product step, asked for
     monkeypatch.setattr(products, "linear", products.linear_vector)  # float activations: NativeDecoder's path

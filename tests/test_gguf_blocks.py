@@ -29,7 +29,7 @@ def _pair(name, monkeypatch=None):
     if monkeypatch is not None:
         from mlxcel_py.models import gguf
 
-        monkeypatch.setattr(gguf, "repack_block_layers", lambda model: 0)
+        monkeypatch.setattr(gguf, "repack_block_layers", lambda model, copies=False: 0)
     path = str(FIXTURES / f"{name}.gguf")
     return load_model(path, threads=1, cpu_weights="native"), load_model(path, threads=1, cpu_weights="f32")
 
@@ -72,9 +72,12 @@ def test_qkv_and_gate_up_of_one_type_are_row_slices_of_one_array(name, fused):
               [layer.mlp.gate_proj, layer.mlp.up_proj]]
     whole = [g for g in groups if g[0].fused is not None]
     keep = kquant_r8.repacked_types(blocks.model)  # types the fused step repacks: their groups stay views of the file
-    kept = [g for g in groups if len({m.blocks.qtype for m in g}) == 1 and g[0].blocks.qtype in keep]
-    copies = (layer.self_attn.q_proj, layer.self_attn.k_proj)  # the file's q/k row order undone: copies
-    assert all(m.fused is None and (any(m is c for c in copies) or mapped(m.blocks.blocks)) for g in kept for m in g)
+    qtype = lambda m: (m.blocks or m.r8).qtype  # noqa: E731
+    kept = [g for g in groups if len({qtype(m) for m in g}) == 1 and qtype(g[0]) in keep]
+    copies = (layer.self_attn.q_proj, layer.self_attn.k_proj)  # the file's q/k row order undone: copies,
+    # repacked at load where the step repacks their type, the copies then dropped
+    assert all(m.fused is None and (m.blocks is None if any(m is c for c in copies) else mapped(m.blocks.blocks))
+               for g in kept for m in g)
     fused -= len(kept)
     assert len(whole) == fused  # q4_k_m: v is Q6_K beside Q4_K q/k, so only gate/up fuse (unless repacked)
     assert len(kept) == (0 if not keep else {"llama-q8_0": 2, "llamaq-q4_k_m": 1, "llamaq-q6_k": 2}[name])
@@ -85,7 +88,7 @@ def test_qkv_and_gate_up_of_one_type_are_row_slices_of_one_array(name, fused):
 
 @pytest.mark.parametrize("name", LLAMAS)
 def test_native_decode_over_the_block_model_equals_float32s(name, monkeypatch):
-    blocks, f32 = _pair(name)
+    blocks, f32 = _pair(name, monkeypatch)  # the file's blocks: products.linear below forces their activations
     assert isinstance(blocks.cpu_decode, NativeDecoder) and blocks.cpu_decode.counts()[1] == 0
     prompts = [prompt(9, 0), prompt(20, 1)]
     ours, theirs = make_batch(blocks.model, prompts), make_batch(f32.model, prompts)

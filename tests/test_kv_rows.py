@@ -218,7 +218,7 @@ def test_a_verify_span_runs_through_the_fused_step_token_identical_to_plain_deco
     step_rows = decoder.step_rows
     monkeypatch.setattr(decoder, "step_rows", lambda *a: widths.append(a[6]) or step_rows(*a))
     ids = tuple(fixture.tokenizer.encode("one two three four five six seven eight nine ten")) * 3
-    requests = [greedy_request("copy", ids, 24), greedy_request("b", prompt(9, 2), 16)]
+    requests = [greedy_request("copy", ids, 48), greedy_request("b", prompt(9, 2), 16)]
     cfg = lambda ngram: resolve("serve", flags_for("serve", parallel=2, lookup_ngram=ngram),
                                 env={}).engine  # noqa: E731
     spec = run(build_engine(cfg(3), fixture), requests)

@@ -136,8 +136,8 @@ def _build(module, args, weights: dict, bits: dict, source: str, held: Optional[
         from .cpu.quant.kquant_r8 import repacked_types
 
         fuse_layers(model, keep=repacked_types(model))
-        if not llama_like(model):  # the fused step repacks its own (fused_step._repacked)
-            repack_block_layers(model)
+        # the fused step repacks the mapped ones itself (fused_step._repacked), not the Q/K rows' copies
+        repack_block_layers(model, copies=llama_like(model))
     mx.eval(model.parameters())
     return model
 

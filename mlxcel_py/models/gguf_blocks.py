@@ -52,7 +52,7 @@ class BlockLinear(nn.Module):
 
     def __init__(self, blocks: QuantWeight, bias: bool = False):
         super().__init__()
-        self.blocks: QuantWeight = blocks
+        self.blocks: Optional[QuantWeight] = blocks  # None once r8 replaced an in-memory copy (repack_block_layers)
         self.fused: Optional[QuantWeight] = None
         self.r8 = None  # Optional[r8_layers.R8Weight]
         if bias:
@@ -175,19 +175,24 @@ def fuse_layers(model: nn.Module, keep: tuple = ()) -> int:
     return fused
 
 
-def repack_block_layers(model: nn.Module) -> int:
+def repack_block_layers(model: nn.Module, copies: bool = False) -> int:
     """Give each BlockLinear of `model` in one of kquant_r8.R8_TYPES (Q4_K, Q6_K, Q5_0, Q8_0) that is a view
     of the mapped file its rows repacked eight at a time (`BlockLinear.r8`, quant/r8_layers.py) and drop
-    the file's pages; returns how many."""
+    the file's pages; returns how many. `copies`: instead those whose blocks are an in-memory copy (llama's
+    Q/K rows unpermuted, which the fused step would otherwise multiply in the file's layout), dropping the
+    copy: every product of a layer with `r8` reads it (its forward, native.Product, the fused step's plan)."""
     from .cpu.quant.r8_layers import repacked  # the CPU kernels load numba: not at import
 
     count = 0
     for _, module in model.named_modules():
-        if isinstance(module, BlockLinear) and module.fused is None and mapped(module.blocks.blocks):
+        if isinstance(module, BlockLinear) and module.fused is None and mapped(module.blocks.blocks) != copies:
             r8 = repacked(module.blocks)
             if r8 is not None:
                 module.r8 = r8
-                release(module.blocks.blocks)
+                if copies:
+                    module.blocks = None
+                else:
+                    release(module.blocks.blocks)
                 count += 1
     return count
 

@@ -24,6 +24,7 @@ from .prompt_rows import PromptRows, step_phases
 from .native import NativeDecoder, Product, native_decoder_for
 from .quant import int8_ir, products, kquant_r8, step, vector
 from .quant.blocks import QuantWeight
+from .quant.r8_layers import R8Weight
 from .quant.kblock import KBLOCK_TYPES
 from .quant.dispatch import TypedCall, layout
 from .quant.vector_ir import UNITS
@@ -101,7 +102,8 @@ class _Plan:
     def _product(self, kind: int, layer: int, product: Product) -> None:
         tasks, col = [], 0
         for part in product.parts:
-            if not isinstance(part, QuantWeight) or int(part.qtype) not in vector.VECTOR_TYPES:
+            r8 = isinstance(part, R8Weight)  # repacked at load (gguf_blocks.repack_block_layers: llama's Q/K)
+            if not r8 and (not isinstance(part, QuantWeight) or int(part.qtype) not in vector.VECTOR_TYPES):
                 self.why = self.why or f"a product over {getattr(part, 'qtype', 'float32')!r} weights"
                 return self._add(kind, layer, 0)
             seg, rows = len(self.segs), part.shape[0]
@@ -109,11 +111,11 @@ class _Plan:
                 self.kblock_kinds.add(kind)
             # not the LM head: a prompt's last position reads it in the file's layout (PromptRows._prompt_logits),
             # which would bring its pages back beside the repacked rows
-            repacked = _repacked(part) if kind != step.HEAD else None
+            repacked = part.raw if r8 else _repacked(part) if kind != step.HEAD else None
             qtype = int(part.qtype) if repacked is None else kquant_r8.REPACKED[int(part.qtype)]
             self.segs.append((qtype, part.shape[1] // UNITS[int(part.qtype)][0], col))
             self.raws.append(_readonly(part.blocks if repacked is None else repacked))
-            chunk = task_rows(rows, part.blocks.shape[1])
+            chunk = task_rows(rows, repacked.shape[1] // kquant_r8.ROWS if r8 else part.blocks.shape[1])
             if repacked is not None:  # whole groups of eight rows a task
                 chunk = -(-chunk // kquant_r8.ROWS) * kquant_r8.ROWS
             tasks += [(seg, r, min(r + chunk, rows)) for r in range(0, rows, chunk)]
