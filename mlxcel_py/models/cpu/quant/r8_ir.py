@@ -6,10 +6,11 @@ broadcast per 32 codes with a shuffle, and the block's int32 sum and its float s
 per row, reduced across eight lanes at the row's end. Here a vector lane is a weight row: one
 32-byte register holds four codes of each of eight rows, `vpmaddubsw` against those four input codes
 broadcast gives each row's two pair sums, and `vpmaddwd` (`vpdpwssd` with AVX512-VNNI) by the rows'
-sub-block scales adds them into the rows' own int32 lanes (Q4_K with AVX512-VNNI: `vpdpbusd` adds the
-four codes' products straight into a sub-block's int32 lanes, then one `vpmulld` by its scales, the same
-integers: `_k4_dpbusd`, and `_k4_dpbusd_rows` against several input rows; Q6_K's `_k6_dpbusd_rows`). The scales come decoded (one byte a
-row), the block's d and dmin as eight halves, and the float work, once a block, is for eight rows:
+sub-block scales adds them into the rows' own int32 lanes (with AVX512-VNNI `vpdpbusd` adds the four
+codes' products straight into a sub-block's int32 lanes, then one `vpmulld` by its scales, the same
+integers: Q4_K's `_k4_dpbusd` for one input row, `_k4_dpbusd_rows` and Q6_K's `_k6_dpbusd_rows` in inline
+asm). The scales come decoded (one byte a row), the block's d and dmin as eight halves, and the float
+work, once a block, is for eight rows:
 
     acc += (d * d_x) * float(sumi) ; mins += (dmin * d_x) * float(m . bsums)   (lanes = rows)
 
@@ -28,7 +29,7 @@ from .int8_ir import V8I32, V16I16, _prefetch, _splat8, _x86
 from .kblock_ir import VNNI, _fma, _total
 from .vector_ir import I8, I32, I64, V8F, V32I8, _load, _splat, _splat_f, close_unit_loop, open_unit_loop
 
-# numba's codegen sets up LLVM's asm printer only; the inline asm of _k4_dpbusd_rows needs the parser
+# numba's codegen sets up LLVM's asm printer only; the inline asm below (_RowsAsm) needs the parser
 binding.initialize_native_asmparser()
 BW = bool(binding.get_host_cpu_features().get("avx512bw"))  # the asm's EVEX vpsrlw on any of 32 registers
 ROWS = 8  # weight rows a group
@@ -159,36 +160,56 @@ def _k4_dpbusd(builder, scale32, codes, xq, first):
     return totals
 
 
+class _RowsAsm:
+    """The inline-asm statements of _k4_dpbusd_rows and _k6_dpbusd_rows: `sums` int32 sums a statement adds
+    into, the rows' running totals (passed through untouched: they order each fold, done in IR between
+    statements, before the next sums; else LLVM leaves the sums on the stack), `scratch` registers, the
+    codes' pointer, the input rows' pointers at this block, and `masks` byte splats. `op` names them."""
+
+    def __init__(self, builder, rows: int, sums: int, scratch: int, masks: tuple):
+        self.builder, self.rows, self.count, self.masks = builder, rows, sums, masks
+        held = sums + rows
+        self.type = ir.FunctionType(ir.LiteralStructType([V8I32] * (held + scratch)),
+                                    [V8I32] * held + [I8.as_pointer()] * (rows + 1) + [V32I8] * len(masks))
+        self.constraint = ",".join(["=v"] * held + ["=&v"] * scratch + [str(i) for i in range(held)]
+                                   + ["r"] * (rows + 1) + ["v"] * len(masks))
+        first = 2 * held + scratch
+        self.scratch = [f"${held + i}" for i in range(scratch)]
+        self.codes, self.xs = f"${first}", [f"${first + 1 + r}" for r in range(rows)]
+        self.mask = [f"${first + rows + 1 + i}" for i in range(len(masks))]
+
+    def sum(self, i: int) -> str:
+        return f"${i}"
+
+    def run(self, text: list, sums: list, totals: list, codes, xs: list) -> tuple[list, list]:
+        b = self.builder
+        res = b.asm(self.type, "\n".join(text), self.constraint,
+                    sums + totals + [codes] + xs + [_splat(V32I8, m) for m in self.masks], False)
+        return ([b.extract_value(res, i) for i in range(self.count)],
+                [b.extract_value(res, self.count + r) for r in range(self.rows)])
+
+
 def _k4_dpbusd_rows(builder, scale32, group, base, xq, first):
     """_k4_dpbusd for several input rows, a packed register's two code registers against every row in one
-    inline-asm statement: LLVM's scheduler otherwise runs the rows one after another over all 64 code
-    registers, which then do not fit the 32 vector registers (Zen 4, 4 rows: ~290 spill loads and stores a
-    block). The rows' running totals pass through every statement untouched, so each sub-block pair's fold
-    is ordered before the next pair's sums (else the sums wait on the stack). The same integers as the
-    pairs' path. Returns [[sum]] per input row."""
+    inline-asm statement (_RowsAsm): LLVM's scheduler otherwise runs the rows one after another over all
+    64 code registers, which then do not fit the 32 vector registers (Zen 4, 4 rows: ~290 spill loads and
+    stores a block). The same integers as the pairs' path. Returns [[sum]] per input row."""
     n = len(xq)
     xs = [builder.gep(x, [first]) for x in xq]
     codes = builder.gep(group, [builder.add(base, ir.Constant(I64, CODES))])
     zero = ir.Constant(V8I32, None)
-    acc, held = 2 * n, 3 * n  # outputs: the sums [half][row], the running totals, then two scratch registers
-    out = ir.LiteralStructType([V8I32] * (held + 2))
-    ftype = ir.FunctionType(out, [V8I32] * held + [I8.as_pointer()] * (n + 1) + [V32I8])
-    constraint = ",".join(["=v"] * held + ["=&v", "=&v"] + [str(i) for i in range(held)] + ["r"] * (n + 1) + ["v"])
-    lo, hi = f"${held}", f"${held + 1}"
-    w, m = 2 * held + 2, 2 * held + n + 3  # operand numbers: the codes' pointer (the rows' after it), the mask
-    totals = [zero] * n  # passed through every statement untouched: it orders each fold before the next sums
+    asm = _RowsAsm(builder, n, 2 * n, 2, (15,))  # sums [half][row]
+    lo, hi = asm.scratch
+    totals = [zero] * n
     for p in range(4):  # sub-blocks 2p (low nibbles) and 2p + 1 (high), 8 packed registers each
-        sums = [zero] * acc
+        sums = [zero] * (2 * n)
         for g in range(8):
-            at = 256 * p + 32 * g
-            text = [f"vmovdqu64 {at}(${w}), {lo}", f"vpsrlw $$4, {lo}, {hi}", f"vpandd ${m}, {lo}, {lo}",
-                    f"vpandd ${m}, {hi}, {hi}"]
+            text = [f"vmovdqu64 {256 * p + 32 * g}({asm.codes}), {lo}", f"vpsrlw $$4, {lo}, {hi}",
+                    f"vpandd {asm.mask[0]}, {lo}, {lo}", f"vpandd {asm.mask[0]}, {hi}, {hi}"]
             for half, register in enumerate((lo, hi)):
                 weight = 64 * p + 32 * half + 4 * g
-                text += [f"vpdpbusd {weight}(${w + 1 + r}){{1to8}}, {register}, ${half * n + r}" for r in range(n)]
-            res = builder.asm(ftype, "\n".join(text), constraint, sums + totals + [codes] + xs + [_splat(V32I8, 15)], False)
-            sums = [builder.extract_value(res, i) for i in range(acc)]
-            totals = [builder.extract_value(res, acc + r) for r in range(n)]
+                text += [f"vpdpbusd {weight}({asm.xs[r]}){{1to8}}, {register}, {asm.sum(half * n + r)}" for r in range(n)]
+            sums, totals = asm.run(text, sums, totals, codes, xs)
         for r in range(n):
             scaled = builder.add(builder.mul(sums[r], scale32[2 * p]), builder.mul(sums[n + r], scale32[2 * p + 1]))
             totals[r] = builder.add(totals[r], scaled)
@@ -204,27 +225,22 @@ def _k6_scale32(builder, group, base, sub):
 def _k6_dpbusd_rows(builder, group, base, xq, first):
     """Q6_K's int32 sums with AVX512-VNNI's vpdpbusd, in inline asm as _k4_dpbusd_rows: each 96-byte step t
     of the block (two low-nibble registers and a top-bits register) puts together its four 6-bit code
-    registers (codes t, t + 16, t + 32, t + 48: sub-blocks t // 4 + 0, 4, 8, 12) and adds each against
-    every input row into that sub-block's int32 lanes; four steps complete four sub-blocks, then times
-    their scales (vpmulld). The same integers as the pairs' path (the bias of 32 is the caller's).
-    Returns [[sum]] per input row."""
+    registers (codes t, t + 16, t + 32, t + 48: sub-blocks t // 4 + 0, 4, 8, 12; the top bits joined with
+    `vpternlogd`) and adds each against every input row into that sub-block's int32 lanes; four steps
+    complete four sub-blocks, then times their scales (vpmulld). The same integers as the pairs' path (the
+    bias of 32 is the caller's). Returns [[sum]] per input row."""
     n = len(xq)
     xs = [builder.gep(x, [first]) for x in xq]
     codes = builder.gep(group, [builder.add(base, ir.Constant(I64, K6_CODES))])
     zero = ir.Constant(V8I32, None)
-    acc, held, scratch = 4 * n, 5 * n, 5  # outputs: the sums [k][row], the running totals, low0, low1, high, code, top
-    out = ir.LiteralStructType([V8I32] * (held + scratch))
-    ftype = ir.FunctionType(out, [V8I32] * held + [I8.as_pointer()] * (n + 1) + [V32I8, V32I8])
-    constraint = ",".join(["=v"] * held + ["=&v"] * scratch + [str(i) for i in range(held)] + ["r"] * (n + 1) + ["v", "v"])
-    low0, low1, high, code, top = (f"${held + i}" for i in range(scratch))
-    w = 2 * held + scratch  # operand numbers: the codes' pointer, the rows', the masks 15 and 48
-    m15, m48 = f"${w + n + 1}", f"${w + n + 2}"
-    totals = [zero] * n  # passed through every statement untouched: it orders each round's fold before the next
+    asm = _RowsAsm(builder, n, 4 * n, 5, (15, 48))  # sums [k][row]
+    low0, low1, high, code, top = asm.scratch
+    m15, m48 = asm.mask
+    totals = [zero] * n
     for s in range(4):  # steps 4s .. 4s + 3 complete sub-blocks s, s + 4, s + 8, s + 12
-        sums = [zero] * acc
+        sums = [zero] * (4 * n)
         for t in range(4 * s, 4 * s + 4):
-            text = [f"vmovdqu64 {96 * t}(${w}), {low0}", f"vmovdqu64 {96 * t + 32}(${w}), {low1}",
-                    f"vmovdqu64 {96 * t + 64}(${w}), {high}"]
+            text = [f"vmovdqu64 {96 * t + 32 * i}({asm.codes}), {reg}" for i, reg in enumerate((low0, low1, high))]
             for k, c in enumerate((t, t + 16, t + 32, t + 48)):
                 low = low0 if k % 2 == 0 else low1
                 if k < 2:
@@ -232,17 +248,11 @@ def _k6_dpbusd_rows(builder, group, base, xq, first):
                 else:
                     text += [f"vpsrlw $$4, {low}, {code}", f"vpandd {m15}, {code}, {code}"]
                 shift = (4, 2, 0, -2)[k]  # the top bits 2k, 2k + 1 to bits 4, 5
-                if shift > 0:
-                    text += [f"vpsllw $${shift}, {high}, {top}", f"vpternlogd $$0xF8, {m48}, {top}, {code}"]
-                elif shift < 0:
-                    text += [f"vpsrlw $${-shift}, {high}, {top}", f"vpternlogd $$0xF8, {m48}, {top}, {code}"]
-                else:
-                    text.append(f"vpternlogd $$0xF8, {m48}, {high}, {code}")
-                text += [f"vpdpbusd {4 * c}(${w + 1 + r}){{1to8}}, {code}, ${k * n + r}" for r in range(n)]
-            res = builder.asm(ftype, "\n".join(text), constraint,
-                              sums + totals + [codes] + xs + [_splat(V32I8, 15), _splat(V32I8, 48)], False)
-            sums = [builder.extract_value(res, i) for i in range(acc)]
-            totals = [builder.extract_value(res, acc + r) for r in range(n)]
+                if shift:
+                    text.append(f"vpsllw $${shift}, {high}, {top}" if shift > 0 else f"vpsrlw $${-shift}, {high}, {top}")
+                text.append(f"vpternlogd $$0xF8, {m48}, {top if shift else high}, {code}")  # code |= top & 48
+                text += [f"vpdpbusd {4 * c}({asm.xs[r]}){{1to8}}, {code}, {asm.sum(k * n + r)}" for r in range(n)]
+            sums, totals = asm.run(text, sums, totals, codes, xs)
         scales = [_k6_scale32(builder, group, base, s + 4 * k) for k in range(4)]
         for r in range(n):
             for k in range(4):
@@ -267,19 +277,17 @@ def emit_group_dots(builder, qtype, group, xq, xd, xs, units):
     if qtype == Q4_K:
         dmin = _halves(builder, group, base, 16)
         words, scales, bias_pairs = _scales(builder, group, base)
-        codes = _k4_codes(builder, group, base)
     else:
         scales, bias_pairs = _k6_scales(builder, group, base)
-        codes = _k6_codes(builder, group, base)
     first = builder.mul(u, ir.Constant(I64, 256))
     if VNNI and qtype == Q4_K and n_in == 1:
-        sums = _k4_dpbusd(builder, words, codes, xq, first)
-    elif VNNI and BW and qtype == Q4_K:
-        sums = _k4_dpbusd_rows(builder, words, group, base, xq, first)
-    elif VNNI and BW and qtype == Q6_K:
-        sums = _k6_dpbusd_rows(builder, group, base, xq, first)
+        sums = _k4_dpbusd(builder, words, _k4_codes(builder, group, base), xq, first)
+    elif VNNI and BW:  # several input rows, or Q6_K: the codes are the asm's own
+        sums = (_k4_dpbusd_rows(builder, words, group, base, xq, first) if qtype == Q4_K
+                else _k6_dpbusd_rows(builder, group, base, xq, first))
     else:
         sums = [[None] * chains for _ in xq]
+        codes = _k4_codes(builder, group, base) if qtype == Q4_K else _k6_codes(builder, group, base)
         for n, (register, weight, sub) in enumerate(codes):
             for r in range(n_in):
                 x = _broadcast32(builder, xq[r], builder.add(first, ir.Constant(I64, weight)))
