@@ -178,13 +178,16 @@ def fuse_layers(model: nn.Module, keep: tuple = ()) -> int:
 def repack_block_layers(model: nn.Module, copies: bool = False) -> int:
     """Give each BlockLinear of `model` in one of kquant_r8.R8_TYPES (Q4_K, Q6_K, Q5_0, Q8_0) that is a view
     of the mapped file its rows repacked eight at a time (`BlockLinear.r8`, quant/r8_layers.py) and drop
-    the file's pages; returns how many. `copies`: instead those whose blocks are an in-memory copy (llama's
-    Q/K rows unpermuted, which the fused step would otherwise multiply in the file's layout), dropping the
-    copy: every product of a layer with `r8` reads it (its forward, native.Product, the fused step's plan)."""
+    the file's pages; returns how many. `copies`: instead the q_proj and k_proj layers whose blocks are an
+    in-memory copy (llama's Q/K rows unpermuted, which the fused step would otherwise multiply in the file's
+    layout), dropping the copy: every product of a layer with `r8` reads it (its forward, native.Product,
+    the fused step's plan)."""
     from .cpu.quant.r8_layers import repacked  # the CPU kernels load numba: not at import
 
     count = 0
-    for _, module in model.named_modules():
+    for name, module in model.named_modules():
+        if copies and not name.endswith((".q_proj", ".k_proj")):
+            continue
         if isinstance(module, BlockLinear) and module.fused is None and mapped(module.blocks.blocks) != copies:
             r8 = repacked(module.blocks)
             if r8 is not None:
