@@ -5,7 +5,9 @@ register holds four codes of each of eight rows, the input's four codes broadcas
 
 A group's block is 32 values of eight rows: d[8] (float16), then
 - Q8_0 (272 bytes, the rows' own): eight code registers, register m holding codes 4m .. 4m + 3 of each
-  row (int8). The signs move to the input (`vpsignb`) so that |w| is the unsigned operand: a pair sum is
+  row (int8). With AVX512-VNNI the unsigned operand is w + 128 (one xor a register) and the bias of 128
+  is taken off in integers against the input's code sums, as Q5_0's 16 (`vpdpbusd` does not saturate);
+  without, the signs move to the input (`vpsignb`) so that |w| is the unsigned operand: a pair sum is
   at most 2 * 128 * 127 = 32,512, inside `vpmaddubsw`'s int16.
 - Q5_0 (176 bytes, the rows' own): four nibble registers, register p holding the file's bytes 4p .. 4p + 3
   of each row (codes 4p.. in the low nibbles, 16 + 4p.. in the high ones), then one register whose byte
@@ -32,12 +34,17 @@ Q5_HIGH = CODES + 128  # Q5_0's fifth-bit register
 
 def _codes(builder, qtype, group, base):
     """The eight code registers of a group's block, register m holding codes 4m.. of every row: Q8_0's
-    as |w| with w (for the input's signs), Q5_0's codes 0..31 (bias 16 not taken)."""
+    as w + 128 with AVX512-VNNI (bias 128 not taken: vpdpbusd does not saturate), else as |w| with w (for
+    the input's signs: vpmaddubsw's int16 pairs would saturate on w + 128); Q5_0's codes 0..31 (bias 16
+    not taken)."""
     if qtype == Q8_0:
         out = []
         for m in range(8):
             w = _load(builder, group, builder.add(base, ir.Constant(I64, CODES + 32 * m)), V32I8)
-            out.append((_x86(builder, "llvm.x86.avx2.psign.b", V32I8, w, w), w))  # |w|, -128 as 128
+            if VNNI:
+                out.append((builder.xor(w, _splat(V32I8, 128)), None))  # w + 128 as an unsigned byte
+            else:
+                out.append((_x86(builder, "llvm.x86.avx2.psign.b", V32I8, w, w), w))  # |w|, -128 as 128
         return out
     high = _load(builder, group, builder.add(base, ir.Constant(I64, Q5_HIGH)), V32I8)
     lows = [_load(builder, group, builder.add(base, ir.Constant(I64, CODES + 32 * p)), V32I8) for p in range(4)]
@@ -83,13 +90,13 @@ def emit_group_dots32(builder, qtype, group, xq, xd, xs, units):
                 x = _x86(builder, "llvm.x86.avx2.psign.b", V32I8, x, signs)
             sums[m % 2] = _dot4(builder, sums[m % 2], register, x)
         total = _total(builder, sums)
-        if qtype == Q5_0:  # the codes' bias of 16, in integers
+        if qtype == Q5_0 or VNNI:  # the codes' bias (Q5_0's 16, Q8_0's 128 with VNNI), in integers
             pair = builder.gep(xs[r], [builder.mul(u, ir.Constant(I64, 2))])
             halves = [builder.load(builder.gep(pair, [ir.Constant(I64, k)])) for k in (0, 1)]
             # int32 sums (quantize_rows_q8's); r8_rows compiles this branch for kblock's int16 ones too
             halves = [h if h.type == I32 else builder.sext(h, I32) for h in halves]
             both = builder.add(*halves)
-            bias = builder.shl(both, ir.Constant(I32, 4))
+            bias = builder.shl(both, ir.Constant(I32, 4 if qtype == Q5_0 else 7))
             total = builder.sub(total, builder.bitcast(_splat_i32(builder, bias), V8I32))
         dx = _splat_f(builder, builder.load(builder.gep(xd[r], [u]), align=4), 8)
         new_accs.append(_fma(builder, builder.sitofp(total, V8F), builder.fmul(d, dx), accs[r]))
