@@ -164,7 +164,8 @@ class _RowsAsm:
     """The inline-asm statements of _k4_dpbusd_rows and _k6_dpbusd_rows: `sums` int32 sums a statement adds
     into, the rows' running totals (passed through untouched: they order each fold, done in IR between
     statements, before the next sums; else LLVM leaves the sums on the stack), `scratch` registers, the
-    codes' pointer, the input rows' pointers at this block, and `masks` byte splats. `op` names them."""
+    codes' pointer, the input rows' pointers at this block, and `masks` byte splats. The operands' names
+    in the asm text: `sum(i)`, `scratch`, `codes`, `xs`, `mask`."""
 
     def __init__(self, builder, rows: int, sums: int, scratch: int, masks: tuple):
         self.builder, self.rows, self.count, self.masks = builder, rows, sums, masks
@@ -216,13 +217,14 @@ def _k4_dpbusd_rows(builder, scale32, group, base, xq, first):
     return [[t] for t in totals]
 
 
-def _k6_scale32(builder, group, base, sub):
-    """Q6_K's sub-block `sub` scales as <8 x i32>, row r's (sign-extended) in lane r: _k6_dpbusd_rows's."""
-    pair = _load(builder, group, builder.add(base, ir.Constant(I64, K6_SCALES + 16 * (sub // 2))), V16I8)
+def _k6_scale32(builder, pairs, sub):
+    """Q6_K's sub-block `sub` scales as <8 x i32>, row r's in lane r (_k6_dpbusd_rows's), from _k6_scales'
+    scale pairs (row r's (s_2q, s_2q+1) at lanes 2r, 2r + 1 of pairs[q])."""
+    pair = pairs[sub // 2]
     return builder.sext(builder.shuffle_vector(pair, pair, ir.Constant(V8I32, [2 * r + sub % 2 for r in range(8)])), V8I32)
 
 
-def _k6_dpbusd_rows(builder, group, base, xq, first):
+def _k6_dpbusd_rows(builder, pairs, group, base, xq, first):
     """Q6_K's int32 sums with AVX512-VNNI's vpdpbusd, in inline asm as _k4_dpbusd_rows: each 96-byte step t
     of the block (two low-nibble registers and a top-bits register) puts together its four 6-bit code
     registers (codes t, t + 16, t + 32, t + 48: sub-blocks t // 4 + 0, 4, 8, 12; the top bits joined with
@@ -253,7 +255,7 @@ def _k6_dpbusd_rows(builder, group, base, xq, first):
                 text.append(f"vpternlogd $$0xF8, {m48}, {top if shift else high}, {code}")  # code |= top & 48
                 text += [f"vpdpbusd {4 * c}({asm.xs[r]}){{1to8}}, {code}, {asm.sum(k * n + r)}" for r in range(n)]
             sums, totals = asm.run(text, sums, totals, codes, xs)
-        scales = [_k6_scale32(builder, group, base, s + 4 * k) for k in range(4)]
+        scales = [_k6_scale32(builder, pairs, s + 4 * k) for k in range(4)]
         for r in range(n):
             for k in range(4):
                 totals[r] = builder.add(totals[r], builder.mul(sums[k * n + r], scales[k]))
@@ -284,7 +286,7 @@ def emit_group_dots(builder, qtype, group, xq, xd, xs, units):
         sums = _k4_dpbusd(builder, words, _k4_codes(builder, group, base), xq, first)
     elif VNNI and BW:  # several input rows, or Q6_K: the codes are the asm's own
         sums = (_k4_dpbusd_rows(builder, words, group, base, xq, first) if qtype == Q4_K
-                else _k6_dpbusd_rows(builder, group, base, xq, first))
+                else _k6_dpbusd_rows(builder, bias_pairs, group, base, xq, first))
     else:
         sums = [[None] * chains for _ in xq]
         codes = _k4_codes(builder, group, base) if qtype == Q4_K else _k6_codes(builder, group, base)
