@@ -198,6 +198,9 @@ def resolve(command: Command, flags: Any = None, env: Optional[Mapping[str, str]
     blas = (env.get("MLXCEL_BLAS") or "").strip() or "auto"
     dist = distributed_config(command, env, f.dist)
     model = _model_spec(env, f.model, first.spec if first is not None else None, router, dist)
+    if server is not None and server.rerank and router is not None:
+        raise ConfigError("--rerank names one reranking model; with several models each reranking GGUF serves "
+                          "/v1/rerank by itself (select it with the body's model)", flag="--rerank")
     return AppConfig(command, model, engine, sampling, chunk, blas, server, dist, router, given)
 
 
@@ -234,6 +237,8 @@ def _server(command: str, env: Mapping[str, str], f: ServeFlags, level: str,
         raise ConfigError(f"--slot-save-path applies to serve, not {command}", flag="--slot-save-path")
     if server.pooling is not None:
         raise ConfigError(f"--pooling applies to serve, not {command}", flag="--pooling")
+    if server.rerank:
+        raise ConfigError(f"--rerank applies to serve, not {command}", flag="--rerank")
     if server.host is not None or server.port is not None or server.api_key is not None:
         raise ConfigError(f"--host, --port and --api-key apply to serve and bench, not {command}", flag="--host")
     if template != TemplateFlags():

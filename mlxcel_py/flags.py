@@ -28,7 +28,7 @@ from .cli.options_serve import (
     AliasOpt, ApiKeyOpt, CacheMaxBytesOpt, CacheMaxEntriesOpt, CacheMinPrefixOpt, CacheRamOpt, ChatTemplateFileOpt,
     ChatTemplateKwargsOpt, ChatTemplateOpt, CorsOriginsOpt, DistributedOpt, DistributedTimeoutOpt, HostOpt,
     KeepAliveOpt, MaxBodyBytesOpt, MaxQueueOpt, MetricsOpt, ModelsDirOpt, ModelsMaxOpt, ModelsMemoryOpt, ModelsOpt,
-    ModelsPreloadOpt, NoWebuiOpt, ParallelOpt, PoolingOpt, PortOpt, ReasoningBudgetOpt, ReasoningFormatOpt,
+    ModelsPreloadOpt, NoWebuiOpt, ParallelOpt, PoolingOpt, PortOpt, ReasoningBudgetOpt, ReasoningFormatOpt, RerankOpt,
     ShutdownGraceOpt, SlotSavePathOpt, SlotsOpt, TagsOpt,
 )
 
@@ -125,6 +125,7 @@ class ServerFlags:
     slots: SlotsOpt = None
     tags: TagsOpt = None
     pooling: PoolingOpt = None
+    rerank: RerankOpt = False
     slot_save_path: SlotSavePathOpt = None
 
 
@@ -178,8 +179,8 @@ class ServeFlags:
         "repeat_penalty", "seed", "max_tokens", "api_key", "log_level", "model_alias", "max_body_bytes",
         "shutdown_grace", "distributed", "distributed_timeout", "cors_origins", "no_webui", "metrics", "slots",
         "chat_template", "chat_template_file", "chat_template_kwargs", "reasoning_format", "reasoning_budget", "tags",
-        "pooling", "context_shift", "models_dir", "models_max", "models_memory", "keep_alive", "models_preload",
-        "cache_type_k", "cache_type_v", "cache_ram", "slot_save_path",
+        "pooling", "rerank", "context_shift", "models_dir", "models_max", "models_memory", "keep_alive",
+        "models_preload", "cache_type_k", "cache_type_v", "cache_ram", "slot_save_path",
     )
 
 

@@ -64,6 +64,7 @@ class ServerConfig:
     # -1: unrestricted; 0: thinking off (enable_thinking false); N: the end marker forced after N thinking tokens
     reasoning_budget: int = -1
     pooling: Optional[str] = None  # the embedding routes' --pooling; None: the model's, else last
+    rerank: bool = False  # --rerank: the model must be a reranker (models/ranking.py)
     slot_save_path: Optional[str] = None  # --slot-save-path: the directory /slots/{id}?action=save|restore uses
 
     @property
@@ -121,6 +122,14 @@ def _no_webui(flag: bool, env: Mapping[str, str]) -> bool:
     return bool(value)
 
 
+def _switch(flag: bool, env: Mapping[str, str], name: str, variable: str) -> bool:
+    """A switch given as its flag, else its variable read as llama-server reads one."""
+    if flag:
+        return True
+    value, _ = flag_or_env(None, name, env, variable, parse=env_bool)
+    return bool(value)
+
+
 def _port(value: Optional[int], env: Mapping[str, str]) -> int:
     if value is not None:
         check_range("--port", value, 0, 65535)
@@ -164,6 +173,7 @@ def server_config(env: Mapping[str, str], flags: ServerFlags, template: Template
         endpoint_slots=True if slots is None else slots,
         chat_template=chat, reasoning_format=fmt, reasoning_budget=budget,
         model_tags=_list(tags_text, tags_label, "tag"), pooling=_pooling(env, flags.pooling),
+        rerank=_switch(flags.rerank, env, "--rerank", "LLAMA_ARG_RERANKING"),
         slot_save_path=_slot_save_path(flags.slot_save_path),
     )
 

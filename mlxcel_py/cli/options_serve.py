@@ -110,6 +110,12 @@ PoolingOpt = Annotated[
     typer.Option("--pooling", help="Embedding pooling: mean, cls, last or none (per token, /embedding only). "
                  "Default: the GGUF's pooling_type, else last; env LLAMA_ARG_POOLING."),
 ]
+RerankOpt = Annotated[
+    bool,
+    typer.Option("--rerank", "--reranking", help="Serve a reranking model (a GGUF with pooling_type rank and a "
+                 "classifier head) at /v1/rerank; refuse to start with any other model. A reranker serves "
+                 "/v1/rerank whether given or not. Env LLAMA_ARG_RERANKING=1."),
+]
 ReasoningFormatOpt = Annotated[
     Optional[str],
     typer.Option("--reasoning-format", help="none (thinking stays in the answer), deepseek or auto (a reasoning "

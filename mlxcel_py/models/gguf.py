@@ -17,8 +17,9 @@ from .gguf_tensors import GROUP_SIZE, check_supported, native, quantized_or_none
 from .gguf_tensors import dense as dense_tensor
 from .gguf_blocks import fuse_layers, install, is_block_type, release, repack_block_layers, unpermute_block_rows
 from .cpu.quant.blocks import QuantWeight, make
-from .gguf_arch import ROPE_TENSORS, Arch, Meta, arch_for
+from .gguf_arch import SIDE_TENSORS, Arch, Meta, arch_for
 from .gguf_file import GGUFFile, TensorInfo, read_gguf
+from .ranking import HEAD_TENSORS, RankHead, rank_head
 from .tokenizer import TokenizerInfo, gguf_tokenizer
 from ..errors import ModelLoadError
 
@@ -33,6 +34,7 @@ class GGUFModel:
     description: str  # "llama 135M, gguf Q4_1"
     weights: str
     pooling: Optional[str] = None  # `{arch}.pooling_type`, when the file says (an embedding model)
+    rank_head: Optional[RankHead] = None  # a reranker's classifier (pooling_type rank)
 
 
 def unpermute_rows(x: mx.array, n_head: int) -> mx.array:
@@ -75,7 +77,7 @@ def _convert(gguf: GGUFFile, arch: Arch, args, dense: bool, blocks: bool = False
     bits: dict[str, int] = {}
     held: dict[str, TensorInfo] = {}
     for name, info in gguf.tensors.items():
-        if name in ROPE_TENSORS:
+        if name in SIDE_TENSORS:
             continue
         check_supported(info, source)
         key = arch.mlx_name(name, source)
@@ -165,8 +167,8 @@ def _size_label(n: int) -> str:
     return f"{round(n / 1e6)}M" if n >= 1e6 else f"{round(n / 1e3)}K"
 
 
-# llama.cpp's enum llama_pooling_type (-1 unspecified; 4, rank, is for rerankers: not an embedding).
-POOLING_TYPES = {0: "none", 1: "mean", 2: "cls", 3: "last"}
+# llama.cpp's enum llama_pooling_type (-1 unspecified; 4, rank, is a reranker's: models/ranking.py).
+POOLING_TYPES = {0: "none", 1: "mean", 2: "cls", 3: "last", 4: "rank"}
 
 
 def load_gguf(path: Path, dense: bool, on_progress: Optional[Callable[[str], None]] = None,
@@ -196,4 +198,6 @@ def load_gguf(path: Path, dense: bool, on_progress: Optional[Callable[[str], Non
         kind = str(weights["model.embed_tokens.weight"].dtype).removeprefix("mlx.core.")
     description = f"{arch.name} {size}, gguf {_file_type(gguf.metadata)}"
     pooling = POOLING_TYPES.get(gguf.metadata.get(f"{arch.name}.pooling_type", -1))
-    return GGUFModel(model, tokenizer, args.max_position_embeddings, description, kind, pooling)
+    head_tensors = {name: np.array(dense_tensor(info)) for name, info in gguf.tensors.items() if name in HEAD_TENSORS}
+    head = rank_head(gguf.metadata, arch.name, head_tensors, path.name)
+    return GGUFModel(model, tokenizer, args.max_position_embeddings, description, kind, pooling, head)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..errors import ModelLoadError
+from .ranking import HEAD_TENSORS
 
 TOP_LEVEL = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 IN_BLOCK = {
@@ -30,6 +31,8 @@ BLOCK_RE = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)$")
 TOP_RE = re.compile(r"(\w+)\.(weight|bias)$")
 # Tensors the converter adds that carry RoPE settings, not weights; read by the loader.
 ROPE_TENSORS = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
+# Tensors the loader reads itself, outside mlx-lm's modules: those, and a reranker's classifier head.
+SIDE_TENSORS = ROPE_TENSORS + HEAD_TENSORS
 
 
 @dataclass(frozen=True, slots=True)

@@ -169,6 +169,7 @@ def _load_gguf(path: Path, dense: bool, on_progress: Progress, blocks: bool = Fa
         context_length=got.context_length, name=path.stem,
         description=_describe(got.description, got.weights), source="gguf", weights=got.weights,
         blas=loaded_blas().name, bos_token_id=tok.bos_token_id, add_bos=tok.add_bos, pooling=got.pooling,
+        rank_head=got.rank_head,
         appended_eos=tok.appended_eos,
     )
 

@@ -24,7 +24,8 @@ class LoadedModel:
     # The CPU fast path the loader chose (docs/CPU_FAST_PATH.md); None: mlx-lm's own code.
     cpu_decode: Optional[Callable[[list[int], list], Any]] = None  # models/cpu/decoder.CpuDecoder
     cpu_kernels: Optional[ContextManager[Any]] = None  # models/cpu/prefill_kernels.PrefillKernels, entered per forward
-    pooling: Optional[str] = None  # the GGUF's pooling_type (mean, cls, last, none), when it names one
+    pooling: Optional[str] = None  # the GGUF's pooling_type (mean, cls, last, none, rank), when it names one
+    rank_head: Optional[Any] = None  # a reranker's classifier head and prompt format (models/ranking.RankHead)
     appended_eos: Optional[int] = None  # the eos a GGUF's add_eos_token appends to tokenized text (llama.cpp's)
 
     @property

@@ -18,6 +18,8 @@ from .anthropic.routes import messages, messages_count_tokens
 from .anthropic.schemas import CountTokensRequest, MessagesRequest
 from .embeddings.routes import native_embedding, ollama_embed, ollama_embeddings, openai_embeddings
 from .embeddings.schemas import EmbeddingRequest, NativeEmbeddingRequest, OllamaEmbeddingsRequest, OllamaEmbedRequest
+from .rerank.routes import rerank
+from .rerank.schemas import RerankRequest
 from .http.auth import Gate
 from .http.cors import Cors, cors_options
 from .http.errors import CatchBugs, install_error_handlers
@@ -78,6 +80,12 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/detokenize", detokenize, DetokenizeRequest),
     Route("POST", "/embedding", native_embedding, NativeEmbeddingRequest),
     Route("POST", "/embeddings", native_embedding, alias=True),
+    # llama-server's reranking (Jina's and Cohere's shapes, TEI's with `texts`); 501 unless a reranker is served
+    Route("POST", "/v1/rerank", rerank, RerankRequest, refuses=True),
+    Route("POST", "/rerank", rerank, alias=True),
+    Route("POST", "/reranking", rerank, alias=True),
+    Route("POST", "/v1/reranking", rerank, alias=True),
+    Route("POST", "/v2/rerank", rerank, alias=True),
     # Anthropic's Messages API (its errors in Anthropic's shape: http/errors.py)
     Route("POST", "/v1/messages", messages, MessagesRequest, streams=True),
     Route("POST", "/v1/messages/count_tokens", messages_count_tokens, CountTokensRequest),

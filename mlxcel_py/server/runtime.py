@@ -96,6 +96,9 @@ class Runtime:
 
     def attach(self, worker: "EngineWorker", loaded: "LoadedModel") -> None:
         """Switch from loading to ready."""
+        if self.config.server is not None and self.config.server.rerank and loaded.rank_head is None:
+            raise ConfigError(f"--rerank: {loaded.name} is not a reranking model (a GGUF with pooling_type rank "
+                              "and a classifier head, cls.output)", flag="--rerank")
         self.vocab_size = loaded.vocab_size
         slot_context = worker.stats().slot_context
         self.prompt_limit = PromptLimit(slot_context, max_token_chars(loaded.tokenizer, self.vocab_size))

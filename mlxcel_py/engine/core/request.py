@@ -18,8 +18,9 @@ MAX_TOKENS_LIMIT = 1_000_000
 MAX_LOGIT_BIAS = 1024  # entries in one request's logit_bias
 MAX_TOP_LOGPROBS = 20  # OpenAI's limit
 MAX_CONSTRAINT_CHARS = 1 << 20
-# How an embedding request pools the final hidden states (llama-server's --pooling; none: per token).
-POOLINGS = ("mean", "cls", "last", "none")
+# How an embedding request pools the final hidden states (llama-server's --pooling; none: per token;
+# rank: a reranker's classifier head over the last position, its outputs the request's vector).
+POOLINGS = ("mean", "cls", "last", "none", "rank")
 # What a ConstraintSpec's text holds, by kind (engine/runner/constraints.py compiles them).
 CONSTRAINT_KINDS = ("json_schema", "json_object", "gbnf", "regex", "tool_call")
 

@@ -47,7 +47,8 @@ def leader_runner(loaded: "LoadedModel", link: Any, timeout_s: float) -> "Runner
     from ..runner.constraints import compiler_for
     from .runners import LeaderRunner
 
-    return LeaderRunner(loaded.model, link, timeout_s, compiler=compiler_for(loaded), kernels=loaded.cpu_kernels)
+    return LeaderRunner(loaded.model, link, timeout_s, compiler=compiler_for(loaded), kernels=loaded.cpu_kernels,
+                        rank_head=loaded.rank_head)
 
 
 def follow_leader(loaded: "LoadedModel", link: Any, timeout_s: float) -> Optional[str]:
@@ -55,5 +56,6 @@ def follow_leader(loaded: "LoadedModel", link: Any, timeout_s: float) -> Optiona
     from ..runner.constraints import compiler_for
     from .runners import ShardRunner, follow
 
-    runner = ShardRunner(loaded.model, link, compiler_for(loaded), kernels=loaded.cpu_kernels)
+    runner = ShardRunner(loaded.model, link, compiler_for(loaded), kernels=loaded.cpu_kernels,
+                         rank_head=loaded.rank_head)
     return follow(runner, link, timeout_s)

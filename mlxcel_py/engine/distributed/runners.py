@@ -43,8 +43,8 @@ class ShardRunner(ModelRunner):
     verifies_drafts = False
 
     def __init__(self, model, link: Link, compiler: Optional[ConstraintCompiler] = None, *,
-                 kernels: Optional[ContextManager[Any]] = None):
-        super().__init__(model, compiler, kernels=kernels)
+                 kernels: Optional[ContextManager[Any]] = None, rank_head: Any = None):
+        super().__init__(model, compiler, kernels=kernels, rank_head=rank_head)
         self.link = link
 
     def _sample(self, logits: mx.array, seq_ids) -> list[SampledToken]:
@@ -60,8 +60,9 @@ class LeaderRunner(ShardRunner):
     """Rank 0's runner: broadcast each record, run it; a lost rank is reported once through `on_lost`."""
 
     def __init__(self, model, link: Link, timeout_s: float, keepalive_s: float = KEEPALIVE_S,
-                 compiler: Optional[ConstraintCompiler] = None, *, kernels: Optional[ContextManager[Any]] = None):
-        super().__init__(model, link, compiler, kernels=kernels)
+                 compiler: Optional[ConstraintCompiler] = None, *, kernels: Optional[ContextManager[Any]] = None,
+                 rank_head: Any = None):
+        super().__init__(model, link, compiler, kernels=kernels, rank_head=rank_head)
         self.timeout_s = timeout_s
         self.keepalive_s = keepalive_s
         self.on_lost: Callable[[str], None] = _exit_lost  # the server swaps in one that fails requests first

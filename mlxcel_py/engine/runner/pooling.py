@@ -29,7 +29,7 @@ class Pooler:
     def __init__(self, mode: str):
         self.mode = mode
         self.count = 0
-        self.acc: Optional[mx.array] = None  # mean: the sum; cls: the first row; last: the latest row
+        self.acc: Optional[mx.array] = None  # mean: the sum; cls: the first row; last, rank: the latest row
         self.rows: list[mx.array] = []  # none: every row
 
     def add(self, hidden: mx.array) -> None:
@@ -39,7 +39,7 @@ class Pooler:
             self.acc = total if self.acc is None else self.acc + total
         elif self.mode == "cls":
             self.acc = hidden[0] if self.acc is None else self.acc
-        elif self.mode == "last":
+        elif self.mode in ("last", "rank"):  # rank: a causal reranker's head reads the last position
             self.acc = hidden[-1]
         else:
             self.rows.append(hidden)

@@ -105,7 +105,11 @@ class PromptSide:
         if not piece.terminal:
             return None
         self._release_prefix(self._seqs.pop(piece.seq_id))
-        return state.pooler.result()
+        if state.pooler.mode != "rank":
+            return state.pooler.result()
+        if self.rank_head is None:
+            raise RuntimeError("a rank request reached a runner whose model has no classifier head")
+        return self.rank_head.scores(state.pooler.result())  # the head's outputs (llama.cpp's rank pooling)
 
     def _score_piece(self, piece: PrefillPiece, state: SequenceState, logits: Optional[mx.array] = None
                      ) -> tuple[mx.array, tuple[Optional[TokenLogprobs], ...]]:

@@ -19,7 +19,7 @@ import numpy as np
 from .decoder import CpuDecoder, supported
 from .arch import GELU_TANH, Norms, layer_norms, projection_keys, projections
 from .arch_kernels import activation, attention_part, residual, warm_up as warm_up_arch
-from ..gguf_arch import ROPE_TENSORS
+from ..gguf_arch import SIDE_TENSORS
 from ..gguf_blocks import BlockEmbedding, BlockLinear, has_blocks, unpermute_block_rows
 from .decode_kernels import attend, linear as f32_linear, rms_norm, rope, silu_mul, warm_up, write_kv
 from .quant import products, r8_layers, vector
@@ -70,7 +70,7 @@ class _Blocks:
     def __init__(self, gguf, arch, args):
         source = gguf.path.name
         self._infos = {arch.mlx_name(n, source): i for n, i in gguf.tensors.items()
-                       if n.endswith(".weight") and n not in ROPE_TENSORS}
+                       if n.endswith(".weight") and n not in SIDE_TENSORS}
         self._permuted, self._args = arch.permuted_qk, args
 
     def _raw(self, key: str) -> np.ndarray:

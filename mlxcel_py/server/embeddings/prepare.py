@@ -12,6 +12,7 @@ from ...engine import SamplingParams
 from ...errors import FieldError
 from ...models import encode_text
 from ..generation.prompt import check_token_ids
+from ..generation.submit import reranker_refuses
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
@@ -33,7 +34,10 @@ class EmbedPlan:
 
 
 def pooling_of(rt: "Runtime") -> str:
-    """--pooling, else the model's (a GGUF's `{arch}.pooling_type`), else last-token pooling."""
+    """--pooling, else the model's (a GGUF's `{arch}.pooling_type`), else last-token pooling; a
+    reranker has no embeddings (a 501)."""
+    if rt.loaded.rank_head is not None:
+        raise reranker_refuses(rt, "embeddings")
     chosen = rt.config.server.pooling if rt.config.server is not None else None
     return chosen or getattr(rt.loaded, "pooling", None) or DEFAULT_POOLING
 

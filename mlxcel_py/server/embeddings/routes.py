@@ -5,12 +5,13 @@ progress, aborted when the client leaves."""
 from __future__ import annotations
 
 import time
-from typing import Optional
+from typing import Optional, Sequence
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from ...engine import Embedding
+from ...engine import Request as EngineRequest
 from ...errors import ConfigError, FieldError, RequestError
 from ...serve_models import parse_keep_alive
 from ..generation.fanout import GenerationGroup, collect_all, submit_all
@@ -22,13 +23,14 @@ from .schemas import EmbeddingRequest, NativeEmbeddingRequest, OllamaEmbeddingsR
 from .vectors import encoded, normalize
 
 
-async def _vectors(request: Request, rt: Runtime, job: EmbedPlan, arrived: float, param: str) -> Optional[list]:
-    """Every input's pooled vector, in order; None if the client left. The inputs are submitted in
+async def pooled_vectors(request: Request, rt: Runtime, jobs: Sequence[EngineRequest], arrived: float, param: str
+                         ) -> Optional[list]:
+    """Every job's pooled vector, in order; None if the client left. The jobs are submitted in
     waves of half the waiting queue, so a big batch neither fills the queue nor is refused for it."""
     wave = max(1, rt.config.engine.max_queue // 2)
     out: list = []
-    for start in range(0, len(job.jobs), wave):
-        members = await submit_all(request, rt, job.jobs[start:start + wave], arrived, param)
+    for start in range(0, len(jobs), wave):
+        members = await submit_all(request, rt, jobs[start:start + wave], arrived, param)
         if members is None:
             return None
         replies = await collect_all(request.receive, GenerationGroup(members))
@@ -77,7 +79,7 @@ async def openai_embeddings(request: Request) -> Response:
 
 async def _openai_reply(request: Request, rt: Runtime, body: EmbeddingRequest, arrived: float) -> Response:
     job = await rt.off_loop(_openai_plan, rt, body)
-    vectors = await _vectors(request, rt, job, arrived, "input")
+    vectors = await pooled_vectors(request, rt, job.jobs, arrived, "input")
     if vectors is None:
         return Response(status_code=CLIENT_CLOSED)
     fmt = body.encoding_format or "float"
@@ -105,7 +107,7 @@ async def native_embedding(request: Request) -> Response:
 
 async def _native_reply(request: Request, rt: Runtime, body: NativeEmbeddingRequest, arrived: float) -> Response:
     job = await rt.off_loop(_native_plan, rt, body)
-    vectors = await _vectors(request, rt, job, arrived, "input" if body.input is not None else "content")
+    vectors = await pooled_vectors(request, rt, job.jobs, arrived, "input" if body.input is not None else "content")
     if vectors is None:
         return Response(status_code=CLIENT_CLOSED)
     norm = 2 if body.embd_normalize is None else body.embd_normalize
@@ -135,7 +137,7 @@ async def ollama_embed(request: Request) -> Response:
 
 async def _ollama_reply(request: Request, rt: Runtime, body: OllamaEmbedRequest, arrived: float) -> Response:
     job = await rt.off_loop(_ollama_plan, rt, body)
-    vectors = [] if job is None else await _vectors(request, rt, job, arrived, "input")
+    vectors = [] if job is None else await pooled_vectors(request, rt, job.jobs, arrived, "input")
     if vectors is None:
         return Response(status_code=CLIENT_CLOSED)
     return JSONResponse({
@@ -160,7 +162,7 @@ async def _ollama_older_reply(request: Request, rt: Runtime, body: OllamaEmbeddi
         return JSONResponse({"embedding": []})
     job = await rt.off_loop(lambda: plan(rt, input_ids(body.prompt, rt, "prompt", truncate=True)))
     job = _one_vector_each(job, "/api/embeddings")
-    vectors = await _vectors(request, rt, job, arrived, "prompt")
+    vectors = await pooled_vectors(request, rt, job.jobs, arrived, "prompt")
     if vectors is None:
         return Response(status_code=CLIENT_CLOSED)
     return JSONResponse({"embedding": vectors[0].astype(float).tolist()})

@@ -1,0 +1,128 @@
+"""Make tests/fixtures/gguf/qwen3rank-f16.gguf, a tiny Qwen3-Reranker-style model, and record llama-server's
+reranking of it in qwen3rank_llama_server.json.
+
+The model is the qwen3 fixture's shapes and vocabulary with new random weights, written by the `gguf` package,
+plus what llama.cpp's converter writes for a Qwen3-Reranker (conversion/qwen.py): `qwen3.pooling_type` rank,
+`qwen3.classifier.output_labels` ["yes", "no"], a `cls.output.weight` of two rows (random here: in a real file
+the LM head's "yes" and "no" rows) and the `rerank` chat template with {query} and {document}.
+
+    .venv/bin/python scripts/make_rerank_fixture.py [--server PATH]  (default $LLAMA_SERVER, else llama-server on PATH)
+
+Without a llama-server binary only the GGUF is (re)written."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from llama_server_tokens import _free_port, _post, _wait_ready, record_tokens, version  # noqa: E402
+
+FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "gguf"
+SOURCE = FIXTURES / "qwen3-f16.gguf"
+OUT = FIXTURES / "qwen3rank-f16.gguf"
+RECORD = FIXTURES / "qwen3rank_llama_server.json"
+TOKENS = FIXTURES / "llama_server_tokens.json"  # every fixture's greedy continuation (tests/test_models_gguf_archs.py)
+LLAMA_SERVER = os.environ.get("LLAMA_SERVER") or shutil.which("llama-server") or "llama-server"  # scripts/build_llama_server.sh
+# The template llama.cpp's converter writes for Qwen3-Reranker (conversion/qwen.py).
+RERANK_TEMPLATE = (
+    "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct "
+    "provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n"
+    "<|im_start|>user\n<Instruct>: Given a web search query, retrieve relevant passages that answer the query\n"
+    "<Query>: {query}\n<Document>: {document}<|im_end|>\n"
+    "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+)
+QUERIES = [
+    {"query": "What is the capital of France?",
+     "documents": ["Paris is the capital of France.", "The quick brown fox jumps over the lazy dog.",
+                   "Berlin is the capital of Germany.", "hello",
+                   "France is a country in Europe; its capital, Paris, sits on the Seine. " * 6]},
+    {"query": "def main(): return 42",
+     "documents": ["What is 12345 + 678?", "def main():\n    return 42\n", "Tokenizers split text into pieces."]},
+]
+
+
+def _weights(shape: tuple[int, ...], name: str, rng: np.random.Generator) -> np.ndarray:
+    if name.endswith("norm.weight"):
+        return (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
+    return (rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float16)
+
+
+def write_gguf(seed: int = 29) -> None:
+    """The reranking GGUF: the qwen3 fixture's metadata and tensor shapes, new random weights, the head."""
+    from gguf import GGUFReader, GGUFValueType, GGUFWriter, PoolingType
+
+    reader = GGUFReader(SOURCE)
+    writer = GGUFWriter(OUT, "qwen3")
+    for field in reader.fields.values():
+        if field.name.startswith("GGUF.") or field.name in ("general.architecture", "general.name"):
+            continue
+        sub = field.types[1] if field.types[0] == GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, field.contents(), field.types[0], sub_type=sub)
+    writer.add_name("tiny-reranker")
+    writer.add_pooling_type(PoolingType.RANK)
+    writer.add_classifier_output_labels(["yes", "no"])
+    writer.add_chat_template([{"name": "rerank", "template": RERANK_TEMPLATE}])
+    rng = np.random.default_rng(seed)
+    hidden = 0
+    for tensor in reader.tensors:
+        # The reader's shape lists ggml's order (fastest axis first); numpy's is the reverse.
+        shape = tuple(int(n) for n in reversed(tensor.shape.tolist()))
+        hidden = shape[-1] if tensor.name == "token_embd.weight" else hidden
+        writer.add_tensor(tensor.name, _weights(shape, tensor.name, rng))
+    writer.add_tensor("cls.output.weight", _weights((2, hidden), "cls.output.weight", rng))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    print(f"wrote {OUT.name} ({OUT.stat().st_size} bytes)")
+
+
+def record(server: str) -> None:
+    """llama-server's /v1/rerank of QUERIES (every document, unsorted by top_n), and the prompts' tokens."""
+    port = _free_port()
+    cmd = [server, "-m", str(OUT), "--rerank", "-c", "1024", "-np", "1", "-t", "2", "--no-warmup",
+           "--host", "127.0.0.1", "--port", str(port)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    entries = []
+    try:
+        _wait_ready(port, proc)
+        for case in QUERIES:
+            got = _post(port, "/v1/rerank", {**case, "top_n": len(case["documents"])})
+            prompts = [RERANK_TEMPLATE.replace("{query}", case["query"]).replace("{document}", d)
+                       for d in case["documents"]]
+            tokens = [_post(port, "/tokenize", {"content": p, "add_special": False, "parse_special": True})["tokens"]
+                      for p in prompts]
+            entries.append({**case, "results": got["results"], "usage": got["usage"], "tokens": tokens})
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    body = {"model": OUT.name, "server": version(server),
+            "command": " ".join(["llama-server", "-m", OUT.name, *cmd[3:-4]]), "cases": entries}
+    RECORD.write_text(json.dumps(body, indent=1) + "\n")
+    print(f"recorded {sum(len(c['documents']) for c in entries)} scores in {RECORD.name}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--server", default=LLAMA_SERVER, help="llama-server binary (skip the record if absent)")
+    parser.add_argument("--record-only", action="store_true", help="keep the GGUF, only re-record")
+    args = parser.parse_args()
+    if not args.record_only:
+        write_gguf()
+    if Path(args.server).exists():
+        record(args.server)
+        record_tokens(args.server, [OUT], TOKENS, json.loads(TOKENS.read_text())["prompt"])
+    else:
+        print(f"{args.server} not found: scores not recorded")
+
+
+if __name__ == "__main__":
+    main()
