@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fixture_gguf import copy_metadata, finish, numpy_shape, random_weights  # noqa: E402
 from llama_server_tokens import _free_port, _post, _wait_ready  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "gguf"
@@ -40,28 +41,14 @@ INPUTS = [
 WEIGHT_SCALE = 1.0
 
 
-def _weights(shape: tuple[int, ...], name: str, rng: np.random.Generator) -> np.ndarray:
-    if name.endswith("norm.weight"):
-        return (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
-    fan_in = shape[-1]
-    values = rng.standard_normal(shape) * WEIGHT_SCALE / np.sqrt(fan_in)
-    return values.astype(np.float16)
-
-
 def write_gguf(seed: int = 23) -> None:
     """The embedding GGUF: the qwen3 fixture's metadata and tensor shapes, new random weights."""
-    from gguf import GGUFReader, GGUFValueType, GGUFWriter, PoolingType
+    from gguf import GGUFReader, GGUFWriter, PoolingType
 
     reader = GGUFReader(SOURCE)
     tokens = reader.fields["tokenizer.ggml.tokens"].contents()
     writer = GGUFWriter(OUT, "qwen3")
-    skip = {"general.architecture", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.padding_token_id",
-            "general.name"}
-    for field in reader.fields.values():
-        if field.name.startswith("GGUF.") or field.name in skip:
-            continue
-        sub = field.types[1] if field.types[0] == GGUFValueType.ARRAY else None
-        writer.add_key_value(field.name, field.contents(), field.types[0], sub_type=sub)
+    copy_metadata(reader, writer, ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.padding_token_id", "general.name"))
     writer.add_name("tiny-embedding")
     writer.add_pooling_type(PoolingType.LAST)
     writer.add_eos_token_id(tokens.index(ENDOFTEXT))
@@ -69,14 +56,8 @@ def write_gguf(seed: int = 23) -> None:
     writer.add_add_eos_token(True)
     rng = np.random.default_rng(seed)
     for tensor in reader.tensors:
-        # The reader's shape lists ggml's order (fastest axis first); numpy's is the reverse.
-        shape = tuple(int(n) for n in reversed(tensor.shape.tolist()))
-        writer.add_tensor(tensor.name, _weights(shape, tensor.name, rng))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    print(f"wrote {OUT.name} ({OUT.stat().st_size} bytes)")
+        writer.add_tensor(tensor.name, random_weights(numpy_shape(tensor), tensor.name, rng, WEIGHT_SCALE))
+    finish(writer, OUT)
 
 
 def record(server: str) -> None:

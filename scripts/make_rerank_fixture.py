@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fixture_gguf import copy_metadata, finish, numpy_shape, random_weights  # noqa: E402
 from llama_server_tokens import _free_port, _post, _wait_ready, record_tokens, version  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "gguf"
@@ -49,40 +50,23 @@ QUERIES = [
 ]
 
 
-def _weights(shape: tuple[int, ...], name: str, rng: np.random.Generator) -> np.ndarray:
-    if name.endswith("norm.weight"):
-        return (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
-    return (rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float16)
-
-
 def write_gguf(seed: int = 29) -> None:
     """The reranking GGUF: the qwen3 fixture's metadata and tensor shapes, new random weights, the head."""
-    from gguf import GGUFReader, GGUFValueType, GGUFWriter, PoolingType
+    from gguf import GGUFReader, GGUFWriter, PoolingType
 
     reader = GGUFReader(SOURCE)
     writer = GGUFWriter(OUT, "qwen3")
-    for field in reader.fields.values():
-        if field.name.startswith("GGUF.") or field.name in ("general.architecture", "general.name"):
-            continue
-        sub = field.types[1] if field.types[0] == GGUFValueType.ARRAY else None
-        writer.add_key_value(field.name, field.contents(), field.types[0], sub_type=sub)
+    copy_metadata(reader, writer, ("general.name",))
     writer.add_name("tiny-reranker")
     writer.add_pooling_type(PoolingType.RANK)
     writer.add_classifier_output_labels(["yes", "no"])
     writer.add_chat_template([{"name": "rerank", "template": RERANK_TEMPLATE}])
     rng = np.random.default_rng(seed)
-    hidden = 0
     for tensor in reader.tensors:
-        # The reader's shape lists ggml's order (fastest axis first); numpy's is the reverse.
-        shape = tuple(int(n) for n in reversed(tensor.shape.tolist()))
-        hidden = shape[-1] if tensor.name == "token_embd.weight" else hidden
-        writer.add_tensor(tensor.name, _weights(shape, tensor.name, rng))
-    writer.add_tensor("cls.output.weight", _weights((2, hidden), "cls.output.weight", rng))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    print(f"wrote {OUT.name} ({OUT.stat().st_size} bytes)")
+        writer.add_tensor(tensor.name, random_weights(numpy_shape(tensor), tensor.name, rng))
+    hidden = numpy_shape(next(t for t in reader.tensors if t.name == "token_embd.weight"))[-1]
+    writer.add_tensor("cls.output.weight", random_weights((2, hidden), "cls.output.weight", rng))
+    finish(writer, OUT)
 
 
 def record(server: str) -> None:

@@ -223,3 +223,35 @@ def test_the_fields_table_is_exact():
                 table[cells[1]][name] = cells[2]
     assert table == FIELDS
     assert set(table["/v1/rerank"]) == set(RerankRequest.model_fields)
+
+
+def test_a_reranker_beside_a_chat_model(server):
+    """Several models: the body's `model` picks the reranker or the chat model; each refuses the other's route."""
+    from test_server_models import LLAMA, PROMPT, Many
+
+    from mlxcel_py.errors import ConfigError
+
+    case = CASES[1]
+    with server.client() as client:
+        alone = _rank(client, case)["results"]
+    case = {"query": case["query"], "documents": case["documents"]}
+    many = Many(f"rank={FIXTURES / 'qwen3rank-f16.gguf'}", f"chat={LLAMA}", ctx_size=CTX, parallel=2)
+    try:
+        with many.client() as client:
+            got = client.post("/v1/rerank", json={**case, "model": "rank"})
+            assert got.status_code == 200 and got.json()["model"] == "rank", got.text
+            routed = got.json()["results"]  # whole prompts here, pieces of 16 in `server`: within 1e-5
+            assert [r["index"] for r in routed] == [r["index"] for r in alone]
+            assert all(abs(a["relevance_score"] - b["relevance_score"]) < 1e-5 for a, b in zip(routed, alone))
+            assert client.post("/v1/completions", json={**PROMPT, "model": "chat"}).status_code == 200
+            refused = client.post("/v1/rerank", json={**case, "model": "chat"})
+            assert refused.status_code == 501 and "chat is not a reranking model" in error_of(refused)["message"]
+            refused = client.post("/v1/completions", json={**PROMPT, "model": "rank"})
+            assert refused.status_code == 501 and "rank is a reranking model" in error_of(refused)["message"]
+    finally:
+        many.stop()
+    with pytest.raises(ConfigError, match="--rerank names one reranking model"):
+        from config_helpers import flags_for
+        from mlxcel_py.config import resolve
+
+        resolve("serve", flags_for("serve", model=f"a={LLAMA}", extra_models=[f"b={LLAMA}"], rerank=True), env={})
