@@ -36,7 +36,7 @@ def test_other_file_suffix(tmp_path):
 
 def test_unsupported_architecture(tmp_path):
     path = write_tiny_gguf(tmp_path / "x.gguf", metadata={"general.architecture": "mamba"})
-    message = r"^unsupported GGUF architecture 'mamba' in x\.gguf \(supported: llama, qwen2, qwen3, gemma3, phi3\)$"
+    message = r"^unsupported GGUF architecture 'mamba' in x\.gguf \(supported: llama, qwen2, qwen3, gemma3, phi3, bert\)$"
     with pytest.raises(ModelLoadError, match=message):
         load_model(str(path))
 
@@ -49,8 +49,9 @@ def test_missing_hyperparameter(tmp_path):
 
 
 def test_unknown_tokenizer_model(tmp_path):
-    path = write_tiny_gguf(tmp_path / "wp.gguf", metadata={"tokenizer.ggml.model": "bert"})
-    message = r"^unsupported GGUF tokenizer model 'bert' in wp\.gguf \(supported: gpt2 byte-level BPE, llama sentencepiece\)$"
+    path = write_tiny_gguf(tmp_path / "ugm.gguf", metadata={"tokenizer.ggml.model": "t5"})
+    message = (r"^unsupported GGUF tokenizer model 't5' in ugm\.gguf \(supported: gpt2 byte-level BPE, llama sentencepiece, "
+               r"bert WordPiece\)$")
     with pytest.raises(ModelLoadError, match=message):
         load_model(str(path))
 

@@ -27,10 +27,13 @@ def load_or_exit(cfg: AppConfig, console: Console | None = None) -> "LoadedModel
     console = console or Console(stderr=True)
     try:
         with console.status("Loading model...") as status:
-            return load_model(cfg.model.path, on_progress=lambda msg: status.update(msg), threads=cfg.model.threads,
-                              cpu_weights=cfg.model.cpu_weights)
+            loaded = load_model(cfg.model.path, on_progress=lambda msg: status.update(msg), threads=cfg.model.threads,
+                                cpu_weights=cfg.model.cpu_weights)
     except MlxcelError as exc:  # ModelLoadError
         fail(str(exc))
+    if not loaded.generates:
+        fail(f"{cfg.command}: {loaded.no_text()} (serve it with `mlxcel-py serve`)")
+    return loaded
 
 
 def load_draft_or_exit(cfg: AppConfig, target: "LoadedModel", console: Console | None = None) -> "LoadedModel | None":

@@ -49,7 +49,7 @@ def unpermute_rows(x: mx.array, n_head: int) -> mx.array:
 def model_args(gguf: GGUFFile, arch: Arch):
     """The mlx-lm ModelArgs for this file (the config dict mlx-lm would read from config.json)."""
     config = arch.config(Meta(gguf.metadata, arch.name, gguf.path.name, gguf.tensors))
-    module = importlib.import_module(f"mlx_lm.models.{arch.model_type}")
+    module = importlib.import_module(arch.module or f"mlx_lm.models.{arch.model_type}")
     return module, module.ModelArgs.from_dict({"model_type": arch.model_type, **config})
 
 

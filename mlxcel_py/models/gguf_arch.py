@@ -27,6 +27,12 @@ GEMMA3_BLOCK = {
     "ffn_norm": "pre_feedforward_layernorm", "post_ffw_norm": "post_feedforward_layernorm",
 }
 PHI3_BLOCK = {**IN_BLOCK, "attn_qkv": "self_attn.qkv_proj", "ffn_up": "mlp.gate_up_proj"}
+BERT_BLOCK = {
+    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj", "attn_output_norm": "attention_norm", "ffn_up": "up_proj",
+    "ffn_down": "down_proj", "layer_output_norm": "output_norm",
+}
+BERT_TOP = {"token_types": "model.token_types", "position_embd": "model.positions", "token_embd_norm": "model.embed_norm"}
 BLOCK_RE = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)$")
 TOP_RE = re.compile(r"(\w+)\.(weight|bias)$")
 # Tensors the converter adds that carry RoPE settings, not weights; read by the loader.
@@ -43,16 +49,17 @@ class Arch:
     config: Callable[["Meta"], dict[str, Any]]
     permuted_qk: bool = False  # llama.cpp's converter permuted Q/K rows (LLAMA rope type)
     norm_offset: float = 0.0  # the converter stored norm weights as 1 + w
-    extra_top: dict[str, str] = field(default_factory=dict)
+    extra_top: dict[str, str] = field(default_factory=dict)  # top-level tensors beyond TOP_LEVEL's
     cpu_step: bool = True  # the CPU decode step (models/cpu/) runs it; else decode stays in mlx-lm
+    module: str = ""  # the module that builds it, when not mlx_lm.models.<model_type> (an encoder of ours)
 
     def mlx_name(self, name: str, source: str) -> str:
         if match := BLOCK_RE.match(name):
             layer, part, kind = match.groups()
             if part in self.block_names:
                 return f"model.layers.{layer}.{self.block_names[part]}.{kind}"
-        elif (match := TOP_RE.match(name)) and match.group(1) in TOP_LEVEL:
-            return f"{TOP_LEVEL[match.group(1)]}.{match.group(2)}"
+        elif (match := TOP_RE.match(name)) and match.group(1) in (top := {**TOP_LEVEL, **self.extra_top}):
+            return f"{top[match.group(1)]}.{match.group(2)}"
         raise ModelLoadError(f"unsupported tensor {name!r} in {source} (not part of a {self.name} model)")
 
 
@@ -112,6 +119,20 @@ def _common(meta: Meta) -> dict[str, Any]:
     }
 
 
+def _bert(meta: Meta) -> dict[str, Any]:
+    """llama.cpp's bert: a bidirectional encoder (cross-encoder rerankers, embedding models)."""
+    if meta.get("attention.causal", False):
+        raise ModelLoadError(f"unsupported causal bert in {meta.source}")
+    return {
+        "hidden_size": int(meta.get("embedding_length")), "num_hidden_layers": int(meta.get("block_count")),
+        "intermediate_size": int(meta.get("feed_forward_length")),
+        "num_attention_heads": int(meta.get("attention.head_count")),
+        "layer_norm_eps": float(meta.get("attention.layer_norm_epsilon")), "vocab_size": meta.vocab_size(),
+        "max_position_embeddings": int(meta.get("context_length")),
+        "type_vocab_size": int(meta.metadata.get("tokenizer.ggml.token_type_count", 2)),
+    }
+
+
 def _gemma3(meta: Meta) -> dict[str, Any]:
     config = _common(meta)
     window = int(meta.get("attention.sliding_window", 0))
@@ -154,6 +175,8 @@ ARCHS = {
     "qwen3": Arch("qwen3", "qwen3", IN_BLOCK, _common),
     "gemma3": Arch("gemma3", "gemma3_text", GEMMA3_BLOCK, _gemma3, norm_offset=1.0),
     "phi3": Arch("phi3", "phi3", PHI3_BLOCK, _phi3),
+    "bert": Arch("bert", "bert", BERT_BLOCK, _bert, extra_top=BERT_TOP, cpu_step=False,
+                 module="mlxcel_py.models.bert"),
 }
 SUPPORTED_ARCHS = ", ".join(ARCHS)
 

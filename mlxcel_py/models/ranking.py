@@ -38,6 +38,7 @@ class RankHead:
     template: Optional[str] = None  # tokenizer.chat_template.rerank, with {query} and {document}
     add_sep: bool = False  # without a template: a SEP between the query's EOS and the document
     sep_token_id: Optional[int] = None
+    first_token: bool = False  # an encoder's head reads the first position ([CLS]); a causal one the last
 
     def scores(self, hidden: np.ndarray) -> np.ndarray:
         """The head's outputs for one pooled state (hidden,): what llama.cpp's rank pooling returns."""
@@ -75,12 +76,14 @@ def rank_head(metadata: dict, arch: str, tensors: dict[str, np.ndarray], source:
         raise ModelLoadError(f"{source} says it is a reranker ({arch}.pooling_type rank) but has no classifier "
                              "head (cls.weight or cls.output.weight)")
     labels = tuple(str(v) for v in metadata.get(f"{arch}.classifier.output_labels", ()) or ())
-    sep = metadata.get("tokenizer.ggml.seperator_token_id", metadata.get("tokenizer.ggml.separator_token_id"))
+    wordpiece = metadata.get("tokenizer.ggml.model") == "bert"  # llama.cpp's defaults: a SEP, id 102
+    sep = metadata.get("tokenizer.ggml.seperator_token_id", 102 if wordpiece else None)
     return RankHead(
         dense=tensors.get("cls.weight"), dense_bias=tensors.get("cls.bias"),
         out=tensors.get("cls.output.weight"), out_bias=tensors.get("cls.output.bias"),
         softmax=arch in SOFTMAX_ARCHS, labels=labels,
         template=metadata.get("tokenizer.chat_template.rerank"),
-        add_sep=bool(metadata.get("tokenizer.ggml.add_sep_token", False)),
+        add_sep=bool(metadata.get("tokenizer.ggml.add_sep_token", wordpiece)),
         sep_token_id=None if sep is None else int(sep),
+        first_token=not metadata.get(f"{arch}.attention.causal", True),
     )

@@ -200,11 +200,13 @@ def _sentencepiece(meta: dict, source: str):
 def gguf_tokenizer(meta: dict, source: str) -> TokenizerInfo:
     """Build the tokenizer a GGUF describes; `source` names the file in error messages."""
     kind = meta.get("tokenizer.ggml.model")
-    if kind not in ("gpt2", "llama") or "tokenizer.ggml.tokens" not in meta:
+    if kind not in ("gpt2", "llama", "bert") or "tokenizer.ggml.tokens" not in meta:
         raise ModelLoadError(
             f"unsupported GGUF tokenizer model {kind!r} in {source} "
-            "(supported: gpt2 byte-level BPE, llama sentencepiece)"
+            "(supported: gpt2 byte-level BPE, llama sentencepiece, bert WordPiece)"
         )
+    if kind == "bert":
+        return _wordpiece(meta)
     bos = _metadata_int(meta, "tokenizer.ggml.bos_token_id")
     eos = _metadata_int(meta, "tokenizer.ggml.eos_token_id")
     # llama.cpp appends the eos to text tokenized with add_special when the file asks (Qwen3-Embedding).
@@ -222,3 +224,14 @@ def gguf_tokenizer(meta: dict, source: str) -> TokenizerInfo:
     wrapper = keep_leading_space(TokenizerWrapper(hf, detokenizer_class=detokenizer,
                                                   eos_token_ids=end_of_generation_ids(meta)))
     return TokenizerInfo(wrapper, bos, frozenset(wrapper.eos_token_ids), add_bos, eos if add_eos else None)
+
+
+def _wordpiece(meta: dict) -> TokenizerInfo:
+    """A "bert" vocabulary (models/wordpiece.py); llama.cpp adds [CLS] and [SEP] unless the file says not."""
+    from .wordpiece import special_id, wordpiece_tokenizer
+
+    add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", True))
+    add_sep = bool(meta.get("tokenizer.ggml.add_sep_token", True))
+    wrapper = TokenizerWrapper(wordpiece_tokenizer(meta, add_bos, add_sep), detokenizer_class=NaiveStreamingDetokenizer,
+                               eos_token_ids=end_of_generation_ids(meta))
+    return TokenizerInfo(wrapper, special_id(meta, "bos"), frozenset(wrapper.eos_token_ids), add_bos)

@@ -29,6 +29,22 @@ class LoadedModel:
     appended_eos: Optional[int] = None  # the eos a GGUF's add_eos_token appends to tokenized text (llama.cpp's)
 
     @property
+    def causal(self) -> bool:
+        """False for an encoder (models/bert.py): its prompt runs as one piece."""
+        return getattr(self.model, "causal", True)
+
+    @property
+    def generates(self) -> bool:
+        """False for a reranker (its outputs are scores) and an encoder (embeddings only)."""
+        return self.causal and self.rank_head is None
+
+    def no_text(self, name: Optional[str] = None) -> str:
+        """What to use instead, for a model that does not generate (`name`: the id it is served as)."""
+        if self.rank_head is not None:
+            return f"{name or self.name} is a reranking model; use /v1/rerank"
+        return f"{name or self.name} is an encoder (embeddings only); use /v1/embeddings"
+
+    @property
     def vocab_size(self) -> int:
         """Ids below this are safe both for the tokenizer and the model's embedding."""
         return token_vocab_size(self.model, self.tokenizer)

@@ -206,6 +206,8 @@ class Request:
     cache_prompt: bool = True
     # An embedding request: prefill only, then the pooled final hidden state instead of a token.
     pooling: Optional[str] = None
+    # An encoder's prompt (every position attends to every other): one prefill piece whatever the chunk.
+    whole_prompt: bool = False
     # Context shift (--context-shift): prompt tokens kept at the start (-1: the whole prompt), and the
     # tokens discarded after them per shift (0: half of the rest, as llama-server).
     n_keep: int = 0

@@ -143,6 +143,8 @@ class Scheduler(DecodeRows):
             decode_context=self._decode_context(),
             prefill_context=seq.prefill_offset, remaining=seq.prompt_len - seq.prefill_offset,
         ))
+        if seq.request.whole_prompt:  # an encoder's prompt is never split
+            chunk = max(chunk, seq.prompt_len - seq.prefill_offset)
         piece = next_piece(seq.prompt_len, seq.adopted, seq.boundary, seq.prefill_offset, chunk)
         if not self.budget.reserve(seq.seq_id, piece.length):
             return None  # cannot happen while every slot fits its context; wait for room

@@ -26,8 +26,9 @@ def hidden_fn(model) -> Optional[HiddenFn]:
 class Pooler:
     """The running pool of one embedding sequence; `add` one piece's hidden states (T, hidden)."""
 
-    def __init__(self, mode: str):
-        self.mode = mode
+    def __init__(self, mode: str, first: bool = False):
+        self.mode = "cls" if mode == "rank" and first else mode  # rank over an encoder: its [CLS] position
+        self.ranks = mode == "rank"
         self.count = 0
         self.acc: Optional[mx.array] = None  # mean: the sum; cls: the first row; last, rank: the latest row
         self.rows: list[mx.array] = []  # none: every row

@@ -93,7 +93,8 @@ class PromptSide:
         terminal piece, its vector (numpy), and the sequence's KV is freed at once (no decode)."""
         if piece.begin is not None:
             self._begin(piece)
-            self._seqs[piece.seq_id].pooler = Pooler(piece.begin.pooling)
+            first = self.rank_head is not None and self.rank_head.first_token
+            self._seqs[piece.seq_id].pooler = Pooler(piece.begin.pooling, first)
         state = self._seqs[piece.seq_id]
         inner = hidden_fn(self.model)
         if inner is None:
@@ -105,7 +106,7 @@ class PromptSide:
         if not piece.terminal:
             return None
         self._release_prefix(self._seqs.pop(piece.seq_id))
-        if state.pooler.mode != "rank":
+        if not state.pooler.ranks:
             return state.pooler.result()
         if self.rank_head is None:
             raise RuntimeError("a rank request reached a runner whose model has no classifier head")

@@ -12,7 +12,7 @@ from ...engine import SamplingParams
 from ...errors import FieldError
 from ...models import encode_text
 from ..generation.prompt import check_token_ids
-from ..generation.submit import reranker_refuses
+from ..generation.submit import no_generation
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
@@ -37,7 +37,7 @@ def pooling_of(rt: "Runtime") -> str:
     """--pooling, else the model's (a GGUF's `{arch}.pooling_type`), else last-token pooling; a
     reranker has no embeddings (a 501)."""
     if rt.loaded.rank_head is not None:
-        raise reranker_refuses(rt, "embeddings")
+        raise no_generation(rt, "embeddings")
     chosen = rt.config.server.pooling if rt.config.server is not None else None
     return chosen or getattr(rt.loaded, "pooling", None) or DEFAULT_POOLING
 
@@ -87,5 +87,5 @@ def plan(rt: "Runtime", ids: list[tuple[int, ...]], pooling: Optional[str] = Non
     pooling = pooling or pooling_of(rt)
     base = f"embd-{uuid.uuid4().hex[:24]}"
     jobs = tuple(EngineRequest(f"{base}-{i}", prompt, SamplingParams(max_tokens=1), cache_prompt=False,
-                               pooling=pooling) for i, prompt in enumerate(ids))
+                               pooling=pooling, whole_prompt=not rt.loaded.causal) for i, prompt in enumerate(ids))
     return EmbedPlan(jobs, pooling)

@@ -101,10 +101,9 @@ def failure(f: Finished) -> APIError:
     return APIError(500, f.error or "the engine failed on this request", code="engine_error")
 
 
-def reranker_refuses(rt: "Runtime", what: str) -> APIError:
-    """llama-server's 501 for a route a reranking model cannot serve (its outputs are scores)."""
-    return APIError(501, f"This server does not support {what}: {rt.model_id} is a reranking model; use /v1/rerank",
-                    code="not_supported_error")
+def no_generation(rt: "Runtime", what: str) -> APIError:
+    """llama-server's 501 for a route the served model cannot answer (a reranker, an encoder)."""
+    return APIError(501, f"This server does not support {what}: {rt.loaded.no_text(rt.model_id)}", code="not_supported_error")
 
 
 async def submit(request: Request, rt: "Runtime", job: EngineRequest, arrived: float, param: str
@@ -115,8 +114,8 @@ async def submit(request: Request, rt: "Runtime", job: EngineRequest, arrived: f
         raise unavailable("the server is shutting down", "server_shutting_down")
     if await request.is_disconnected():  # the client left while its prompt was being tokenized
         return None
-    if rt.loaded.rank_head is not None and job.pooling is None:  # a reranker's outputs are scores, not tokens
-        raise reranker_refuses(rt, "completions")
+    if job.pooling is None and not rt.loaded.generates:  # a reranker's outputs are scores; an encoder's vectors
+        raise no_generation(rt, "completions")
     try:
         handle = rt.worker.submit(job, loop=asyncio.get_running_loop())
     except MlxcelError as exc:

@@ -136,6 +136,6 @@ def plan(rt: "Runtime", body: RerankRequest) -> RankPlan:
             rt.prompt_limit.check_chars(len(body.query) + len(doc), param)
         ids = _fitted(rt, head, body.query, doc, label, param, body)
         jobs.append(EngineRequest(f"{base}-{i}", tuple(ids), SamplingParams(max_tokens=1), cache_prompt=False,
-                                  pooling="rank"))
+                                  pooling="rank", whole_prompt=not rt.loaded.causal))
     top_n = len(documents) if body.top_n is None else min(body.top_n, len(documents))
     return RankPlan(tuple(jobs), tuple(documents), top_n, body.texts is not None)
