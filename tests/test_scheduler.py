@@ -41,6 +41,19 @@ def test_lone_prompt_prefills_in_2048_pieces():
     assert runner.prefill_lengths(1) == [2048, 952]
 
 
+def test_a_whole_prompt_is_one_piece_beside_a_decoder():
+    """An encoder's prompt (Request.whole_prompt) is never split, whatever the chunk; another is."""
+    import dataclasses
+
+    engine, runner = make_engine()
+    start_decoding(engine)
+    engine.add_request(dataclasses.replace(request("B", 1537), whole_prompt=True))
+    engine.add_request(request("C", 1537))
+    run_until(engine, lambda ev: any(isinstance(e, TokenDelta) and e.request_id == "C" for e in ev))
+    assert runner.prefill_lengths(2) == [1537]
+    assert runner.prefill_lengths(3) == [512, 512, 512, 1]
+
+
 def test_chunk_follows_state_when_the_decoder_finishes_mid_prompt():
     engine, runner = make_engine()
     # A decodes its first token at admission, then one more per tick: 2 ticks after B arrives it is done.
