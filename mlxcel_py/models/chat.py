@@ -19,16 +19,23 @@ class ChatPrompt:
     history_boundary: Optional[int]
 
 
-def _content_text(content: Any, index: int) -> str:
+def _content_text(content: Any, index: int) -> Any:
+    """The text of a message; a list with {'type': 'image'} parts (a vision model's prompt, the images
+    already taken out by the route) stays a list of text and image parts, as such templates take it."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        texts = []
+        parts = []
         for part in content:
-            if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
+            if part == {"type": "image"}:
+                parts.append(part)
+            elif isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
+                parts.append({"type": "text", "text": part["text"]})
+            else:
                 raise RequestError(f"messages[{index}].content parts must be {{'type': 'text', 'text': str}}", param="messages")
-            texts.append(part["text"])
-        return "\n".join(texts)
+        if any(p["type"] == "image" for p in parts):
+            return parts
+        return "\n".join(p["text"] for p in parts)
     raise RequestError(f"messages[{index}].content must be a string or a list of text parts", param="messages")
 
 

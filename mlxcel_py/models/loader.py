@@ -182,6 +182,7 @@ def _load_mlx_dir(path: Path, dense: bool, on_progress: Progress, blocks: bool =
 
     from .mlx_blocks import install_affine_blocks
     from .tokenizer import keep_leading_space
+    from .vision import load_vision, vision_config
 
     if not (path / "config.json").is_file():
         raise ModelLoadError(f"not an mlx-lm model directory (no config.json): {path}")
@@ -192,6 +193,8 @@ def _load_mlx_dir(path: Path, dense: bool, on_progress: Progress, blocks: bool =
     except (OSError, ValueError) as exc:  # missing or unreadable files, configs mlx-lm refuses
         raise ModelLoadError(f"cannot load mlx-lm model {path}: {exc}") from None
     tokenizer = keep_leading_space(tokenizer)
+    if vision_config(path) is not None and hasattr(model, "language_model"):
+        model = model.language_model  # a VLM: the engine runs its language model (mlx-lm's class)
     quantized = "quantization" in config
     if dense:
         # CPU: dequantize and cast to float32 (float16 matmuls on CPU are ~40x slower).
@@ -204,11 +207,14 @@ def _load_mlx_dir(path: Path, dense: bool, on_progress: Progress, blocks: bool =
         dtype = model.model.embed_tokens.weight.dtype if hasattr(model, "model") else mx.float16
         weights = "quantized" if quantized else str(dtype).removeprefix("mlx.core.")
     bos = tokenizer.bos_token_id
-    context = int(config.get("max_position_embeddings") or config.get("max_seq_len") or 4096)
-    base = f"{config.get('model_type', '?')}, mlx{' quantized' if quantized else ''}"
+    text_config = config.get("text_config") or {}  # a vision-language model's language model
+    context = int(config.get("max_position_embeddings") or text_config.get("max_position_embeddings")
+                  or config.get("max_seq_len") or 4096)
+    vision = load_vision(path, model)
+    base = f"{config.get('model_type', '?')}{' + vision' if vision else ''}, mlx{' quantized' if quantized else ''}"
     return LoadedModel(
         model=model, tokenizer=tokenizer, eos_token_ids=frozenset(tokenizer.eos_token_ids),
         context_length=context, name=path.name, description=_describe(base, weights),
         source="mlx", weights=weights, blas=loaded_blas().name, bos_token_id=bos,
-        add_bos=bool(getattr(tokenizer, "add_bos_token", False)),
+        add_bos=bool(getattr(tokenizer, "add_bos_token", False)), vision=vision,
     )

@@ -26,6 +26,7 @@ class LoadedModel:
     cpu_kernels: Optional[ContextManager[Any]] = None  # models/cpu/prefill_kernels.PrefillKernels, entered per forward
     pooling: Optional[str] = None  # the GGUF's pooling_type (mean, cls, last, none, rank), when it names one
     rank_head: Optional[Any] = None  # a reranker's classifier head and prompt format (models/ranking.RankHead)
+    vision: Optional[Any] = None  # a vision-language model's image side (models/vision.Vision)
     appended_eos: Optional[int] = None  # the eos a GGUF's add_eos_token appends to tokenized text (llama.cpp's)
 
     @property

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from ...errors import RequestError
 
@@ -208,6 +208,9 @@ class Request:
     pooling: Optional[str] = None
     # An encoder's prompt (every position attends to every other): one prefill piece whatever the chunk.
     whole_prompt: bool = False
+    # A prompt's images (models/vision.PromptImages, data only): its input embeddings are built from them
+    # and its KV is never cached (image tokens' ids say nothing of the image).
+    images: Any = None
     # Context shift (--context-shift): prompt tokens kept at the start (-1: the whole prompt), and the
     # tokens discarded after them per shift (0: half of the rest, as llama-server).
     n_keep: int = 0

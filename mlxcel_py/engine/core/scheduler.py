@@ -154,7 +154,8 @@ class Scheduler(DecodeRows):
         if seq.prefill_started is None:
             seq.prefill_started = self.clock()
             adopt_id = seq.hit.snapshot_id if seq.hit is not None else None
-            begin = BeginSequence(seq.request.sampling, prompt[: seq.adopted], adopt_id, seq.request.pooling)
+            begin = BeginSequence(seq.request.sampling, prompt[: seq.adopted], adopt_id, seq.request.pooling,
+                                  seq.request.images)
         work = PrefillPiece(seq.seq_id, piece.start, prompt[piece.start : piece.end], chunk, piece.terminal,
                             snapshot_id, begin)
         return self._step(prefill=work)
@@ -233,7 +234,9 @@ class Scheduler(DecodeRows):
 
     def _caching(self, seq: Sequence) -> bool:
         # An embedding pools every position's hidden state, so it neither adopts nor stores KV.
-        return self.prompt_cache is not None and seq.request.cache_prompt and seq.request.pooling is None
+        # A prompt with images: its image tokens' KV depends on pixels its ids do not show.
+        return (self.prompt_cache is not None and seq.request.cache_prompt and seq.request.pooling is None
+                and seq.request.images is None)
 
     def _emit_token(self, seq: Sequence, token: int, logprobs: Optional[TokenLogprobs] = None,
                     error: Optional[str] = None) -> list[Event]:

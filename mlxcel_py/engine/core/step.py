@@ -31,6 +31,7 @@ class BeginSequence:
     history: tuple[int, ...]  # prompt tokens before the piece (the adopted prefix), for penalties
     adopt_id: Optional[int] = None  # the prompt-cache snapshot whose first `start` positions it reuses
     pooling: Optional[str] = None  # an embedding sequence: pool the hidden states, never sample
+    images: Any = None  # the prompt's images (models/vision.PromptImages): its pieces' input embeddings
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,9 +74,10 @@ class ModelRunner(PromptSide, RowPrefill, FusedTick, Runner):
                  decode: Optional[DecodeFn] = None, kernels: Optional[ContextManager[Any]] = None,
                  verify: Optional[VerifyFn] = None, draft: Optional[DraftModel] = None,
                  kv: Optional[KVLayout] = None, kv_rows: Optional[bool] = None,
-                 rows_hint: Optional[tuple[int, int]] = None, rank_head: Any = None):
+                 rows_hint: Optional[tuple[int, int]] = None, rank_head: Any = None, vision: Any = None):
         self.model = model
         self.rank_head = rank_head  # a reranker's classifier (models/ranking.RankHead): rank pooling's outputs
+        self.vision = vision  # a VLM's image side (models/vision.Vision): prompts with images
         if rows_hint is not None:  # the owned rows' first (slots, capacity): engine/runner/kv_rows.py
             self.rows_hint = rows_hint
         self.kv = kv

@@ -45,6 +45,7 @@ class SequenceState:
     pooler: Optional[Pooler] = None  # an embedding sequence: its pool across pieces (it never decodes)
     prefix: Optional[PinnedPrefix] = None  # a pinned snapshot it adopted or took: its row will share it
     staged: Optional[int] = None  # its future slot in the rows, which its fused ticks write (RowKV.stage)
+    embeds: Optional[mx.array] = None  # a prompt with images: its input embeddings (1, prompt, hidden)
 
 
 class PromptSide:
@@ -59,7 +60,8 @@ class PromptSide:
         cache = state.prefill_cache
         state.sampler.extend_prompt(piece.tokens)
         prompt: tuple = ()
-        if self._by_rows(piece):  # the decode step's rows: one kernel family (engine/runner/row_prefill.py)
+        embeds = None if state.embeds is None else state.embeds[:, piece.start:piece.start + len(piece.tokens)]
+        if embeds is None and self._by_rows(piece):  # the decode step's rows: one kernel family (row_prefill.py)
             if state.sampler.params.prompt_logprobs:
                 logits, prompt = self._score_piece(piece, state, self._prefill_rows(
                     piece, state, np.arange(len(piece.tokens), dtype=np.int64)))
@@ -69,9 +71,9 @@ class PromptSide:
         else:
             with self._kernels, numpy_blas_threads(1 if len(piece.tokens) <= SMALL_PIECE else None):
                 if state.sampler.params.prompt_logprobs:
-                    logits, prompt = self._score_piece(piece, state)
+                    logits, prompt = self._score_piece(piece, state, embeds=embeds)
                 else:
-                    logits = self._forward_prefill(mx.array(piece.tokens)[None], cache, piece.terminal)
+                    logits = self._forward_prefill(mx.array(piece.tokens)[None], cache, piece.terminal, embeds)
         if self.draft is not None:
             self.draft.prefill(piece.seq_id, piece.tokens, piece.terminal)
         if piece.snapshot_id is not None:
@@ -112,13 +114,14 @@ class PromptSide:
             raise RuntimeError("a rank request reached a runner whose model has no classifier head")
         return self.rank_head.scores(state.pooler.result())  # the head's outputs (llama.cpp's rank pooling)
 
-    def _score_piece(self, piece: PrefillPiece, state: SequenceState, logits: Optional[mx.array] = None
-                     ) -> tuple[mx.array, tuple[Optional[TokenLogprobs], ...]]:
+    def _score_piece(self, piece: PrefillPiece, state: SequenceState, logits: Optional[mx.array] = None,
+                     embeds: Optional[mx.array] = None) -> tuple[mx.array, tuple[Optional[TokenLogprobs], ...]]:
         """Forward a piece with logits at every position (or take them, computed as rows): each prompt
         token's logprob given the tokens before it (the first token of the prompt has none). Returns
         the last row too."""
         if logits is None:
-            logits = self.model(mx.array(piece.tokens)[None], cache=state.prefill_cache)[0]
+            extra = {} if embeds is None else {"input_embeddings": embeds}
+            logits = self.model(mx.array(piece.tokens)[None], cache=state.prefill_cache, **extra)[0]
         previous, state.prompt_row = state.prompt_row, None
         rows = logits[:-1] if previous is None else mx.concatenate([previous, logits[:-1]], axis=0)
         scored = piece.tokens[1:] if previous is None else piece.tokens
@@ -147,19 +150,28 @@ class PromptSide:
                 raise RuntimeError("a constrained sequence reached a runner without a grammar compiler")
             matcher = self.compiler.matcher(constraint)  # compiled (and cached) when the request was checked
         sampler = SequenceSampler(begin.sampling, prompt_ids=begin.history, matcher=matcher)
-        self._seqs[piece.seq_id] = SequenceState(sampler, prefill_cache=cache, prefix=held)
+        embeds = None
+        if begin.images is not None:  # the vision tower once, for the whole prompt; pieces take slices
+            if self.vision is None:
+                raise RuntimeError("a prompt with images reached a runner whose model has no vision side")
+            embeds = self.vision.embed(begin.images)
+            mx.eval(embeds)
+        self._seqs[piece.seq_id] = SequenceState(sampler, prefill_cache=cache, prefix=held, embeds=embeds)
         if self.draft is not None and begin.pooling is None:
             self.draft.begin(piece.seq_id, begin.history)
 
-    def _forward_prefill(self, tokens: mx.array, cache: list, terminal: bool) -> Optional[mx.array]:
-        """Run one piece; the (1, V) logits of its last position when terminal, else only the KV."""
+    def _forward_prefill(self, tokens: mx.array, cache: list, terminal: bool, embeds: Optional[mx.array] = None
+                         ) -> Optional[mx.array]:
+        """Run one piece (`embeds`: its input embeddings, a prompt with images); the (1, V) logits of its
+        last position when terminal, else only the KV."""
+        extra = {} if embeds is None else {"input_embeddings": embeds}
         if self._project is None:
-            out = self.model(tokens, cache=cache)
+            out = self.model(tokens, cache=cache, **extra)
             if not terminal:
                 mx.eval([c.state for c in cache])
                 return None
             return out[:, -1, :]
-        hidden = self.model.model(tokens, cache=cache)
+        hidden = self.model.model(tokens, cache=cache, **extra)
         if not terminal:
             mx.eval([c.state for c in cache])  # the LM head is never computed for inner pieces
             return None

@@ -47,6 +47,8 @@ class FusedTick:
             return False
         if self.draft is not None or any(step.drafts) or step.draft_lengths or self._pools(piece):
             return False
+        if (piece.begin.images if piece.begin is not None else self._seqs[piece.seq_id].embeds) is not None:
+            return False  # a prompt with images prefills through its input embeddings
         params = piece.begin.sampling if piece.begin is not None else self._seqs[piece.seq_id].sampler.params
         return not params.prompt_logprobs
 

@@ -44,6 +44,21 @@ class TextPart(Body):
     text: str
 
 
+class ImageURL(Body):
+    url: str  # a data: URL (data:image/png;base64,...); http(s) URLs are refused (never fetched)
+    detail: Optional[Literal["auto", "low", "high"]] = None  # accepted; the model's processor sets the size
+
+
+class ImageURLPart(Body):
+    """An image in a user turn (OpenAI's form); needs a vision-language model (server/generation/images.py)."""
+
+    type: Literal["image_url"]
+    image_url: ImageURL
+
+
+ContentPart = Annotated[Union[TextPart, ImageURLPart], Field(discriminator="type")]
+
+
 class CalledFunction(Body):
     name: str
     arguments: str  # JSON text, as the model wrote it
@@ -57,7 +72,7 @@ class ToolCall(Body):
 
 class ChatMessage(Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: Union[str, list[TextPart], None] = None
+    content: Union[str, list[ContentPart], None] = None
     name: Optional[str] = None
     tool_calls: Optional[list[ToolCall]] = None  # assistant turns
     function_call: Optional[CalledFunction] = None  # assistant turns, deprecated form of tool_calls

@@ -1,0 +1,104 @@
+"""Images for a vision-language model directory, through mlx-vlm (a maintained library, pinned in the
+Makefile's setup): its processor turns a prompt's text and images into token ids and pixels, its vision
+tower and projector into the features that take the image tokens' places in the prompt's input
+embeddings. The language model stays the one mlx-lm loaded from the same directory (the engine's
+batching, caches and CPU kernels are unchanged); mlx-vlm's own copy of it is never read (loaded lazily,
+then replaced by ours).
+
+Architectures: gemma3 (Gemma 3 4B-27B: SigLIP + projector). A prompt's pieces take slices of the
+merged embeddings, so an image's tokens can fall across pieces (mlx-vlm's gemma3 attends causally)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from ..errors import ModelLoadError
+
+ARCHITECTURES = ("gemma3",)
+log = logging.getLogger("mlxcel_py.models")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class PromptImages:
+    """A prompt's images, processed: what the engine needs to build its input embeddings (data only)."""
+
+    prompt_ids: tuple[int, ...]  # the whole prompt, image tokens expanded
+    pixel_values: np.ndarray  # (images, channels, height, width), the processor's
+    digest: str  # sha256 of the images' bytes, in order
+
+
+@dataclass(frozen=True, slots=True)
+class Vision:
+    """A loaded vision-language model's image side: mlx-vlm's model (its language model ours) and processor."""
+
+    model: Any
+    processor: Any
+    image_token_id: int
+    image_tokens: int  # tokens one image becomes
+
+    def process(self, text: str, images: list[bytes]) -> PromptImages:
+        """The rendered prompt (one image marker per image, as the chat template writes it) and the
+        images' bytes -> token ids with every image expanded, and pixels. ValueError for bad images."""
+        from PIL import Image
+
+        pictures = [Image.open(io.BytesIO(raw)).convert("RGB") for raw in images]
+        out = self.processor(text=[text], images=pictures, return_tensors="np", add_special_tokens=False)
+        ids = tuple(int(t) for t in np.asarray(out["input_ids"])[0])
+        digest = hashlib.sha256(b"".join(hashlib.sha256(raw).digest() for raw in images)).hexdigest()
+        return PromptImages(ids, np.asarray(out["pixel_values"]), digest)
+
+    def embed(self, media: PromptImages):
+        """(1, prompt tokens, hidden): the text tokens' embeddings with the image features in place."""
+        import mlx.core as mx
+
+        ids = mx.array([list(media.prompt_ids)])
+        got = self.model.get_input_embeddings(ids, mx.array(media.pixel_values), mask=mx.ones_like(ids))
+        return got.inputs_embeds
+
+
+def vision_config(path: Path) -> Optional[dict]:
+    """The directory's config.json when it describes a vision-language model, else None."""
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config.get("vision_config"), dict) else None
+
+
+def load_vision(path: Path, language_model: Any) -> Optional[Vision]:
+    """The image side of the VLM at `path` around `language_model`, mlx-lm's model of its text part
+    (what mlx-vlm's `language_model` submodule would be); None when `path` is no VLM."""
+    config = vision_config(path)
+    if config is None:
+        return None
+    if config.get("model_type") not in ARCHITECTURES:
+        log.warning("%s: images of a %r model are not supported (supported: %s); serving its text model only",
+                    path.name, config.get("model_type"), ", ".join(ARCHITECTURES))
+        return None
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local directory: mlx-vlm must not reach for the hub
+    try:
+        from mlx_vlm.utils import load
+    except ImportError as exc:
+        log.warning("%s is a vision-language model but mlx-vlm is not installed (make setup installs it): %s; "
+                    "serving its text model only", path.name, exc)
+        return None
+    import mlx.core as mx
+
+    try:
+        vlm, processor = load(str(path), lazy=True)
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"cannot load the vision side of {path.name}: {exc}") from None
+    vlm.language_model = language_model  # ours: mlx-vlm's copy stays unread
+    for part in ("vision_tower", "multi_modal_projector"):
+        mx.eval(getattr(vlm, part).parameters())
+    tokens = int(getattr(processor, "image_seq_length", 0) or config.get("mm_tokens_per_image", 0))
+    return Vision(vlm, processor, int(config["image_token_index"]), tokens)

@@ -1,0 +1,77 @@
+"""Images in a chat body: taken out of the messages (each becomes the {"type": "image"} part chat
+templates render), decoded from data: URLs and checked before anything else runs. Every problem is a
+400 naming the part: a model without a vision side, an http(s) URL (this server fetches nothing),
+bad base64, bytes no image decoder reads, a format, size or count past the limits."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import re
+from typing import Any, Optional
+
+from ...errors import FieldError
+
+MAX_IMAGES = 8  # per request
+MAX_IMAGE_BYTES = 20 << 20  # decoded, per image (the body itself is capped by --max-body-bytes)
+MAX_PIXELS = 50_000_000  # per image: a decompression bomb is refused before it is decoded
+FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP")
+_DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^;,]*)*?);base64,(?P<data>.*)", re.S)
+
+
+def _decode(url: str, where: str) -> bytes:
+    from PIL import Image, UnidentifiedImageError
+
+    if url.startswith(("http://", "https://")):
+        raise FieldError(f"{where}: image URLs are not fetched by this server (that would be a request from the "
+                         "server); send the image inline as a data: URL (data:image/png;base64,...)", param="messages")
+    match = _DATA_URL.fullmatch(url.strip())
+    if match is None:
+        raise FieldError(f"{where}: the image must be a base64 data: URL (data:image/png;base64,...)", param="messages")
+    try:
+        raw = base64.b64decode(match["data"], validate=True)
+    except (binascii.Error, ValueError):
+        raise FieldError(f"{where}: the image's base64 does not decode", param="messages") from None
+    if len(raw) > MAX_IMAGE_BYTES:
+        raise FieldError(f"{where}: the image is {len(raw)} bytes; at most {MAX_IMAGE_BYTES}", param="messages")
+    try:
+        with Image.open(io.BytesIO(raw)) as image:
+            kind, (width, height) = image.format, image.size
+            if width * height > MAX_PIXELS:
+                raise FieldError(f"{where}: the image is {width}x{height} pixels; at most {MAX_PIXELS}",
+                                 param="messages")
+            image.verify()
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError):
+        raise FieldError(f"{where}: the bytes are not an image this server reads ({', '.join(FORMATS)})",
+                         param="messages") from None
+    if kind not in FORMATS:
+        raise FieldError(f"{where}: {kind} images are not supported ({', '.join(FORMATS)})", param="messages")
+    return raw
+
+
+def take_images(messages: list[dict], vision: Optional[Any], model_id: str) -> tuple[list[dict], list[bytes]]:
+    """(the messages with each image_url part as {"type": "image"}, the images' bytes in order)."""
+    out, images = [], []
+    for i, message in enumerate(messages):
+        content = message.get("content")
+        if not isinstance(content, list) or not any(p.get("type") == "image_url" for p in content):
+            out.append(message)
+            continue
+        parts = []
+        for j, part in enumerate(content):
+            if part.get("type") != "image_url":
+                parts.append(part)
+                continue
+            where = f"messages[{i}].content[{j}]"
+            if vision is None:
+                raise FieldError(f"{where}: {model_id} takes text only; images need a vision-language model",
+                                 param="messages")
+            if message.get("role") != "user":
+                raise FieldError(f"{where}: images go in user turns", param="messages")
+            if len(images) == MAX_IMAGES:
+                raise FieldError(f"{where}: at most {MAX_IMAGES} images per request", param="messages")
+            images.append(_decode(part["image_url"]["url"], where))
+            parts.append({"type": "image"})
+        out.append({**message, "content": parts})
+    return out, images

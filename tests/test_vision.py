@@ -1,0 +1,186 @@
+"""Images in chat: a tiny random-weight Gemma 3 VLM (scripts/make_tiny_vlm.py, built here) served through the
+engine, its greedy tokens against mlx-vlm's own model (its language model, its cache) for the same prompt and
+pixels; chunked == whole, batched == alone, streaming, the OpenAI client, and every refusal."""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import importlib.util
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from server_helpers import error_of, start_server, stop_server
+
+pytest.importorskip("mlx_vlm", reason="make setup installs mlx-vlm")
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "make_tiny_vlm.py"
+TOKENS = 8
+QUESTION = "What is in the image?"
+
+
+def _png(color=(200, 30, 30), size=(48, 40)) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", size, color).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def _url(raw: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(raw).decode()
+
+
+def _chat(raw: bytes, question: str = QUESTION, **extra) -> dict:
+    content = [{"type": "text", "text": question}, {"type": "image_url", "image_url": {"url": _url(raw)}}]
+    return {"messages": [{"role": "user", "content": content}], "max_tokens": TOKENS, "temperature": 0,
+            **extra}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    spec = importlib.util.spec_from_file_location("make_tiny_vlm", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path_factory.mktemp("vlm") / "tiny-gemma3"
+    module.build(out, "float32")
+    return out
+
+
+@pytest.fixture(scope="module")
+def loaded(model_dir):
+    from mlxcel_py.models import load_model
+
+    return load_model(str(model_dir))
+
+
+@pytest.fixture(scope="module")
+def server(loaded):
+    running = start_server(model=loaded, parallel=2, prefill_chunk_size=7)  # pieces of 7 split the image's 16
+    yield running
+    stop_server(running)
+
+
+def reference(model_dir: Path, prompt_ids: tuple[int, ...], pixel_values: np.ndarray) -> list[int]:
+    """mlx-vlm's own model end to end (its language model, its cache): greedy, TOKENS tokens."""
+    import mlx.core as mx
+    from mlx_vlm.models.cache import make_prompt_cache
+    from mlx_vlm.utils import load
+
+    vlm, _ = load(str(model_dir))
+    ids = mx.array([list(prompt_ids)])
+    embeds = vlm.get_input_embeddings(ids, mx.array(pixel_values), mask=mx.ones_like(ids)).inputs_embeds
+    cache = make_prompt_cache(vlm.language_model)
+    logits = vlm.language_model(ids, inputs_embeds=embeds, cache=cache).logits
+    out = [int(mx.argmax(logits[0, -1]))]
+    while len(out) < TOKENS:
+        out.append(int(mx.argmax(vlm.language_model(mx.array([[out[-1]]]), cache=cache).logits[0, -1])))
+    return out
+
+
+def _prompt(loaded, raw: bytes, question: str = QUESTION):
+    messages = [{"role": "user", "content": [{"type": "text", "text": question}, {"type": "image"}]}]
+    text = loaded.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return loaded.vision.process(text, [raw])
+
+
+def test_the_prompt_has_one_bos_and_the_images_tokens(loaded):
+    media = _prompt(loaded, _png())
+    assert media.prompt_ids.count(loaded.bos_token_id) == 1 and media.prompt_ids[0] == loaded.bos_token_id
+    assert media.prompt_ids.count(loaded.vision.image_token_id) == loaded.vision.image_tokens == 16
+    assert media.pixel_values.shape == (1, 3, 32, 32)
+
+
+def test_greedy_tokens_equal_mlx_vlms_own_model(server, loaded, model_dir):
+    raw = _png()
+    media = _prompt(loaded, raw)
+    want = reference(model_dir, media.prompt_ids, media.pixel_values)
+    with server.client() as client:
+        got = client.post("/v1/chat/completions", json=_chat(raw)).json()
+    assert got["usage"] == {**got["usage"], "prompt_tokens": len(media.prompt_ids), "completion_tokens": TOKENS}
+    assert got["choices"][0]["finish_reason"] == "length"
+    assert got["choices"][0]["message"]["content"] == loaded.tokenizer.decode(want)
+    assert client_text(server, _png((20, 200, 90))) != client_text(server, raw)  # the image decides the reply
+
+
+def client_text(server, raw: bytes, **extra) -> str:
+    with server.client() as client:
+        resp = client.post("/v1/chat/completions", json=_chat(raw, **extra))
+    assert resp.status_code == 200, resp.text
+    return resp.json()["choices"][0]["message"]["content"]
+
+
+def test_an_image_request_beside_text_requests_answers_as_alone(server, loaded):
+    raw = _png((30, 30, 220))
+    alone = client_text(server, raw)
+    text = {"messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 24, "temperature": 0}
+    with server.client() as client:
+        text_alone = client.post("/v1/chat/completions", json=text).json()["choices"][0]["message"]["content"]
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            image = pool.submit(client_text, server, raw)
+            texts = [pool.submit(client.post, "/v1/chat/completions", json=text) for _ in range(2)]
+            assert image.result(60) == alone
+            assert all(t.result(60).json()["choices"][0]["message"]["content"] == text_alone for t in texts)
+
+
+def test_streaming_and_the_openai_client(server, loaded):
+    openai = pytest.importorskip("openai")
+    raw = _png((90, 90, 10))
+    alone = client_text(server, raw)
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+    body = _chat(raw)
+    stream = client.chat.completions.create(model="tiny", messages=body["messages"], max_tokens=TOKENS,
+                                            temperature=0, stream=True)
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert text == alone
+
+
+def test_a_second_turn_over_the_same_image_is_not_served_from_a_stale_cache(server, loaded):
+    # Two images whose prompts have the same token ids: the prompt cache must never hand one the other's KV.
+    first, second = _png((250, 250, 250)), _png((5, 5, 5))
+    assert _prompt(loaded, first).prompt_ids == _prompt(loaded, second).prompt_ids
+    assert client_text(server, first) != client_text(server, second)
+
+
+@pytest.mark.parametrize("url, message", [
+    ("https://example.com/cat.png", "not fetched by this server"),
+    ("data:image/png;base64,@@@", "base64 does not decode"),
+    ("data:image/png;base64," + base64.b64encode(b"not an image").decode(), "not an image this server reads"),
+    ("cat.png", "must be a base64 data: URL"),
+])
+def test_bad_images_are_a_400_and_the_server_goes_on(server, loaded, url, message):
+    body = {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}],
+            "max_tokens": 2}
+    with server.client() as client:
+        resp = client.post("/v1/chat/completions", json=body)
+    assert resp.status_code == 400 and message in error_of(resp)["message"], resp.text
+    assert "messages[0].content[0]" in error_of(resp)["message"]
+    assert client_text(server, _png())
+
+
+def test_too_many_images_and_images_outside_user_turns_are_refused(server):
+    from mlxcel_py.server.generation.images import MAX_IMAGES
+
+    part = {"type": "image_url", "image_url": {"url": _url(_png())}}
+    with server.client() as client:
+        many = client.post("/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": [part] * (MAX_IMAGES + 1)}], "max_tokens": 2})
+        assert many.status_code == 400 and f"at most {MAX_IMAGES} images" in error_of(many)["message"]
+        system = client.post("/v1/chat/completions", json={
+            "messages": [{"role": "system", "content": [part]}, {"role": "user", "content": "hi"}], "max_tokens": 2})
+        assert system.status_code == 400 and "images go in user turns" in error_of(system)["message"]
+
+
+def test_a_text_only_model_refuses_an_image():
+    running = start_server()
+    try:
+        with running.client() as client:
+            resp = client.post("/v1/chat/completions", json=_chat(_png()))
+            assert resp.status_code == 400
+            assert "takes text only; images need a vision-language model" in error_of(resp)["message"]
+            assert client.post("/v1/chat/completions", json={
+                "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}).status_code == 200
+    finally:
+        stop_server(running)
