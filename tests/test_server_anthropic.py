@@ -144,7 +144,7 @@ def test_streamed_tool_use(claude):
     ({"messages": HELLO}, 400, "invalid_request_error", "missing required field 'max_tokens'"),
     ({"max_tokens": 4, "messages": [{"role": "user", "content": [
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}]},
-     400, "invalid_request_error", "'image' content blocks are not supported"),
+     400, "invalid_request_error", "takes text only; images need a vision-language model"),
     ({"max_tokens": 4, "messages": HELLO, "thinking": {"type": "enabled", "budget_tokens": 2048}},
      400, "invalid_request_error", "'thinking' type \"enabled\" needs thinking, which is off"),
     ({"max_tokens": 4, "messages": HELLO, "tools": [{"type": "web_search_20250305", "name": "web_search"}]},

@@ -213,7 +213,7 @@ def _error(resp: httpx.Response) -> str:
 
 @pytest.mark.parametrize(("path", "body", "status", "words"), [
     ("/api/chat", {"messages": [{"role": "user", "content": "Hi", "images": ["AAAA"]}]}, 400,
-     "images are not supported"),
+     "messages[0].images[0]: m takes text only; images need a vision-language model"),
     ("/api/generate", {"prompt": "Hi", "images": ["AAAA"]}, 400, "'images' is not supported"),
     ("/api/generate", {"prompt": "Hi", "template": "{{ .Prompt }}"}, 400, "'template' is not supported"),
     ("/api/generate", {"prompt": "Hi", "suffix": "end"}, 400, "'suffix' is not supported"),

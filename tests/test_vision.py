@@ -184,3 +184,30 @@ def test_a_text_only_model_refuses_an_image():
                 "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}).status_code == 200
     finally:
         stop_server(running)
+
+
+def test_the_anthropic_and_ollama_clients_send_a_png(server):
+    anthropic = pytest.importorskip("anthropic")
+    ollama = pytest.importorskip("ollama")
+    raw = _png((160, 60, 200))
+    want = client_text(server, raw)
+    b64 = base64.b64encode(raw).decode()
+    client = anthropic.Anthropic(base_url=server.url, api_key="unused")
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64}}
+    got = client.messages.create(model="tiny", max_tokens=TOKENS, extra_body={"temperature": 0},
+                                 messages=[{"role": "user", "content": [{"type": "text", "text": QUESTION}, image]}])
+    assert got.content[0].text == want and got.usage.input_tokens > 16
+    reply = ollama.Client(host=server.url).chat(model="tiny", messages=[
+        {"role": "user", "content": QUESTION, "images": [raw]}], options={"temperature": 0, "num_predict": TOKENS})
+    assert reply.message.content == want
+
+
+def test_other_dialects_name_the_image_they_refuse(server):
+    with server.client() as client:
+        url = {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}
+        resp = client.post("/v1/messages", json={"model": "x", "max_tokens": 2,
+                                                 "messages": [{"role": "user", "content": [url]}]})
+        assert resp.status_code == 400 and "not fetched by this server" in resp.json()["error"]["message"]
+        resp = client.post("/api/chat", json={"model": "x", "stream": False, "messages": [
+            {"role": "user", "content": "hi", "images": ["@@"]}]})
+        assert resp.status_code == 400 and resp.json()["error"].startswith("messages[0].images[0]: ")

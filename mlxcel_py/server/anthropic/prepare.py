@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 from ...engine import Request as EngineRequest
 from ...errors import FieldError
-from ...models import encode_chat
 from ...models.chat import validate_messages
 from ...tool_calls import ToolRequest, call_constraint, tool_messages, tool_request
+from ..generation.images import chat_prompt, image_part, take_images, with_images
 from ..generation.keep import keep_fields
 from ..generation.prepared import Prepared, blame, refuse_unsupported
 from ..generation.reasoning import reply_reasoning
@@ -58,7 +58,7 @@ def _turns(i: int, msg: Message) -> list[dict]:
     """One Anthropic message as OpenAI turns: tool results first (they answer the previous calls)."""
     if isinstance(msg.content, str):
         return [_system(msg.content) if msg.role == "system" else {"role": msg.role, "content": msg.content}]
-    allowed = {"system": ("text",), "user": ("text", "tool_result"),
+    allowed = {"system": ("text",), "user": ("text", "tool_result", "image"),
                "assistant": ("text", "thinking", "tool_use")}[msg.role]
     for j, block in enumerate(msg.content):
         if block.type not in allowed:
@@ -70,6 +70,10 @@ def _turns(i: int, msg: Message) -> list[dict]:
     results = [{"role": "tool", "tool_call_id": b.tool_use_id,
                 "content": _result_text(_text(b.content), b.is_error)}
                for b in msg.content if b.type == "tool_result"]
+    if any(b.type == "image" for b in msg.content):  # text and images in order (generation/images.py)
+        parts = [image_part(_data_url(b.source)) if b.type == "image" else {"type": "text", "text": b.text}
+                 for b in msg.content if b.type in ("text", "image")]
+        return results + [{"role": "user", "content": parts}]
     calls = [{"id": b.id, "type": "function", "function": {"name": b.name, "arguments": json.dumps(b.input)}}
              for b in msg.content if b.type == "tool_use"]
     # Thinking sent back is the turn's reasoning_content, for templates that render it.
@@ -78,6 +82,13 @@ def _turns(i: int, msg: Message) -> list[dict]:
     if calls:
         return results + [{"role": "assistant", "content": text or None, "tool_calls": calls, **reasoning}]
     return results + ([{"role": msg.role, "content": text, **reasoning}] if text or reasoning or not results else [])
+
+
+def _data_url(source: Any) -> str:
+    """An image block's source as a data: URL (a url source as given: the image checks refuse it)."""
+    if source.type == "url":
+        return source.url or ""
+    return f"data:{source.media_type or 'image/png'};base64,{source.data or ''}"
 
 
 def openai_messages(body: CountTokensRequest) -> list[dict]:
@@ -107,18 +118,19 @@ def tools_of(body: CountTokensRequest) -> Optional[ToolRequest]:
     return tool_request(tools or None, choice, parallel)
 
 
-def _prompt(rt: "Runtime", body: CountTokensRequest) -> tuple[tuple[int, ...], Optional[int], Optional[ToolRequest]]:
+def _prompt(rt: "Runtime", body: CountTokensRequest
+            ) -> tuple[tuple[int, ...], Optional[int], Optional[ToolRequest], Any]:
     refuse_unsupported(body, NOT_SUPPORTED)
     options = thinking_options(rt.thinks, body.thinking)
     with blame("messages"):
         request = tools_of(body)
         messages = openai_messages(body)
-        rt.prompt_limit.check_chars(sum(len(m.get("content") or "") for m in messages), "messages")
+        rt.prompt_limit.check_chars(sum(len(m.get("content") or "") for m in messages
+                                        if isinstance(m.get("content"), str)), "messages")
+        messages, images = take_images(messages, rt.loaded.vision, rt.model_id)
         messages, tools = tool_messages(validate_messages(messages), request, rt.tool_format)
-        prompt = encode_chat(rt.loaded.tokenizer, messages, tools=tools,
-                             before_tokenize=lambda text: rt.prompt_limit.check_chars(len(text), "messages"),
-                             template=rt.chat_template, options=options)
-    return prompt.ids, prompt.history_boundary, request
+        prompt, media = chat_prompt(rt, messages, tools, options, images)
+    return prompt.ids, prompt.history_boundary, request, media
 
 
 def count_tokens(rt: "Runtime", raw: bytes) -> dict:
@@ -132,7 +144,7 @@ def prepare_messages(rt: "Runtime", raw: bytes) -> Prepared[AnthropicReply]:
     body = parse_body(raw, MessagesRequest)
     rt.check_model(body.model)
     budget = thinking_budget(body.thinking)
-    ids, boundary, request = _prompt(rt, body)
+    ids, boundary, request, media = _prompt(rt, body)
     fields = {"max_tokens": body.max_tokens, "temperature": body.temperature, "top_p": body.top_p,
               "top_k": body.top_k, "stop": body.stop_sequences}
     sampling = sampling_params(GenerationRequest.model_construct(**fields), rt.config.sampling,
@@ -149,5 +161,5 @@ def prepare_messages(rt: "Runtime", raw: bytes) -> Prepared[AnthropicReply]:
     shown = request if request is not None and request.choice != "none" else None
     reply = AnthropicReply(f"msg_{uuid.uuid4().hex[:24]}", rt.model_id, len(ids), sampling.max_tokens, shown,
                            rt.tool_format, reply_reasoning(rt.reasoning, rt.loaded.tokenizer, ids))
-    return Prepared(EngineRequest(reply.id, ids, sampling, boundary, **keep_fields(body, rt, ids)), reply,
-                    bool(body.stream))
+    return with_images(Prepared(EngineRequest(reply.id, ids, sampling, boundary, **keep_fields(body, rt, ids)),
+                                reply, bool(body.stream)), media)

@@ -18,7 +18,7 @@ from typing_extensions import Annotated
 from ..generation.schemas import Body
 
 Object = dict[str, Any]
-SUPPORTED_BLOCKS = ("text", "thinking", "tool_use", "tool_result")
+SUPPORTED_BLOCKS = ("text", "image", "thinking", "tool_use", "tool_result")
 
 
 class TextBlock(Body):
@@ -26,6 +26,21 @@ class TextBlock(Body):
     text: str
     cache_control: Optional[Object] = None  # a caching hint: ignored
     citations: Optional[list[Object]] = None  # accepted as sent; citations are not generated
+
+
+class ImageSource(Body):
+    type: Literal["base64", "url"]  # a url is refused: this server fetches nothing (generation/images.py)
+    media_type: Optional[str] = None
+    data: Optional[str] = None
+    url: Optional[str] = None
+
+
+class ImageBlock(Body):
+    """An image in a user turn; needs a vision-language model."""
+
+    type: Literal["image"]
+    source: ImageSource
+    cache_control: Optional[Object] = None
 
 
 class ThinkingBlock(Body):
@@ -66,7 +81,7 @@ class UnsupportedBlock(Body):
 
 
 # Capitalised: body.py drops them.
-_TAGS = {"text": "Text", "thinking": "Thinking", "tool_use": "ToolUse", "tool_result": "ToolResult"}
+_TAGS = {"text": "Text", "image": "Image", "thinking": "Thinking", "tool_use": "ToolUse", "tool_result": "ToolResult"}
 
 
 def _block_tag(value: Any) -> str:
@@ -75,7 +90,8 @@ def _block_tag(value: Any) -> str:
 
 
 Block = Annotated[
-    Union[Annotated[TextBlock, Tag("Text")], Annotated[ThinkingBlock, Tag("Thinking")],
+    Union[Annotated[TextBlock, Tag("Text")], Annotated[ImageBlock, Tag("Image")],
+          Annotated[ThinkingBlock, Tag("Thinking")],
           Annotated[ToolUseBlock, Tag("ToolUse")],
           Annotated[ToolResultBlock, Tag("ToolResult")], Annotated[UnsupportedBlock, Tag("Unsupported")]],
     Discriminator(_block_tag),

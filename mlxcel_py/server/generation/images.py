@@ -7,11 +7,16 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import io
 import re
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from ...errors import FieldError
+
+if TYPE_CHECKING:
+    from ..runtime import Runtime
+    from .prepared import Prepared
 
 MAX_IMAGES = 8  # per request
 MAX_IMAGE_BYTES = 20 << 20  # decoded, per image (the body itself is capped by --max-body-bytes)
@@ -63,7 +68,7 @@ def take_images(messages: list[dict], vision: Optional[Any], model_id: str) -> t
             if part.get("type") != "image_url":
                 parts.append(part)
                 continue
-            where = f"messages[{i}].content[{j}]"
+            where = part.get("where") or f"messages[{i}].content[{j}]"
             if vision is None:
                 raise FieldError(f"{where}: {model_id} takes text only; images need a vision-language model",
                                  param="messages")
@@ -75,3 +80,35 @@ def take_images(messages: list[dict], vision: Optional[Any], model_id: str) -> t
             parts.append({"type": "image"})
         out.append({**message, "content": parts})
     return out, images
+
+
+def chat_prompt(rt: "Runtime", messages: list[dict], tools: Any, options: Any, images: list[bytes]):
+    """(ChatPrompt, PromptImages or None): `messages` (validated, images taken out) rendered and tokenized;
+    with images, through the model's processor, which expands each image's marker into its tokens."""
+    from ...models import encode_chat
+    from ...models.chat import ChatPrompt, render_chat
+
+    if not images:
+        return encode_chat(rt.loaded.tokenizer, messages, tools=tools, template=rt.chat_template, options=options,
+                           before_tokenize=lambda text: rt.prompt_limit.check_chars(len(text), "messages")), None
+    text = render_chat(rt.loaded.tokenizer, messages, tools=tools, template=rt.chat_template, options=options)
+    rt.prompt_limit.check_chars(len(text), "messages")
+    try:
+        media = rt.loaded.vision.process(text, images)
+    except (ValueError, OSError) as exc:
+        raise FieldError(f"the images could not be processed: {exc}", param="messages") from None
+    return ChatPrompt(media.prompt_ids, None), media
+
+
+def with_images(prepared: "Prepared", media: Any) -> "Prepared":
+    """`prepared` whose engine request carries its prompt's images: built from its pixels, never cached
+    (image tokens' ids say nothing of the image)."""
+    if media is None:
+        return prepared
+    return dataclasses.replace(prepared, job=dataclasses.replace(prepared.job, images=media, cache_prompt=False))
+
+
+def image_part(data_url: str, where: Optional[str] = None) -> dict:
+    """An image as the OpenAI-form part `take_images` reads (the dialects' own forms become this);
+    `where` names it in errors as the dialect's body does."""
+    return {"type": "image_url", "image_url": {"url": data_url}, **({"where": where} if where else {})}

@@ -36,8 +36,8 @@ OPTIONS_IGNORED = frozenset({
     "num_thread", "numa", "low_vram", "f16_kv", "logits_all", "vocab_only", "use_mmap", "use_mlock",
     "embedding_only",
 })
-MESSAGE_HONOURED = frozenset({"role", "content", "thinking", "tool_calls", "tool_name", "tool_call_id"})
-MESSAGE_REFUSED = frozenset({"images"})  # refused unless empty (prepare.py: no vision model here)
+MESSAGE_HONOURED = frozenset({"role", "content", "thinking", "tool_calls", "tool_name", "tool_call_id", "images"})
+MESSAGE_REFUSED: frozenset[str] = frozenset()
 MESSAGE_IGNORED: frozenset[str] = frozenset()
 
 
@@ -74,7 +74,7 @@ GENERATE_NOT_SUPPORTED: tuple[Refused, ...] = SHARED + (
     _only("suffix", _empty, '""', "(no fill-in-the-middle here)"),
     _only("template", _empty, '""', "(the model's own chat template renders the prompt; use raw: true for "
                                     "a prompt you rendered yourself)"),
-    _only("images", _empty, "[]", "(no vision model is served here)"),
+    _only("images", _empty, "[]", "(on /api/generate; send images in a /api/chat message)"),
     _only("width", lambda v: False, "null", "(no image generation here)"),
     _only("height", lambda v: False, "null", "(no image generation here)"),
     _only("steps", lambda v: False, "null", "(no image generation here)"),

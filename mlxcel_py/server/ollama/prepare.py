@@ -21,6 +21,7 @@ from ...models.chat import ChatOptions, validate_messages
 from ...serve_models import parse_keep_alive
 from ...tool_calls import ToolRequest, tool_messages, tool_request
 from ..generation.assembler import Shape, ToolParsing
+from ..generation.images import chat_prompt, image_part, take_images, with_images
 from ..generation.logprobs import TokenPieces
 from ..generation.keep import keep_fields, shift_field
 from ..generation.prepared import Prepared, blame, refuse_unsupported
@@ -42,9 +43,10 @@ if TYPE_CHECKING:
 
 def _turn(i: int, msg: OllamaMessage, pending: list[tuple[str, str]]) -> dict:
     """One Ollama message in OpenAI's form; `pending`: the (id, name) of calls not yet answered."""
-    if msg.images:
-        raise FieldError(f"messages[{i}].images: images are not supported by this server (no vision model "
-                         "is served here)", param="messages")
+    if msg.images:  # base64 strings after the text, as OpenAI-form parts (generation/images.py)
+        parts = [{"type": "text", "text": msg.content or ""}] + [
+            image_part("data:;base64," + b, f"messages[{i}].images[{k}]") for k, b in enumerate(msg.images)]
+        return {"role": msg.role, "content": parts}
     if msg.role == "assistant" and msg.tool_calls:
         calls = [{"id": c.id or f"call_{i}_{j}", "type": "function",
                   "function": {"name": c.function.name, "arguments": json.dumps(c.function.arguments)}}
@@ -177,12 +179,13 @@ def prepare_chat(rt: "Runtime", raw: bytes, arrived: float) -> Optional[Prepared
     with blame("messages"):
         request = tool_request([t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None)
         messages = openai_messages(body)
-        rt.prompt_limit.check_chars(sum(len(m.get("content") or "") for m in messages), "messages")
+        rt.prompt_limit.check_chars(sum(len(m.get("content") or "") for m in messages
+                                        if isinstance(m.get("content"), str)), "messages")
+        messages, images = take_images(messages, rt.loaded.vision, body.model or rt.model_id)
         messages, tools = tool_messages(validate_messages(messages), request, rt.tool_format)
-        prompt = encode_chat(rt.loaded.tokenizer, messages, tools=tools,
-                             before_tokenize=lambda text: rt.prompt_limit.check_chars(len(text), "messages"),
-                             template=rt.chat_template, options=_think(rt, body))
-    return _prepared(rt, body, _reply(rt, body, "chat", prompt.ids, arrived, request), prompt.history_boundary)
+        prompt, media = chat_prompt(rt, messages, tools, _think(rt, body), images)
+    return with_images(_prepared(rt, body, _reply(rt, body, "chat", prompt.ids, arrived, request),
+                                 prompt.history_boundary), media)
 
 
 def _think(rt: "Runtime", body: OllamaRequest) -> ChatOptions:

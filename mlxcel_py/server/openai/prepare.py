@@ -7,7 +7,6 @@ before tokenizing.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 import uuid
 from typing import TYPE_CHECKING, Any, Optional
@@ -15,12 +14,11 @@ from typing import TYPE_CHECKING, Any, Optional
 from ...engine import Request as EngineRequest
 from ...engine import SamplingParams, check_logit_bias
 from ...errors import FieldError, RequestError
-from ...models import encode_chat
-from ...models.chat import ChatPrompt, render_chat, validate_messages
+from ...models.chat import validate_messages
 from ...serve_config import REASONING_FORMATS
 from ...tool_calls import tool_messages
 from ..generation.assembler import Shape, ToolParsing
-from ..generation.images import take_images
+from ..generation.images import chat_prompt, take_images, with_images
 from ..generation.logprobs import TokenPieces
 from ..generation.prepared import Prepared, blame, refuse_unsupported
 from ..generation.keep import keep_fields
@@ -57,30 +55,10 @@ def prepare_chat(rt: "Runtime", raw: bytes) -> Prepared[Reply]:
     with blame("messages"):
         # The request's tools, and tool calls and results in the history, as the template renders them.
         messages, tools = tool_messages(validate_messages(messages), plan.tools, rt.tool_format)
-        if images:
-            media = _with_images(rt, messages, tools, options, images)
-            prompt = ChatPrompt(media.prompt_ids, None)
-        else:
-            media, prompt = None, encode_chat(
-                rt.loaded.tokenizer, messages, tools=tools, template=rt.chat_template, options=options,
-                before_tokenize=lambda text: rt.prompt_limit.check_chars(len(text), "messages"))
+        prompt, media = chat_prompt(rt, messages, tools, options, images)
     reasoning = reply_reasoning(_markers(rt, body.reasoning_format), rt.loaded.tokenizer, prompt.ids)
-    prepared = _prepared(rt, body, "chat", prompt.ids, prompt.history_boundary, plan, reasoning=reasoning,
-                         budget=budget)
-    if media is None:
-        return prepared
-    # A prompt with images: built from its pixels, never cached (image tokens' ids say nothing of the image).
-    return dataclasses.replace(prepared, job=dataclasses.replace(prepared.job, images=media, cache_prompt=False))
-
-
-def _with_images(rt: "Runtime", messages: list, tools: Any, options: Any, images: list[bytes]) -> Any:
-    """The rendered prompt and its images through the model's processor (models/vision.py)."""
-    text = render_chat(rt.loaded.tokenizer, messages, tools=tools, template=rt.chat_template, options=options)
-    rt.prompt_limit.check_chars(len(text), "messages")
-    try:
-        return rt.loaded.vision.process(text, images)
-    except (ValueError, OSError) as exc:
-        raise FieldError(f"the images could not be processed: {exc}", param="messages") from None
+    return with_images(_prepared(rt, body, "chat", prompt.ids, prompt.history_boundary, plan, reasoning=reasoning,
+                                 budget=budget), media)
 
 
 def _markers(rt: "Runtime", fmt: Optional[str]) -> Optional[ReasoningMarkers]:
