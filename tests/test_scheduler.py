@@ -215,3 +215,22 @@ def test_next_turn_adopts_the_cached_prefix_and_prefills_only_the_new_message():
     events = run_until(engine, lambda ev: finished(ev, "t2"))
     assert runner.prefill_lengths(2) == [190, 10]
     assert finished(events, "t2")[0].usage.cached_tokens == 1000
+
+
+def test_the_prompt_cache_matches_cache_keys_not_ids():
+    """A prompt with images is indexed by its key (each image's tokens standing for that image): the same
+    ids under another key adopt nothing past the first difference; the same key adopts the whole turn."""
+    from dataclasses import replace
+
+    engine, runner = make_engine(cache=True)
+    ids = tuple(range(1, 301))
+    key = ids[:100] + (-7,) * 50 + ids[150:]
+
+    def ask(rid, cache_key):
+        engine.add_request(replace(request(rid, 300, max_tokens=1), cache_key=cache_key))
+        return finished(run_until(engine, lambda ev: finished(ev, rid)), rid)[0].usage.cached_tokens
+
+    assert ask("a", key) == 0
+    assert ask("b", ids[:100] + (-9,) * 50 + ids[150:]) == 100  # another image: up to it
+    assert ask("c", key) == 299  # the same image: all but the token left to forward
+    assert ask("d", None) == 100  # plain ids share only the text before the image

@@ -137,8 +137,29 @@ def test_streaming_and_the_openai_client(server, loaded):
     assert text == alone
 
 
-def test_a_second_turn_over_the_same_image_is_not_served_from_a_stale_cache(server, loaded):
-    # Two images whose prompts have the same token ids: the prompt cache must never hand one the other's KV.
+def test_a_second_turn_over_the_same_image_adopts_its_kv_and_answers_as_a_miss(server, loaded):
+    raw = _png((250, 120, 0))
+    first = _chat(raw)
+    with server.client() as client:
+        reply = client.post("/v1/chat/completions", json=first).json()
+        turn = {**first, "messages": first["messages"] + [
+            {"role": "assistant", "content": reply["choices"][0]["message"]["content"]},
+            {"role": "user", "content": "And the colour?"}]}
+        hit = client.post("/v1/chat/completions", json=turn).json()
+        miss = client.post("/v1/chat/completions", json={**turn, "cache_prompt": False}).json()
+        other = client.post("/v1/chat/completions", json={**turn, "messages": [
+            {**turn["messages"][0], "content": [turn["messages"][0]["content"][0],
+                                                {"type": "image_url", "image_url": {"url": _url(_png((0, 0, 0)))}}]},
+            *turn["messages"][1:]]}).json()
+    image_start = _prompt(loaded, raw).prompt_ids.index(loaded.vision.image_token_id)
+    assert hit["usage"]["prompt_tokens_details"]["cached_tokens"] >= reply["usage"]["prompt_tokens"]
+    assert miss["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert hit["choices"][0]["message"]["content"] == miss["choices"][0]["message"]["content"]
+    # Another image at the same place: the ids match, the key does not, so nothing past the image is adopted.
+    assert other["usage"]["prompt_tokens_details"]["cached_tokens"] <= image_start
+
+
+def test_two_images_with_the_same_ids_get_their_own_replies(server, loaded):
     first, second = _png((250, 250, 250)), _png((5, 5, 5))
     assert _prompt(loaded, first).prompt_ids == _prompt(loaded, second).prompt_ids
     assert client_text(server, first) != client_text(server, second)
@@ -196,7 +217,7 @@ def test_the_anthropic_and_ollama_clients_send_a_png(server):
     image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64}}
     got = client.messages.create(model="tiny", max_tokens=TOKENS, extra_body={"temperature": 0},
                                  messages=[{"role": "user", "content": [{"type": "text", "text": QUESTION}, image]}])
-    assert got.content[0].text == want and got.usage.input_tokens > 16
+    assert got.content[0].text == want and got.usage.input_tokens + got.usage.cache_read_input_tokens > 16
     reply = ollama.Client(host=server.url).chat(model="tiny", messages=[
         {"role": "user", "content": QUESTION, "images": [raw]}], options={"temperature": 0, "num_predict": TOKENS})
     assert reply.message.content == want
@@ -211,3 +232,36 @@ def test_other_dialects_name_the_image_they_refuse(server):
         resp = client.post("/api/chat", json={"model": "x", "stream": False, "messages": [
             {"role": "user", "content": "hi", "images": ["@@"]}]})
         assert resp.status_code == 400 and resp.json()["error"].startswith("messages[0].images[0]: ")
+
+
+def test_a_client_leaving_an_image_prefill_stops_it_and_the_slot_serves_on(server, loaded):
+    import json
+    import socket
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from server_helpers import wait_for
+
+    def aborts(client) -> float:
+        for family in text_string_to_metric_families(client.get("/metrics").text):
+            for sample in family.samples:
+                if sample.name == "mlxcel_requests_total" and sample.labels.get("finish_reason") == "abort":
+                    return sample.value
+        return 0.0
+
+    raw_png = _png((10, 140, 140))
+    alone = client_text(server, raw_png)
+    long_question = " ".join(["what is here"] * 400)  # ~1,200 tokens: 170 pieces of 7
+    body = json.dumps({**_chat(raw_png, long_question), "stream": True}).encode()
+    host, port = server.url.removeprefix("http://").split(":")
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    with server.client() as client:
+        before, left = server.worker.stats().num_prompt_tokens, aborts(client)
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(head + body)
+            wait_for(lambda: server.worker.stats().num_prompt_tokens - before >= 7, 30, "the prefill to start")
+        wait_for(lambda: aborts(client) > left, 10, "the server to notice the client left")
+        wait_for(lambda: server.worker.stats().num_busy_slots == 0, 30, "the slot to be freed")
+        assert server.worker.stats().num_prompt_tokens - before < 1000  # most of the prompt never ran
+    assert client_text(server, raw_png) == alone

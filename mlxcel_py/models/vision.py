@@ -33,7 +33,26 @@ class PromptImages:
 
     prompt_ids: tuple[int, ...]  # the whole prompt, image tokens expanded
     pixel_values: np.ndarray  # (images, channels, height, width), the processor's
-    digest: str  # sha256 of the images' bytes, in order
+    digests: tuple[str, ...]  # sha256 of each image's bytes, in order
+    image_token_id: int
+
+    @property
+    def last_image_token(self) -> int:
+        """The position of the prompt's last image token (-1: none)."""
+        return max((i for i, t in enumerate(self.prompt_ids) if t == self.image_token_id), default=-1)
+
+    def cache_key(self) -> Optional[tuple[int, ...]]:
+        """The prompt as the prompt cache indexes it: each image's run of tokens a negative id that stands
+        for its bytes (never a real token), so a prefix matches only over the same images. None when the
+        runs do not pair with the images."""
+        key, runs, previous = list(self.prompt_ids), 0, False
+        for i, token in enumerate(self.prompt_ids):
+            image = token == self.image_token_id
+            runs += image and not previous
+            if image and runs <= len(self.digests):
+                key[i] = -1 - int(self.digests[runs - 1][:15], 16)
+            previous = image
+        return tuple(key) if runs == len(self.digests) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +72,8 @@ class Vision:
         pictures = [Image.open(io.BytesIO(raw)).convert("RGB") for raw in images]
         out = self.processor(text=[text], images=pictures, return_tensors="np", add_special_tokens=False)
         ids = tuple(int(t) for t in np.asarray(out["input_ids"])[0])
-        digest = hashlib.sha256(b"".join(hashlib.sha256(raw).digest() for raw in images)).hexdigest()
-        return PromptImages(ids, np.asarray(out["pixel_values"]), digest)
+        digests = tuple(hashlib.sha256(raw).hexdigest() for raw in images)
+        return PromptImages(ids, np.asarray(out["pixel_values"]), digests, self.image_token_id)
 
     def embed(self, media: PromptImages):
         """(1, prompt tokens, hidden): the text tokens' embeddings with the image features in place."""

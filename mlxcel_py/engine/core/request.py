@@ -208,18 +208,26 @@ class Request:
     pooling: Optional[str] = None
     # An encoder's prompt (every position attends to every other): one prefill piece whatever the chunk.
     whole_prompt: bool = False
-    # A prompt's images (models/vision.PromptImages, data only): its input embeddings are built from them
-    # and its KV is never cached (image tokens' ids say nothing of the image).
+    # A prompt's images (models/vision.PromptImages, data only): its input embeddings are built from them.
     images: Any = None
+    # What the prompt cache indexes instead of prompt_ids (same length): a prompt with images has each
+    # image's tokens stand for that image (their ids say nothing of it); without one it is never cached.
+    cache_key: Optional[tuple[int, ...]] = None
     # Context shift (--context-shift): prompt tokens kept at the start (-1: the whole prompt), and the
     # tokens discarded after them per shift (0: half of the rest, as llama-server).
     n_keep: int = 0
     n_discard: int = 0
     context_shift: bool = True  # False: this reply ends at its slot's end even under --context-shift (Ollama's shift)
 
+    @property
+    def cache_ids(self) -> tuple[int, ...]:
+        return self.prompt_ids if self.cache_key is None else self.cache_key
+
     def __post_init__(self) -> None:
         if not self.prompt_ids:
             raise RequestError("the prompt is empty")
+        if self.cache_key is not None and len(self.cache_key) != len(self.prompt_ids):
+            raise RequestError("cache_key must be as long as the prompt")
         for name, low in (("n_keep", -1), ("n_discard", 0)):
             value = getattr(self, name)
             _check(isinstance(value, int) and not isinstance(value, bool) and low <= value <= MAX_TOKENS_LIMIT,

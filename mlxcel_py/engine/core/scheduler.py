@@ -109,7 +109,7 @@ class Scheduler(DecodeRows):
             seq.admitted = self.clock()
             hit = None
             if self._caching(seq) and not seq.request.sampling.prompt_logprobs:  # echo scores every token
-                hit = self.prompt_cache.lookup(seq.request.prompt_ids)
+                hit = self.prompt_cache.lookup(seq.request.cache_ids)
             seq.adopt(hit, min(self.policy.alone, self.policy.contended))
             self.prefilling = seq
         return events
@@ -149,7 +149,8 @@ class Scheduler(DecodeRows):
         if not self.budget.reserve(seq.seq_id, piece.length):
             return None  # cannot happen while every slot fits its context; wait for room
         prompt = seq.request.prompt_ids
-        snapshot_id = self.prompt_cache.insert(prompt[: piece.end]) if piece.ends_at_boundary and self._caching(seq) else None
+        cached = piece.ends_at_boundary and self._caching(seq)
+        snapshot_id = self.prompt_cache.insert(seq.request.cache_ids[: piece.end]) if cached else None
         begin = None
         if seq.prefill_started is None:
             seq.prefill_started = self.clock()
@@ -234,9 +235,9 @@ class Scheduler(DecodeRows):
 
     def _caching(self, seq: Sequence) -> bool:
         # An embedding pools every position's hidden state, so it neither adopts nor stores KV.
-        # A prompt with images: its image tokens' KV depends on pixels its ids do not show.
+        # A prompt with images is cached under its key, in which each image's tokens stand for that image.
         return (self.prompt_cache is not None and seq.request.cache_prompt and seq.request.pooling is None
-                and seq.request.images is None)
+                and (seq.request.images is None or seq.request.cache_key is not None))
 
     def _emit_token(self, seq: Sequence, token: int, logprobs: Optional[TokenLogprobs] = None,
                     error: Optional[str] = None) -> list[Event]:
@@ -264,7 +265,7 @@ class Scheduler(DecodeRows):
             seq.output_ids.pop()
         tail = seq.stream.finish() if reason != "abort" else ""
         in_kv = seq.prompt_len + max(len(seq.output_ids) - (0 if drop_last else 1), 0)
-        tokens = (seq.request.prompt_ids + tuple(seq.output_ids))[:in_kv]
+        tokens = (seq.request.cache_ids + tuple(seq.output_ids))[:in_kv]
         snapshot_id = None
         # No snapshot of a shifted KV: the next turn resends the whole history (past the slot), and a
         # re-rotated tail ("rotate" mode) is not the prefill of any token list.

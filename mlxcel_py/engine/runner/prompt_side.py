@@ -151,7 +151,9 @@ class PromptSide:
             matcher = self.compiler.matcher(constraint)  # compiled (and cached) when the request was checked
         sampler = SequenceSampler(begin.sampling, prompt_ids=begin.history, matcher=matcher)
         embeds = None
-        if begin.images is not None:  # the vision tower once, for the whole prompt; pieces take slices
+        # The vision tower once, for the whole prompt (pieces take slices), unless every image is in the
+        # adopted prefix (a next turn over the same images: their KV is already there).
+        if begin.images is not None and begin.images.last_image_token >= piece.start:
             if self.vision is None:
                 raise RuntimeError("a prompt with images reached a runner whose model has no vision side")
             embeds = self.vision.embed(begin.images)

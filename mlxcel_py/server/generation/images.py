@@ -101,11 +101,13 @@ def chat_prompt(rt: "Runtime", messages: list[dict], tools: Any, options: Any, i
 
 
 def with_images(prepared: "Prepared", media: Any) -> "Prepared":
-    """`prepared` whose engine request carries its prompt's images: built from its pixels, never cached
-    (image tokens' ids say nothing of the image)."""
+    """`prepared` whose engine request carries its prompt's images: its pieces' embeddings are built
+    from their pixels, and the prompt cache indexes it under a key in which each image's tokens stand
+    for that image (models/vision.PromptImages.cache_key), so a next turn over the same image adopts it."""
     if media is None:
         return prepared
-    return dataclasses.replace(prepared, job=dataclasses.replace(prepared.job, images=media, cache_prompt=False))
+    job = dataclasses.replace(prepared.job, images=media, cache_key=media.cache_key(), history_boundary=None)
+    return dataclasses.replace(prepared, job=job)
 
 
 def image_part(data_url: str, where: Optional[str] = None) -> dict:
