@@ -265,3 +265,18 @@ def test_a_client_leaving_an_image_prefill_stops_it_and_the_slot_serves_on(serve
         wait_for(lambda: server.worker.stats().num_busy_slots == 0, 30, "the slot to be freed")
         assert server.worker.stats().num_prompt_tokens - before < 1000  # most of the prompt never ran
     assert client_text(server, raw_png) == alone
+
+
+def test_the_responses_api_takes_an_input_image(server):
+    raw = _png((220, 220, 40))
+    want = client_text(server, raw)
+    with server.client() as client:
+        resp = client.post("/v1/responses", json={"input": [{"role": "user", "content": [
+            {"type": "input_text", "text": QUESTION}, {"type": "input_image", "image_url": _url(raw)}]}],
+            "max_output_tokens": TOKENS, "temperature": 0})
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["output"][-1]["content"][0]["text"] == want
+        by_file = client.post("/v1/responses", json={"input": [{"role": "user", "content": [
+            {"type": "input_image", "file_id": "file-1"}]}]})
+        assert by_file.status_code == 400 and "input[0].content[0]: an input_image needs an image_url" in \
+            by_file.json()["error"]["message"]

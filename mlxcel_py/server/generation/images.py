@@ -25,38 +25,40 @@ FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP")
 _DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^;,]*)*?);base64,(?P<data>.*)", re.S)
 
 
-def _decode(url: str, where: str) -> bytes:
+def _decode(url: str, where: str, param: str) -> bytes:
     from PIL import Image, UnidentifiedImageError
 
     if url.startswith(("http://", "https://")):
         raise FieldError(f"{where}: image URLs are not fetched by this server (that would be a request from the "
-                         "server); send the image inline as a data: URL (data:image/png;base64,...)", param="messages")
+                         "server); send the image inline as a data: URL (data:image/png;base64,...)", param=param)
     match = _DATA_URL.fullmatch(url.strip())
     if match is None:
-        raise FieldError(f"{where}: the image must be a base64 data: URL (data:image/png;base64,...)", param="messages")
+        raise FieldError(f"{where}: the image must be a base64 data: URL (data:image/png;base64,...)", param=param)
     try:
         raw = base64.b64decode(match["data"], validate=True)
     except (binascii.Error, ValueError):
-        raise FieldError(f"{where}: the image's base64 does not decode", param="messages") from None
+        raise FieldError(f"{where}: the image's base64 does not decode", param=param) from None
     if len(raw) > MAX_IMAGE_BYTES:
-        raise FieldError(f"{where}: the image is {len(raw)} bytes; at most {MAX_IMAGE_BYTES}", param="messages")
+        raise FieldError(f"{where}: the image is {len(raw)} bytes; at most {MAX_IMAGE_BYTES}", param=param)
     try:
         with Image.open(io.BytesIO(raw)) as image:
             kind, (width, height) = image.format, image.size
             if width * height > MAX_PIXELS:
                 raise FieldError(f"{where}: the image is {width}x{height} pixels; at most {MAX_PIXELS}",
-                                 param="messages")
+                                 param=param)
             image.verify()
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError):
         raise FieldError(f"{where}: the bytes are not an image this server reads ({', '.join(FORMATS)})",
-                         param="messages") from None
+                         param=param) from None
     if kind not in FORMATS:
-        raise FieldError(f"{where}: {kind} images are not supported ({', '.join(FORMATS)})", param="messages")
+        raise FieldError(f"{where}: {kind} images are not supported ({', '.join(FORMATS)})", param=param)
     return raw
 
 
-def take_images(messages: list[dict], vision: Optional[Any], model_id: str) -> tuple[list[dict], list[bytes]]:
-    """(the messages with each image_url part as {"type": "image"}, the images' bytes in order)."""
+def take_images(messages: list[dict], vision: Optional[Any], model_id: str, param: str = "messages"
+                ) -> tuple[list[dict], list[bytes]]:
+    """(the messages with each image_url part as {"type": "image"}, the images' bytes in order); `param`:
+    the body's field a refusal names."""
     out, images = [], []
     for i, message in enumerate(messages):
         content = message.get("content")
@@ -71,12 +73,12 @@ def take_images(messages: list[dict], vision: Optional[Any], model_id: str) -> t
             where = part.get("where") or f"messages[{i}].content[{j}]"
             if vision is None:
                 raise FieldError(f"{where}: {model_id} takes text only; images need a vision-language model",
-                                 param="messages")
+                                 param=param)
             if message.get("role") != "user":
-                raise FieldError(f"{where}: images go in user turns", param="messages")
+                raise FieldError(f"{where}: images go in user turns", param=param)
             if len(images) == MAX_IMAGES:
-                raise FieldError(f"{where}: at most {MAX_IMAGES} images per request", param="messages")
-            images.append(_decode(part["image_url"]["url"], where))
+                raise FieldError(f"{where}: at most {MAX_IMAGES} images per request", param=param)
+            images.append(_decode(part["image_url"]["url"], where, param))
             parts.append({"type": "image"})
         out.append({**message, "content": parts})
     return out, images

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Optional, Union
 
+from ...errors import FieldError
+from ..generation.images import image_part
 from .schemas import FunctionCallItem, FunctionCallOutputItem, Item, MessageItem, Part, ReasoningItem
 
 
@@ -15,6 +17,22 @@ def _text(content: Union[str, list[Part]]) -> str:
     if isinstance(content, str):
         return content
     return "\n".join(p.text if p.type != "refusal" else p.refusal for p in content)
+
+
+def _content(content: Union[str, list[Part]], where: str) -> Union[str, list[dict]]:
+    """A message's content: its text, or with input_image parts the OpenAI-form parts in order."""
+    if isinstance(content, str) or not any(p.type == "input_image" for p in content):
+        return _text(content)
+    parts: list[dict] = []
+    for j, p in enumerate(content):
+        if p.type != "input_image":
+            parts.append({"type": "text", "text": _text([p])})
+        elif p.file_id is not None or not p.image_url:
+            raise FieldError(f"{where}.content[{j}]: an input_image needs an image_url (a data: URL); this server "
+                             "keeps no files", param="input")
+        else:
+            parts.append(image_part(p.image_url, f"{where}.content[{j}]"))
+    return parts
 
 
 def _call(item: FunctionCallItem) -> dict:
@@ -45,13 +63,13 @@ def input_messages(items: Union[str, list[Item], None]) -> list[dict]:
         return [{"role": "user", "content": items}]
     out: list[dict] = []
     thought = ""  # a reasoning item's text, for the assistant turn after it
-    for item in items:
+    for i, item in enumerate(items):
         if isinstance(item, ReasoningItem):
             thought = _thought(item)
             continue
         if isinstance(item, MessageItem):
             mine = thought if item.role == "assistant" else ""
-            out.append({"role": item.role, "content": _text(item.content), **_reasoning(mine)})
+            out.append({"role": item.role, "content": _content(item.content, f"input[{i}]"), **_reasoning(mine)})
         elif isinstance(item, FunctionCallItem):
             _add_call(out, _call(item), thought)
         elif isinstance(item, FunctionCallOutputItem):

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any, Optional
 from ...engine import ConstraintSpec
 from ...engine import Request as EngineRequest
 from ...errors import FieldError, RequestError
-from ...models import encode_chat
 from ...models.chat import ChatOptions, validate_messages
 from ...tool_calls import ToolRequest, lazy_tool_constraint, tool_messages, tool_request
+from ..generation.images import chat_prompt, take_images, with_images
 from ..generation.keep import keep_fields
 from ..generation.assembler import ToolParsing
 from ..generation.prepared import Prepared, blame, refuse_unsupported
@@ -112,19 +112,19 @@ def _echo(body: ResponsesRequest, sampling: Any) -> dict:
 
 
 def _prompt(rt: "Runtime", body: ResponsesRequest, request: Optional[ToolRequest], options: ChatOptions
-            ) -> tuple[tuple[int, ...], Optional[int], list[dict]]:
-    """(prompt ids, history boundary, the conversation in chat form without the instructions)."""
+            ) -> tuple[tuple[int, ...], Optional[int], list[dict], Any]:
+    """(prompt ids, history boundary, the conversation in chat form without the instructions, its images)."""
     history = [*_earlier(rt, body), *input_messages(body.input)]
     if not history:
         raise FieldError("input is required: a string or a list of items", param="input")
     messages = ([{"role": "system", "content": body.instructions}] if body.instructions else []) + history
-    rt.prompt_limit.check_chars(sum(len(m.get("content") or "") for m in messages), "input")
+    rt.prompt_limit.check_chars(sum(len(m.get("content") or "") for m in messages
+                                    if isinstance(m.get("content"), str)), "input")
     with blame("input"):
+        messages, images = take_images(messages, rt.loaded.vision, rt.model_id, "input")
         rendered, tools = tool_messages(validate_messages(messages), request, rt.tool_format)
-        prompt = encode_chat(rt.loaded.tokenizer, rendered, tools=tools,
-                             before_tokenize=lambda text: rt.prompt_limit.check_chars(len(text), "input"),
-                             template=rt.chat_template, options=options)
-    return prompt.ids, prompt.history_boundary, history
+        prompt, media = chat_prompt(rt, rendered, tools, options, images)
+    return prompt.ids, prompt.history_boundary, history, media
 
 
 def prepare_response(rt: "Runtime", raw: bytes) -> Prepared[ResponsesReply]:
@@ -134,7 +134,7 @@ def prepare_response(rt: "Runtime", raw: bytes) -> Prepared[ResponsesReply]:
     refuse_unsupported(body, NOT_SUPPORTED)
     request = tools_of(body)
     options = reasoning_options(rt.thinks, body.reasoning)
-    ids, boundary, history = _prompt(rt, body, request, options)
+    ids, boundary, history, media = _prompt(rt, body, request, options)
     plan = constrained_plan(request, _format_specs(body) + _strict_specs(rt, body, request), rt.tool_format,
                             rt.worker.compiler, candidates="text.format, strict tools and a forced tool_choice")
     sampling = with_thinking(rt, _sampling(rt, body, plan), ids)  # --reasoning-budget; formats start after it
@@ -144,5 +144,5 @@ def prepare_response(rt: "Runtime", raw: bytes) -> Prepared[ResponsesReply]:
     reply = ResponsesReply(new_id("resp"), int(time.time()), rt.model_id, len(ids), _echo(body, sampling), parsing,
                            tuple(history), body.store is not False,
                            reply_reasoning(rt.reasoning, rt.loaded.tokenizer, ids))
-    return Prepared(EngineRequest(reply.id, ids, sampling, boundary, **keep_fields(body, rt, ids)), reply,
-                    bool(body.stream))
+    return with_images(Prepared(EngineRequest(reply.id, ids, sampling, boundary, **keep_fields(body, rt, ids)),
+                                reply, bool(body.stream)), media)

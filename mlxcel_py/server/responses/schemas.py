@@ -56,18 +56,27 @@ class ContentTextPart(Body):
     prompt_cache_breakpoint: Optional[Object] = None  # a caching hint
 
 
+class InputImagePart(Body):
+    """An image in a user message (a data: URL); needs a vision-language model (generation/images.py)."""
+
+    type: Literal["input_image"]
+    image_url: Optional[str] = None
+    file_id: Optional[str] = None  # refused: this server keeps no files
+    detail: Optional[Literal["auto", "low", "high"]] = None  # accepted; the model's processor sets the size
+
+
 class RefusalPart(Body):
     type: Literal["refusal"]
     refusal: str
 
 
 class UnsupportedPart(Refused):
-    refusal: ClassVar[str] = ("content parts are not supported by this server (it takes input_text, output_text "
-                              "and refusal)")
+    refusal: ClassVar[str] = ("content parts are not supported by this server (it takes input_text, input_image, "
+                              "output_text and refusal)")
 
 
-Part = _by_kind({"input_text": ContentTextPart, "output_text": ContentTextPart, "refusal": RefusalPart},
-               UnsupportedPart)
+Part = _by_kind({"input_text": ContentTextPart, "output_text": ContentTextPart, "refusal": RefusalPart,
+                 "input_image": InputImagePart}, UnsupportedPart)
 
 
 # -- input items ---------------------------------------------------------------------------------
