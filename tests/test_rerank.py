@@ -171,6 +171,7 @@ def test_bad_bodies_are_a_400_naming_the_field(server, body, param):
 
 def test_a_reranker_refuses_generation_and_embeddings(server):
     with server.client() as client:
+        assert client.get("/v1/models").json()["data"][0]["capabilities"] == ["rerank"]
         for path, body in (("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
                            ("/v1/completions", {"prompt": "hi"}), ("/v1/embeddings", {"input": "hi"})):
             resp = client.post(path, json=body)

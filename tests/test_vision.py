@@ -280,3 +280,18 @@ def test_the_responses_api_takes_an_input_image(server):
             {"type": "input_image", "file_id": "file-1"}]}]})
         assert by_file.status_code == 400 and "input[0].content[0]: an input_image needs an image_url" in \
             by_file.json()["error"]["message"]
+
+
+def test_the_model_lists_say_it_takes_images(server):
+    with server.client() as client:
+        assert client.get("/props").json()["modalities"] == {"vision": True, "video": False, "audio": False}
+        assert client.get("/v1/models").json()["data"][0]["capabilities"] == ["completion", "multimodal"]
+        assert "vision" in client.post("/api/show", json={"model": "tiny"}).json()["capabilities"]
+    running = start_server()
+    try:
+        with running.client() as client:
+            assert client.get("/props").json()["modalities"]["vision"] is False
+            assert client.get("/v1/models").json()["data"][0]["capabilities"] == ["completion"]
+            assert "vision" not in client.post("/api/show", json={"model": "x"}).json()["capabilities"]
+    finally:
+        stop_server(running)

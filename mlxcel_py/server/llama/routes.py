@@ -101,7 +101,7 @@ def _props(rt: "Runtime") -> dict:
         "total_slots": len(stats.slots),
         "model_alias": rt.model_id,
         "model_path": rt.config.model.path or _default_path(rt),
-        "modalities": {"vision": False, "video": False, "audio": False},
+        "modalities": {"vision": rt.loaded.vision is not None, "video": False, "audio": False},
         "chat_template": rt.template_text,
         "bos_token": _token_text(rt.loaded.tokenizer, "bos_token"),
         "eos_token": _token_text(rt.loaded.tokenizer, "eos_token"),

@@ -132,6 +132,7 @@ def show_json(rt: "Runtime") -> dict:
     return {
         "modelfile": f"# served by mlxcel-py: models are chosen with --model\nFROM {path or rt.loaded.name}\n",
         "parameters": _parameters(rt), "template": rt.template_text,
-        "details": info, "model_info": model_info, "capabilities": ["completion", "tools"],
+        "details": info, "model_info": model_info,
+        "capabilities": ["completion", "tools"] + (["vision"] if rt.loaded.vision is not None else []),
         "modified_at": _modified_at(rt, path), "license": "",
     }

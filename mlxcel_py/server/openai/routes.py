@@ -80,6 +80,16 @@ async def models(request: Request) -> dict:
     return {"object": "list", "data": data}
 
 
+def _capabilities(rt: "Runtime") -> list[str]:
+    """llama-server's words: "completion", and "multimodal" for images; ours for the rest."""
+    loaded = rt.loaded
+    if loaded.rank_head is not None:
+        return ["rerank"]
+    if not loaded.causal:
+        return ["embedding"]
+    return ["completion", "multimodal"] if loaded.vision is not None else ["completion"]
+
+
 def _entry(rt: "Runtime") -> dict:
     stats = rt.worker.stats()
     meta = {"context_length": rt.loaded.context_length, "slots": len(stats.slots), "slot_context": stats.slot_context,
@@ -87,5 +97,5 @@ def _entry(rt: "Runtime") -> dict:
             "n_ctx": stats.slot_context, "n_ctx_train": rt.loaded.context_length, "n_vocab": rt.vocab_size}
     tags = list(rt.config.server.model_tags) if rt.config.server else []
     entry = {"id": rt.model_id, "aliases": list(rt.aliases) or [rt.model_id], "tags": tags, "object": "model",
-             "created": rt.started, "owned_by": "mlxcel-py", "meta": meta}
+             "created": rt.started, "owned_by": "mlxcel-py", "meta": meta, "capabilities": _capabilities(rt)}
     return entry
