@@ -28,7 +28,8 @@ from .cli.options_serve import (
     AliasOpt, ApiKeyOpt, CacheMaxBytesOpt, CacheMaxEntriesOpt, CacheMinPrefixOpt, CacheRamOpt, ChatTemplateFileOpt,
     ChatTemplateKwargsOpt, ChatTemplateOpt, CorsOriginsOpt, DistributedOpt, DistributedTimeoutOpt, HostOpt,
     KeepAliveOpt, MaxBodyBytesOpt, MaxQueueOpt, MetricsOpt, ModelsDirOpt, ModelsMaxOpt, ModelsMemoryOpt, ModelsOpt,
-    ModelsPreloadOpt, NoWebuiOpt, ParallelOpt, PoolingOpt, PortOpt, ReasoningBudgetOpt, ReasoningFormatOpt, RerankOpt,
+    ImageMaxBytesOpt, ImageMaxCountOpt, ModelsPreloadOpt, NoWebuiOpt, ParallelOpt, PoolingOpt, PortOpt,
+    ReasoningBudgetOpt, ReasoningFormatOpt, RerankOpt,
     ShutdownGraceOpt, SlotSavePathOpt, SlotsOpt, TagsOpt,
 )
 
@@ -118,6 +119,8 @@ class ServerFlags:
     api_key: ApiKeyOpt = None
     model_alias: AliasOpt = None
     max_body_bytes: MaxBodyBytesOpt = None
+    image_max_bytes: ImageMaxBytesOpt = None
+    image_max_count: ImageMaxCountOpt = None
     shutdown_grace: ShutdownGraceOpt = None
     cors_origins: CorsOriginsOpt = None
     no_webui: NoWebuiOpt = False
@@ -177,6 +180,7 @@ class ServeFlags:
         "itl_budget_ms", "lookup_ngram", "draft_max", "draft_min", "draft_model", "max_queue", "prompt_cache",
         "cache_max_bytes", "cache_max_entries", "cache_min_prefix", "temp", "top_p", "top_k", "min_p",
         "repeat_penalty", "seed", "max_tokens", "api_key", "log_level", "model_alias", "max_body_bytes",
+        "image_max_bytes", "image_max_count",
         "shutdown_grace", "distributed", "distributed_timeout", "cors_origins", "no_webui", "metrics", "slots",
         "chat_template", "chat_template_file", "chat_template_kwargs", "reasoning_format", "reasoning_budget", "tags",
         "pooling", "rerank", "context_shift", "models_dir", "models_max", "models_memory", "keep_alive",

@@ -20,6 +20,8 @@ from .flags import DistFlags, ServerFlags, TemplateFlags
 from .models.chat_template import ChatTemplate, check_kwargs, one_line, probe, template_of
 
 DEFAULT_MAX_BODY_BYTES = 8 << 20
+DEFAULT_IMAGE_MAX_BYTES = 20 << 20  # --image-max-bytes: one image, decoded (the body's own cap comes first)
+DEFAULT_IMAGE_MAX_COUNT = 8  # --image-max-count
 MAX_SHUTDOWN_GRACE_S = 3600.0
 LOOPBACK = "localhost"  # the --cors-origins keyword for the loopback origins (the default)
 _PORT_WILDCARD = re.compile(r"^(https?://[^/:*]+|https?://\[[0-9a-fA-F:.]+\]):\*$")
@@ -53,6 +55,8 @@ class ServerConfig:
     model_tags: tuple[str, ...] = ()  # llama-server's --tags: informational, listed in /v1/models
     shutdown_grace_s: float = 10.0
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    image_max_bytes: int = DEFAULT_IMAGE_MAX_BYTES  # one image, decoded
+    image_max_count: int = DEFAULT_IMAGE_MAX_COUNT  # images in one request
     # Browser origins allowed beyond the loopback ones: "*", "scheme://host[:port]" or "scheme://host:*".
     cors_origins: tuple[str, ...] = ()
     webui: bool = True  # the chat page at / (server/webui); --no-webui turns it off
@@ -160,6 +164,8 @@ def server_config(env: Mapping[str, str], flags: ServerFlags, template: Template
         raise ConfigError("--api-key must not be empty (omit it to disable authentication)", flag="--api-key")
     api_key = api_key if api_key is not None else env.get("MLXCEL_API_KEY") or None
     check_range("--max-body-bytes", flags.max_body_bytes, 1024)
+    check_range("--image-max-bytes", flags.image_max_bytes, 1)
+    check_range("--image-max-count", flags.image_max_count, 1, 1024)
     check_range("--shutdown-grace", flags.shutdown_grace, 0, MAX_SHUTDOWN_GRACE_S)
     fmt, budget = _reasoning(env, template.reasoning_format, template.reasoning_budget)
     chat = chat_template_config(env, template.chat_template, template.chat_template_file,
@@ -168,6 +174,8 @@ def server_config(env: Mapping[str, str], flags: ServerFlags, template: Template
         hosts=hosts, port=_port(flags.port, env), api_key=api_key, log_level=log_level, model_aliases=aliases,
         shutdown_grace_s=10.0 if flags.shutdown_grace is None else flags.shutdown_grace,
         max_body_bytes=DEFAULT_MAX_BODY_BYTES if flags.max_body_bytes is None else flags.max_body_bytes,
+        image_max_bytes=DEFAULT_IMAGE_MAX_BYTES if flags.image_max_bytes is None else flags.image_max_bytes,
+        image_max_count=DEFAULT_IMAGE_MAX_COUNT if flags.image_max_count is None else flags.image_max_count,
         cors_origins=origins, webui=not _no_webui(flags.no_webui, env),
         endpoint_metrics=True if metrics is None else metrics,
         endpoint_slots=True if slots is None else slots,

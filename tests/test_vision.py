@@ -182,13 +182,14 @@ def test_bad_images_are_a_400_and_the_server_goes_on(server, loaded, url, messag
 
 
 def test_too_many_images_and_images_outside_user_turns_are_refused(server):
-    from mlxcel_py.server.generation.images import MAX_IMAGES
+    from mlxcel_py.serve_config import DEFAULT_IMAGE_MAX_COUNT as MAX_IMAGES
 
     part = {"type": "image_url", "image_url": {"url": _url(_png())}}
     with server.client() as client:
         many = client.post("/v1/chat/completions", json={
             "messages": [{"role": "user", "content": [part] * (MAX_IMAGES + 1)}], "max_tokens": 2})
-        assert many.status_code == 400 and f"at most {MAX_IMAGES} images" in error_of(many)["message"]
+        assert many.status_code == 400 and f"at most {MAX_IMAGES} images per request (--image-max-count)" in \
+            error_of(many)["message"]
         system = client.post("/v1/chat/completions", json={
             "messages": [{"role": "system", "content": [part]}, {"role": "user", "content": "hi"}], "max_tokens": 2})
         assert system.status_code == 400 and "images go in user turns" in error_of(system)["message"]
@@ -295,3 +296,30 @@ def test_the_model_lists_say_it_takes_images(server):
             assert "vision" not in client.post("/api/show", json={"model": "x"}).json()["capabilities"]
     finally:
         stop_server(running)
+
+
+def test_the_image_limits_are_flags(loaded):
+    from PIL import Image
+
+    from mlxcel_py.config import resolve
+    from mlxcel_py.errors import ConfigError
+    from config_helpers import flags_for
+
+    noise = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (40, 48, 3), dtype=np.uint8)).save(noise, "PNG")
+    small = _png()
+    assert len(small) < 200 < len(noise.getvalue())
+    running = start_server(model=loaded, image_max_bytes=200, image_max_count=1)
+    try:
+        with running.client() as client:
+            big = client.post("/v1/chat/completions", json=_chat(noise.getvalue()))
+            assert big.status_code == 400 and "at most 200 (--image-max-bytes)" in error_of(big)["message"]
+            two = _chat(small)
+            two["messages"][0]["content"].append(two["messages"][0]["content"][1])
+            many = client.post("/v1/chat/completions", json=two)
+            assert many.status_code == 400 and "at most 1 images per request" in error_of(many)["message"]
+            assert client.post("/v1/chat/completions", json=_chat(small)).status_code == 200
+    finally:
+        stop_server(running)
+    with pytest.raises(ConfigError, match="--image-max-count must be between 1 and 1024"):
+        resolve("serve", flags_for("serve", image_max_count=0), env={})

@@ -28,6 +28,13 @@ ApiKeyOpt = Annotated[
 MaxBodyBytesOpt = Annotated[
     Optional[int], typer.Option("--max-body-bytes", help="Largest request body; bigger ones get 413. Default 8 MiB.")
 ]
+ImageMaxBytesOpt = Annotated[
+    Optional[int], typer.Option("--image-max-bytes", help="Largest image a request may send, decoded (a bigger "
+                                "one is a 400). Default 20 MiB.")
+]
+ImageMaxCountOpt = Annotated[
+    Optional[int], typer.Option("--image-max-count", help="Most images in one request (more is a 400). Default 8.")
+]
 ShutdownGraceOpt = Annotated[
     Optional[float],
     typer.Option("--shutdown-grace", help="Seconds in-flight requests may finish after SIGTERM/SIGINT. Default 10."),

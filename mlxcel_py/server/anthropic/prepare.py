@@ -127,7 +127,7 @@ def _prompt(rt: "Runtime", body: CountTokensRequest
         messages = openai_messages(body)
         rt.prompt_limit.check_chars(sum(len(m.get("content") or "") for m in messages
                                         if isinstance(m.get("content"), str)), "messages")
-        messages, images = take_images(messages, rt.loaded.vision, rt.model_id)
+        messages, images = take_images(rt, messages)
         messages, tools = tool_messages(validate_messages(messages), request, rt.tool_format)
         prompt, media = chat_prompt(rt, messages, tools, options, images)
     return prompt.ids, prompt.history_boundary, request, media

@@ -13,19 +13,18 @@ import re
 from typing import TYPE_CHECKING, Any, Optional
 
 from ...errors import FieldError
+from ...serve_config import ServerConfig
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
     from .prepared import Prepared
 
-MAX_IMAGES = 8  # per request
-MAX_IMAGE_BYTES = 20 << 20  # decoded, per image (the body itself is capped by --max-body-bytes)
 MAX_PIXELS = 50_000_000  # per image: a decompression bomb is refused before it is decoded
 FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP")
 _DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^;,]*)*?);base64,(?P<data>.*)", re.S)
 
 
-def _decode(url: str, where: str, param: str) -> bytes:
+def _decode(url: str, where: str, param: str, max_bytes: int) -> bytes:
     from PIL import Image, UnidentifiedImageError
 
     if url.startswith(("http://", "https://")):
@@ -38,8 +37,9 @@ def _decode(url: str, where: str, param: str) -> bytes:
         raw = base64.b64decode(match["data"], validate=True)
     except (binascii.Error, ValueError):
         raise FieldError(f"{where}: the image's base64 does not decode", param=param) from None
-    if len(raw) > MAX_IMAGE_BYTES:
-        raise FieldError(f"{where}: the image is {len(raw)} bytes; at most {MAX_IMAGE_BYTES}", param=param)
+    if len(raw) > max_bytes:
+        raise FieldError(f"{where}: the image is {len(raw)} bytes; at most {max_bytes} (--image-max-bytes)",
+                         param=param)
     try:
         with Image.open(io.BytesIO(raw)) as image:
             kind, (width, height) = image.format, image.size
@@ -55,10 +55,12 @@ def _decode(url: str, where: str, param: str) -> bytes:
     return raw
 
 
-def take_images(messages: list[dict], vision: Optional[Any], model_id: str, param: str = "messages"
+def take_images(rt: "Runtime", messages: list[dict], param: str = "messages", name: Optional[str] = None
                 ) -> tuple[list[dict], list[bytes]]:
     """(the messages with each image_url part as {"type": "image"}, the images' bytes in order); `param`:
-    the body's field a refusal names."""
+    the body's field a refusal names, `name` the model's (default: the served id)."""
+    server = rt.config.server or ServerConfig()
+    vision, max_count = rt.loaded.vision, server.image_max_count
     out, images = [], []
     for i, message in enumerate(messages):
         content = message.get("content")
@@ -72,13 +74,13 @@ def take_images(messages: list[dict], vision: Optional[Any], model_id: str, para
                 continue
             where = part.get("where") or f"messages[{i}].content[{j}]"
             if vision is None:
-                raise FieldError(f"{where}: {model_id} takes text only; images need a vision-language model",
+                raise FieldError(f"{where}: {name or rt.model_id} takes text only; images need a vision-language model",
                                  param=param)
             if message.get("role") != "user":
                 raise FieldError(f"{where}: images go in user turns", param=param)
-            if len(images) == MAX_IMAGES:
-                raise FieldError(f"{where}: at most {MAX_IMAGES} images per request", param=param)
-            images.append(_decode(part["image_url"]["url"], where, param))
+            if len(images) == max_count:
+                raise FieldError(f"{where}: at most {max_count} images per request (--image-max-count)", param=param)
+            images.append(_decode(part["image_url"]["url"], where, param, server.image_max_bytes))
             parts.append({"type": "image"})
         out.append({**message, "content": parts})
     return out, images

@@ -181,7 +181,7 @@ def prepare_chat(rt: "Runtime", raw: bytes, arrived: float) -> Optional[Prepared
         messages = openai_messages(body)
         rt.prompt_limit.check_chars(sum(len(m.get("content") or "") for m in messages
                                         if isinstance(m.get("content"), str)), "messages")
-        messages, images = take_images(messages, rt.loaded.vision, body.model or rt.model_id)
+        messages, images = take_images(rt, messages, name=body.model)
         messages, tools = tool_messages(validate_messages(messages), request, rt.tool_format)
         prompt, media = chat_prompt(rt, messages, tools, _think(rt, body), images)
     return with_images(_prepared(rt, body, _reply(rt, body, "chat", prompt.ids, arrived, request),

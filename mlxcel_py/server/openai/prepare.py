@@ -46,7 +46,7 @@ def prepare_chat(rt: "Runtime", raw: bytes) -> Prepared[Reply]:
     _check_request(rt, body)
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
     rt.prompt_limit.check_chars(sum(_chars(m.get("content")) for m in messages), "messages")
-    messages, images = take_images(messages, rt.loaded.vision, rt.model_id)
+    messages, images = take_images(rt, messages)
     plan = output_plan(body, rt.tool_format, rt.worker.compiler)
     options = chat_options(body.add_generation_prompt, body.continue_final_message, body.chat_template_kwargs)
     budget = check_budget(body.thinking_budget_tokens, "thinking_budget_tokens")

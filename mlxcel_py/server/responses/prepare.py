@@ -121,7 +121,7 @@ def _prompt(rt: "Runtime", body: ResponsesRequest, request: Optional[ToolRequest
     rt.prompt_limit.check_chars(sum(len(m.get("content") or "") for m in messages
                                     if isinstance(m.get("content"), str)), "input")
     with blame("input"):
-        messages, images = take_images(messages, rt.loaded.vision, rt.model_id, "input")
+        messages, images = take_images(rt, messages, "input")
         rendered, tools = tool_messages(validate_messages(messages), request, rt.tool_format)
         prompt, media = chat_prompt(rt, rendered, tools, options, images)
     return prompt.ids, prompt.history_boundary, history, media
