@@ -62,6 +62,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("quant-kernels", "kernels", "quant_kernels_main", "quantized decode kernels and tiled prefill vs float32"),
     Command("kquant-repack", "kernels", "kquant_repack_main", "the Q4_K and Q6_K products over the file's rows vs repacked eight rows a call"),
     Command("decode-attention", "kernels", "decode_attention_main", "the decode attention kernel alone"),
+    Command("vision-encode", "engine", "vision_main",
+            "one image through Gemma 3's vision tower and projector, real shapes: time and memory"),
     Command("prefill-attention", "kernels", "prefill_attention_main", "prefill attention alone, per architecture"),
     Command("prefill-weights", "kernels", "prefill_weights_main", "prefill products over a GGUF's weights, three ways"),
     # The engine's tick, its KV and the context shift.

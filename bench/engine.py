@@ -510,3 +510,57 @@ def memory_main() -> None:
                   f"imports {got['imports']:.0f} MiB, after load {got['loaded']:.0f} MiB "
                   f"({got['loaded'] / size:.2f}x file), after prefill+decode {got['decoded']:.0f} MiB "
                   f"({got['decoded'] / size:.2f}x file)", flush=True)
+
+
+# Gemma 3 4B/12B/27B's vision side (SigLIP so400m at 896 px, 4,096 patches pooled to 256 image tokens).
+GEMMA3_VISION = {"hidden_size": 1152, "intermediate_size": 4304, "num_hidden_layers": 27, "num_attention_heads": 16,
+                 "patch_size": 14, "image_size": 896, "model_type": "siglip_vision_model", "layer_norm_eps": 1e-6,
+                 "num_channels": 3}
+GEMMA3_TEXT_HIDDEN = {"4b": 2560, "12b": 3840, "27b": 5376}
+
+
+def vision_main() -> None:
+    """`python -m bench vision-encode`: one image through Gemma 3's vision tower and projector at their real
+    shapes (random weights: time and memory, not features), as mlx-vlm's classes run it on this machine."""
+    import resource
+    import time
+
+    import mlx.core as mx
+    from mlx_vlm.models.gemma3.config import ModelConfig, TextConfig, VisionConfig
+    from mlx_vlm.models.gemma3.gemma3 import Gemma3MultiModalProjector
+    from mlx_vlm.models.gemma3.vision import VisionModel
+
+    from bench.decode import cpu_line
+
+    parser = argparse.ArgumentParser(description=vision_main.__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=sorted(GEMMA3_TEXT_HIDDEN), default="4b")
+    parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    config = ModelConfig.from_dict({
+        "model_type": "gemma3", "mm_tokens_per_image": 256, "vision_config": VisionConfig.from_dict(GEMMA3_VISION),
+        "text_config": TextConfig.from_dict({"model_type": "gemma3_text", "hidden_size": GEMMA3_TEXT_HIDDEN[args.model],
+                                             "num_hidden_layers": 1, "intermediate_size": 1}),  # the projector reads the width
+    })
+    print(cpu_line())
+    for dtype in args.dtypes:
+        tower, projector = VisionModel(config.vision_config), Gemma3MultiModalProjector(config)
+        for part in (tower, projector):
+            part.set_dtype(getattr(mx, dtype))
+            mx.eval(part.parameters())
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        pixels = mx.random.normal((1, 896, 896, 3)).astype(getattr(mx, dtype))
+        times = []
+        for _ in range(args.rounds):
+            start = time.perf_counter()
+            hidden, _, _ = tower(pixels, output_hidden_states=True)
+            features = projector(hidden)
+            mx.eval(features)
+            times.append(time.perf_counter() - start)
+        grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss) / 1024
+        params = sum(v.size for _, v in __import__("mlx.utils", fromlist=["tree_flatten"]).tree_flatten(
+            [tower.parameters(), projector.parameters()]))
+        print(f"gemma3-{args.model} vision {dtype}: {params / 1e6:.0f}M parameters, features {features.shape}, "
+              f"one 896x896 image {min(times):.2f}-{max(times):.2f} s over {args.rounds} rounds, "
+              f"peak RSS +{grown:.0f} MiB while encoding")
+        del tower, projector

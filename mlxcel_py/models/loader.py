@@ -210,7 +210,7 @@ def _load_mlx_dir(path: Path, dense: bool, on_progress: Progress, blocks: bool =
     text_config = config.get("text_config") or {}  # a vision-language model's language model
     context = int(config.get("max_position_embeddings") or text_config.get("max_position_embeddings")
                   or config.get("max_seq_len") or 4096)
-    vision = load_vision(path, model)
+    vision = load_vision(path, model, float32=dense)
     base = f"{config.get('model_type', '?')}{' + vision' if vision else ''}, mlx{' quantized' if quantized else ''}"
     return LoadedModel(
         model=model, tokenizer=tokenizer, eos_token_ids=frozenset(tokenizer.eos_token_ids),

@@ -93,9 +93,11 @@ def vision_config(path: Path) -> Optional[dict]:
     return config if isinstance(config.get("vision_config"), dict) else None
 
 
-def load_vision(path: Path, language_model: Any) -> Optional[Vision]:
+def load_vision(path: Path, language_model: Any, float32: bool = False) -> Optional[Vision]:
     """The image side of the VLM at `path` around `language_model`, mlx-lm's model of its text part
-    (what mlx-vlm's `language_model` submodule would be); None when `path` is no VLM."""
+    (what mlx-vlm's `language_model` submodule would be); None when `path` is no VLM. `float32`: the
+    vision tower and projector in float32 (the CPU path: MLX's half-precision matmuls there are many
+    times slower, as for the language model)."""
     config = vision_config(path)
     if config is None:
         return None
@@ -118,6 +120,8 @@ def load_vision(path: Path, language_model: Any) -> Optional[Vision]:
         raise ModelLoadError(f"cannot load the vision side of {path.name}: {exc}") from None
     vlm.language_model = language_model  # ours: mlx-vlm's copy stays unread
     for part in ("vision_tower", "multi_modal_projector"):
+        if float32:
+            getattr(vlm, part).set_dtype(mx.float32)
         mx.eval(getattr(vlm, part).parameters())
     tokens = int(getattr(processor, "image_seq_length", 0) or config.get("mm_tokens_per_image", 0))
     return Vision(vlm, processor, int(config["image_token_index"]), tokens)
