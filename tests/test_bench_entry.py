@@ -26,7 +26,7 @@ EXPECTED = {
     "decode-step", "decode-sweep", "arch-decode", "roofline", "quant-kernels", "kquant-repack", "decode-attention",
     "prefill-attention",
     "prefill-weights", "tick-costs", "tick-fused", "tick-split", "tick-spikes", "kv-join", "context-shift",
-    "speculative", "constraints", "grammar-libs", "synthetic-gguf",
+    "speculative", "constraints", "grammar-libs", "synthetic-gguf", "vision-encode",
 }
 MAX_MODULES = 12
 
