@@ -11,16 +11,23 @@ const NUMBER_FIELDS = { temperature: parseFloat, top_p: parseFloat, top_k: parse
   max_tokens: parseInt, seed: parseInt };
 
 const state = { conversation: null, controller: null, settings: null };
+const pending = []; // data: URLs of the images the next message sends
 
 function notice(text) {
   $("notice").textContent = text || "";
   $("notice").hidden = !text;
 }
 
+/** A turn as the chat route takes it: its text, and its images as image_url parts after the text. */
+function apiTurn({ role, content, images }) {
+  if (!images?.length) return { role, content };
+  return { role, content: [{ type: "text", text: content }, ...images.map((url) => ({ type: "image_url", image_url: { url } }))] };
+}
+
 /** The request body: the system prompt, the turns so far, and the sampling fields that are set. */
 function requestBody(messages) {
   const s = state.settings;
-  const turns = messages.filter((m) => m.content).map(({ role, content }) => ({ role, content }));
+  const turns = messages.filter((m) => m.content || m.images?.length).map(apiTurn);
   const body = { messages: s.system.trim() ? [{ role: "system", content: s.system }, ...turns] : turns };
   for (const [name, parse] of Object.entries(NUMBER_FIELDS)) {
     const value = parse(s[name]);
@@ -98,9 +105,11 @@ function send() {
     return;
   }
   const text = $("input").value;
-  if (!text.trim()) return;
+  if (!text.trim() && !pending.length) return;
   $("input").value = "";
-  state.conversation.messages.push({ role: "user", content: text });
+  const images = pending.splice(0);
+  showPending();
+  state.conversation.messages.push(images.length ? { role: "user", content: text, images } : { role: "user", content: text });
   store.saveConversation(state.conversation);
   generate();
 }
@@ -113,9 +122,36 @@ function regenerate() {
 
 function editLast(index, text) {
   const messages = state.conversation.messages;
-  messages.splice(index, messages.length - index, { role: "user", content: text });
+  const images = messages[index].images;
+  messages.splice(index, messages.length - index, images ? { role: "user", content: text, images } : { role: "user", content: text });
   store.saveConversation(state.conversation);
   generate();
+}
+
+const readDataURL = (file) => new Promise((resolve, reject) => {
+  const reader = new FileReader();
+  reader.onload = () => resolve(reader.result);
+  reader.onerror = () => reject(reader.error);
+  reader.readAsDataURL(file);
+});
+
+/** The images waiting for the next message, each with a button that drops it. */
+function showPending() {
+  $("attachments").replaceChildren(...pending.map((url, i) => {
+    const figure = document.createElement("figure");
+    const img = Object.assign(document.createElement("img"), { src: url, className: "thumb", alt: `image ${i + 1} to send` });
+    const drop = Object.assign(document.createElement("button"), { type: "button", className: "small", textContent: "×" });
+    drop.setAttribute("aria-label", `Remove image ${i + 1}`);
+    drop.addEventListener("click", () => { pending.splice(i, 1); showPending(); });
+    figure.append(img, drop);
+    return figure;
+  }));
+  $("attachments").hidden = !pending.length;
+}
+
+async function addImages(files) {
+  for (const file of files) if (file.type.startsWith("image/")) pending.push(await readDataURL(file));
+  showPending();
 }
 
 function open(id) {
@@ -166,6 +202,7 @@ async function watchServer() {
   try {
     const [models, props] = await Promise.all([getJSON("/v1/models"), getJSON("/props")]);
     $("model-name").textContent = models.data?.[0]?.id ?? "";
+    $("attach-button").hidden = !props.modalities?.vision; // only a vision-language model takes images
     showServerInfo($("server-info"), models, props);
     showDefaults($("settings"), props);
     notice("");
@@ -184,6 +221,18 @@ function wire() {
     if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
       event.preventDefault();
       if (!state.controller) send();
+    }
+  });
+  $("attach-button").addEventListener("click", () => $("attach").click());
+  $("attach").addEventListener("change", (event) => {
+    addImages([...event.target.files]);
+    event.target.value = "";
+  });
+  $("input").addEventListener("paste", (event) => {
+    const files = [...(event.clipboardData?.files || [])].filter((f) => f.type.startsWith("image/"));
+    if (files.length && !$("attach-button").hidden) {
+      event.preventDefault();
+      addImages(files);
     }
   });
   $("new-chat").addEventListener("click", newChat);

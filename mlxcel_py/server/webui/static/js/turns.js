@@ -48,7 +48,13 @@ export function replyStats(usage, timings, ttftMs) {
 }
 
 function userBody(message) {
-  return el("div", "body plain", message.content);
+  const body = el("div", "body plain", message.content);
+  if (!message.images?.length) return body;
+  const images = el("div", "images");
+  message.images.forEach((url, i) => images.append(Object.assign(el("img", "thumb"), { src: url, alt: `attached image ${i + 1}` })));
+  const wrap = el("div");
+  wrap.append(body, images);
+  return wrap;
 }
 
 function assistantBody(message) {
