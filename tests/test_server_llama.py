@@ -21,10 +21,10 @@ SETTINGS_KEYS = {
 }
 PROPS_PARAMS_KEYS = SETTINGS_KEYS - {"dry_sequence_breakers", "grammar", "grammar_lazy", "grammar_triggers",
                                      "logit_bias", "preserved_tokens", "stop"}
-PROPS_KEYS = {  # less chat_template_caps, media_marker, model_ftype, ui_settings
+PROPS_KEYS = {  # less chat_template_caps, model_ftype, ui_settings
     "bos_token", "build_info", "chat_template", "cors_proxy_enabled", "default_generation_settings",
-    "endpoint_metrics", "endpoint_props", "endpoint_slots", "eos_token", "is_sleeping", "modalities", "model_alias",
-    "model_path", "total_slots", "ui",
+    "endpoint_metrics", "endpoint_props", "endpoint_slots", "eos_token", "is_sleeping", "media_marker", "modalities",
+    "model_alias", "model_path", "total_slots", "ui",
 }
 FINAL_KEYS = {
     "index", "content", "tokens", "id_slot", "stop", "model", "tokens_predicted", "tokens_evaluated",

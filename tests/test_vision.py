@@ -323,3 +323,21 @@ def test_the_image_limits_are_flags(loaded):
         stop_server(running)
     with pytest.raises(ConfigError, match="--image-max-count must be between 1 and 1024"):
         resolve("serve", flags_for("serve", image_max_count=0), env={})
+
+
+def test_llama_servers_completion_takes_multimodal_data(server, loaded, model_dir):
+    raw = _png((0, 90, 250))
+    b64 = base64.b64encode(raw).decode()
+    text = "<start_of_turn>user\nDescribe <__media__> briefly.<end_of_turn>\n<start_of_turn>model\n"
+    with server.client() as client:
+        assert client.get("/props").json()["media_marker"] == "<__media__>"
+        got = client.post("/completion", json={"prompt": {"prompt_string": text, "multimodal_data": [b64]},
+                                               "n_predict": TOKENS, "temperature": 0, "return_tokens": True})
+        assert got.status_code == 200, got.text
+        media = loaded.vision.process(text.replace("<__media__>", "<start_of_image>"), [raw], add_special_tokens=True)
+        assert media.prompt_ids[0] == loaded.bos_token_id and media.prompt_ids.count(loaded.bos_token_id) == 1
+        assert got.json()["tokens"] == reference(model_dir, media.prompt_ids, media.pixel_values)
+        assert got.json()["tokens_evaluated"] == len(media.prompt_ids)
+        wrong = client.post("/completion", json={"prompt": {"prompt_string": "no marker", "multimodal_data": [b64]}})
+        assert wrong.status_code == 400 and "0 <__media__> markers for 1 multimodal_data images" in \
+            error_of(wrong)["message"]

@@ -63,14 +63,17 @@ class Vision:
     processor: Any
     image_token_id: int
     image_tokens: int  # tokens one image becomes
+    marker: str  # the text a prompt writes where an image goes (Gemma 3's <start_of_image>)
 
-    def process(self, text: str, images: list[bytes]) -> PromptImages:
+    def process(self, text: str, images: list[bytes], add_special_tokens: bool = False) -> PromptImages:
         """The rendered prompt (one image marker per image, as the chat template writes it) and the
-        images' bytes -> token ids with every image expanded, and pixels. ValueError for bad images."""
+        images' bytes -> token ids with every image expanded, and pixels. ValueError for bad images.
+        `add_special_tokens`: the BOS of a raw (untemplated) prompt; a rendered one carries its own."""
         from PIL import Image
 
         pictures = [Image.open(io.BytesIO(raw)).convert("RGB") for raw in images]
-        out = self.processor(text=[text], images=pictures, return_tensors="np", add_special_tokens=False)
+        out = self.processor(text=[text], images=pictures, return_tensors="np",
+                             add_special_tokens=add_special_tokens)
         ids = tuple(int(t) for t in np.asarray(out["input_ids"])[0])
         digests = tuple(hashlib.sha256(raw).hexdigest() for raw in images)
         return PromptImages(ids, np.asarray(out["pixel_values"]), digests, self.image_token_id)
@@ -124,4 +127,5 @@ def load_vision(path: Path, language_model: Any, float32: bool = False) -> Optio
             getattr(vlm, part).set_dtype(mx.float32)
         mx.eval(getattr(vlm, part).parameters())
     tokens = int(getattr(processor, "image_seq_length", 0) or config.get("mm_tokens_per_image", 0))
-    return Vision(vlm, processor, int(config["image_token_index"]), tokens)
+    marker = getattr(processor, "boi_token", None) or getattr(processor, "image_token", None) or "<image>"
+    return Vision(vlm, processor, int(config["image_token_index"]), tokens, marker)

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from ..runtime import Runtime
     from .prepared import Prepared
 
+MEDIA_MARKER = "<__media__>"  # llama-server's (libmtmd's) marker for an image in a completion prompt
 MAX_PIXELS = 50_000_000  # per image: a decompression bomb is refused before it is decoded
 FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP")
 _DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^;,]*)*?);base64,(?P<data>.*)", re.S)
@@ -104,14 +105,38 @@ def chat_prompt(rt: "Runtime", messages: list[dict], tools: Any, options: Any, i
     return ChatPrompt(media.prompt_ids, None), media
 
 
-def with_images(prepared: "Prepared", media: Any) -> "Prepared":
-    """`prepared` whose engine request carries its prompt's images: its pieces' embeddings are built
-    from their pixels, and the prompt cache indexes it under a key in which each image's tokens stand
-    for that image (models/vision.PromptImages.cache_key), so a next turn over the same image adopts it."""
+def imaged(job: Any, media: Any) -> Any:
+    """The engine request `job` carrying its prompt's images: its pieces' embeddings are built from their
+    pixels, and the prompt cache indexes it under a key in which each image's tokens stand for that image
+    (models/vision.PromptImages.cache_key), so a next turn over the same image adopts it."""
     if media is None:
-        return prepared
-    job = dataclasses.replace(prepared.job, images=media, cache_key=media.cache_key(), history_boundary=None)
-    return dataclasses.replace(prepared, job=job)
+        return job
+    return dataclasses.replace(job, images=media, cache_key=media.cache_key(), history_boundary=None)
+
+
+def with_images(prepared: "Prepared", media: Any) -> "Prepared":
+    """`prepared` whose engine request carries its prompt's images (`imaged`)."""
+    return prepared if media is None else dataclasses.replace(prepared, job=imaged(prepared.job, media))
+
+
+def completion_images(rt: "Runtime", text: str, data: list[str], marker: str, param: str = "prompt") -> Any:
+    """llama-server's multimodal completion prompt: `text` with one `marker` where each base64 image of
+    `data` goes -> PromptImages (the model's image marker in its place, the BOS as for any text prompt)."""
+    where = f"{param}.multimodal_data"
+    vision = rt.loaded.vision
+    if vision is None:
+        raise FieldError(f"{where}: {rt.model_id} takes text only; images need a vision-language model",
+                         param=param)
+    if text.count(marker) != len(data):
+        raise FieldError(f"{param}.prompt_string has {text.count(marker)} {marker} markers for {len(data)} "
+                         "multimodal_data images; put one marker where each image goes", param=param)
+    messages = [{"role": "user", "content": [image_part("data:;base64," + b, f"{where}[{k}]")
+                                             for k, b in enumerate(data)]}]
+    _, images = take_images(rt, messages, param)
+    try:
+        return vision.process(text.replace(marker, vision.marker), images, add_special_tokens=True)
+    except (ValueError, OSError) as exc:
+        raise FieldError(f"the images could not be processed: {exc}", param=param) from None
 
 
 def image_part(data_url: str, where: Optional[str] = None) -> dict:

@@ -18,6 +18,7 @@ from ...models import encode_text
 from ..generation.logprobs import TokenPieces
 from ..generation.fanout import PreparedGroup, copy_of, shared_prefix
 from ..generation.prepared import blame, refuse_unsupported
+from ..generation.images import MEDIA_MARKER, completion_images, imaged
 from ..generation.keep import keep_fields
 from ..generation.prompt import check_token_ids, completion_prompt_ids
 from ..generation.sampling import sampling_params
@@ -34,19 +35,20 @@ if TYPE_CHECKING:
 MAX_SEQUENCES = 16  # prompts x n_cmpl in one request: each is an engine request (and a queue place)
 
 
-def native_prompt(prompt: Any, rt: "Runtime") -> tuple[tuple[int, ...], str]:
-    """A /completion `prompt` (text, token ids, both mixed, or {"prompt_string"}) -> (token ids, the
-    processed prompt as text, special tokens included, as llama-server reports it)."""
+def native_prompt(prompt: Any, rt: "Runtime") -> tuple[tuple[int, ...], str, Any]:
+    """A /completion `prompt` (text, token ids, both mixed, or {"prompt_string", "multimodal_data"}) ->
+    (token ids, the processed prompt as text, special tokens included, as llama-server reports it, and
+    its images or None)."""
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list, PromptObject)):
         prompt = prompt[0]
     if isinstance(prompt, PromptObject):
-        if prompt.multimodal_data:
-            raise FieldError("prompt.multimodal_data is not supported: this server has no multimodal model",
-                             param="prompt", code="unsupported_parameter")
+        if prompt.multimodal_data:  # llama-server's multimodal prompt: the text with a marker per image
+            media = completion_images(rt, prompt.prompt_string, prompt.multimodal_data, MEDIA_MARKER)
+            return media.prompt_ids, rt.loaded.tokenizer.decode(list(media.prompt_ids)), media
         prompt = prompt.prompt_string
     if isinstance(prompt, str):
         ids = completion_prompt_ids(prompt, rt)
-        return ids, rt.loaded.tokenizer.decode(list(ids))
+        return ids, rt.loaded.tokenizer.decode(list(ids)), None
     if not prompt:
         raise FieldError("prompt must not be empty", param="prompt")
     if any(isinstance(piece, (list, PromptObject)) for piece in prompt) or all(isinstance(p, str) for p in prompt):
@@ -58,10 +60,10 @@ def native_prompt(prompt: Any, rt: "Runtime") -> tuple[tuple[int, ...], str]:
         # As llama-server: BOS (when the model wants one) only if the prompt starts with text.
         ids += [piece] if isinstance(piece, int) else encode_text(rt.loaded.tokenizer, piece, add_special_tokens=i == 0)
     check_token_ids(ids, rt.vocab_size, "prompt")
-    return tuple(ids), rt.loaded.tokenizer.decode(ids)
+    return tuple(ids), rt.loaded.tokenizer.decode(ids), None
 
 
-def native_prompts(prompt: Any, rt: "Runtime") -> list[tuple[tuple[int, ...], str]]:
+def native_prompts(prompt: Any, rt: "Runtime") -> list[tuple[tuple[int, ...], str, Any]]:
     """llama-server's array of prompts (a list of texts, token-id lists or {"prompt_string"}s), or one."""
     many = isinstance(prompt, list) and len(prompt) > 1 and (
         all(isinstance(p, str) for p in prompt) or any(isinstance(p, (list, PromptObject)) for p in prompt))
@@ -114,11 +116,11 @@ def prepare_native(rt: "Runtime", raw: bytes) -> PreparedGroup[NativeReply]:
                         for s in sampling.stop) if probs else ()
     cache_prompt = True if body.cache_prompt is None else body.cache_prompt
     jobs, replies = [], []
-    for i, (ids, text) in enumerate(p for p in prompts for _ in range(copies)):
+    for i, (ids, text, media) in enumerate(p for p in prompts for _ in range(copies)):
         replies.append(NativeReply(rt.model_id, text, len(ids), rt.prompt_limit.slot_context, settings,
                                    bool(body.return_tokens), bool(body.return_progress), fields, probs,
                                    stop_tokens, index=i))
-        job = EngineRequest(f"cmpl-{uuid.uuid4().hex[:24]}", ids, sampling, None, cache_prompt,
-                            **keep_fields(body, rt, ids))
+        job = imaged(EngineRequest(f"cmpl-{uuid.uuid4().hex[:24]}", ids, sampling, None, cache_prompt,
+                                   **keep_fields(body, rt, ids)), media)
         jobs.append(copy_of(shared_prefix(job), i % copies) if copies > 1 else job)
     return PreparedGroup(tuple(jobs), tuple(replies), stream)

@@ -20,6 +20,7 @@ from ...models.vocab import decode_continuation, hf_tokenizer
 from ...tool_calls import tool_messages
 from ..generation.collect import collect
 from ..generation.fanout import GenerationGroup, PreparedGroup, collect_all, start_all
+from ..generation.images import MEDIA_MARKER
 from ..generation.prepared import blame
 from ..generation.prompt import check_token_ids
 from ..generation.stream import FramedStream
@@ -102,6 +103,7 @@ def _props(rt: "Runtime") -> dict:
         "model_alias": rt.model_id,
         "model_path": rt.config.model.path or _default_path(rt),
         "modalities": {"vision": rt.loaded.vision is not None, "video": False, "audio": False},
+        "media_marker": MEDIA_MARKER,
         "chat_template": rt.template_text,
         "bos_token": _token_text(rt.loaded.tokenizer, "bos_token"),
         "eos_token": _token_text(rt.loaded.tokenizer, "eos_token"),

@@ -16,7 +16,8 @@ Piece = Union[int, str]  # a token id or text, in a mixed prompt
 
 
 class PromptObject(Body):
-    """llama-server's {"prompt_string", "multimodal_data"} prompt (media are refused: no multimodal model)."""
+    """llama-server's {"prompt_string", "multimodal_data"} prompt: base64 images, one <__media__> marker
+    in the text where each goes (a vision-language model; server/generation/images.py)."""
 
     prompt_string: str
     multimodal_data: Optional[list[str]] = None
