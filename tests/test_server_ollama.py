@@ -214,7 +214,8 @@ def _error(resp: httpx.Response) -> str:
 @pytest.mark.parametrize(("path", "body", "status", "words"), [
     ("/api/chat", {"messages": [{"role": "user", "content": "Hi", "images": ["AAAA"]}]}, 400,
      "messages[0].images[0]: m takes text only; images need a vision-language model"),
-    ("/api/generate", {"prompt": "Hi", "images": ["AAAA"]}, 400, "'images' is not supported"),
+    ("/api/generate", {"prompt": "Hi", "images": ["AAAA"]}, 400,
+     "images[0]: m takes text only; images need a vision-language model"),
     ("/api/generate", {"prompt": "Hi", "template": "{{ .Prompt }}"}, 400, "'template' is not supported"),
     ("/api/generate", {"prompt": "Hi", "suffix": "end"}, 400, "'suffix' is not supported"),
     ("/api/generate", {"prompt": "Hi", "raw": True, "system": "Be terse"}, 400, "system has no effect with raw"),

@@ -341,3 +341,16 @@ def test_llama_servers_completion_takes_multimodal_data(server, loaded, model_di
         wrong = client.post("/completion", json={"prompt": {"prompt_string": "no marker", "multimodal_data": [b64]}})
         assert wrong.status_code == 400 and "0 <__media__> markers for 1 multimodal_data images" in \
             error_of(wrong)["message"]
+
+
+def test_ollamas_generate_takes_images(server):
+    raw = _png((100, 0, 100))
+    want = client_text(server, raw)
+    b64 = base64.b64encode(raw).decode()
+    with server.client() as client:
+        got = client.post("/api/generate", json={"model": "tiny", "prompt": QUESTION, "images": [b64], "stream": False,
+                                                 "options": {"temperature": 0, "num_predict": TOKENS}})
+        assert got.status_code == 200, got.text
+        assert got.json()["response"] == want
+        raw_mode = client.post("/api/generate", json={"model": "tiny", "prompt": "x", "images": [b64], "raw": True})
+        assert raw_mode.status_code == 400 and "not with raw: true" in raw_mode.json()["error"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import uuid
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from ...engine import ConstraintSpec
 from ...engine import Request as EngineRequest
@@ -192,10 +192,21 @@ def _think(rt: "Runtime", body: OllamaRequest) -> ChatOptions:
     return think_options(rt.thinks, body.think, body.model or rt.model_id)
 
 
-def _generate_ids(rt: "Runtime", body: OllamaGenerateRequest) -> tuple[int, ...]:
-    """The prompt's ids: as written with `raw`, else one user turn (after `system`) in the chat template."""
+def _generate_ids(rt: "Runtime", body: OllamaGenerateRequest) -> tuple[tuple[int, ...], Any]:
+    """The prompt's ids: as written with `raw`, else one user turn (after `system`) in the chat template;
+    and the prompt's images (`images`, after the text: templated only, without an earlier `context`)."""
     rt.prompt_limit.check_chars(len(body.prompt) + len(body.system or ""), "prompt")
     options = _think(rt, body)  # think: true on a model without thinking is a 400, raw or not
+    if body.images:
+        if body.raw or body.context:
+            raise FieldError("images go into the model's template: not with raw: true or an earlier context "
+                             "(send the conversation to /api/chat)", param="images")
+        turns = ([{"role": "system", "content": body.system}] if body.system else []) + [{"role": "user", "content": [
+            {"type": "text", "text": body.prompt},
+            *[image_part("data:;base64," + b, f"images[{k}]") for k, b in enumerate(body.images)]]}]
+        turns, images = take_images(rt, turns, "images", name=body.model)
+        prompt, media = chat_prompt(rt, validate_messages(turns), None, options, images)
+        return prompt.ids, media
     if body.raw:
         if body.system:
             raise FieldError("system has no effect with raw: true (the prompt is sent as written); put it "
@@ -211,7 +222,7 @@ def _generate_ids(rt: "Runtime", body: OllamaGenerateRequest) -> tuple[int, ...]
     if body.context:  # an earlier reply's `context`: that conversation, then this prompt
         check_token_ids(body.context, rt.vocab_size, "context")
         ids = tuple(body.context) + ids
-    return ids
+    return ids, None
 
 
 def prepare_generate(rt: "Runtime", raw: bytes, arrived: float) -> Optional[Prepared[OllamaReply]]:
@@ -221,5 +232,5 @@ def prepare_generate(rt: "Runtime", raw: bytes, arrived: float) -> Optional[Prep
     if not body.prompt:
         return None
     with blame("prompt"):
-        ids = _generate_ids(rt, body)
-    return _prepared(rt, body, _reply(rt, body, "generate", ids, arrived), None)
+        ids, media = _generate_ids(rt, body)
+    return with_images(_prepared(rt, body, _reply(rt, body, "generate", ids, arrived), None), media)

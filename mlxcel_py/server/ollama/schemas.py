@@ -74,7 +74,7 @@ class OllamaToolCall(OllamaBody):
 class OllamaMessage(OllamaBody):
     role: Literal["system", "user", "assistant", "tool"]
     content: Optional[str] = None
-    images: Optional[list[str]] = None  # refused unless empty: no vision model here
+    images: Optional[list[str]] = None  # base64 images after the message's text: a vision-language model
     thinking: Optional[str] = None  # an earlier turn's thinking: its reasoning_content for the template
     tool_calls: Optional[list[OllamaToolCall]] = None
     tool_name: Optional[str] = None
