@@ -57,6 +57,7 @@ class ServerConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     image_max_bytes: int = DEFAULT_IMAGE_MAX_BYTES  # one image, decoded
     image_max_count: int = DEFAULT_IMAGE_MAX_COUNT  # images in one request
+    allow_image_urls: bool = False  # --allow-image-urls: fetch http(s) image URLs (else a 400)
     # Browser origins allowed beyond the loopback ones: "*", "scheme://host[:port]" or "scheme://host:*".
     cors_origins: tuple[str, ...] = ()
     webui: bool = True  # the chat page at / (server/webui); --no-webui turns it off
@@ -176,6 +177,7 @@ def server_config(env: Mapping[str, str], flags: ServerFlags, template: Template
         max_body_bytes=DEFAULT_MAX_BODY_BYTES if flags.max_body_bytes is None else flags.max_body_bytes,
         image_max_bytes=DEFAULT_IMAGE_MAX_BYTES if flags.image_max_bytes is None else flags.image_max_bytes,
         image_max_count=DEFAULT_IMAGE_MAX_COUNT if flags.image_max_count is None else flags.image_max_count,
+        allow_image_urls=_switch(flags.allow_image_urls, env, "--allow-image-urls", "MLXCEL_ALLOW_IMAGE_URLS"),
         cors_origins=origins, webui=not _no_webui(flags.no_webui, env),
         endpoint_metrics=True if metrics is None else metrics,
         endpoint_slots=True if slots is None else slots,

@@ -354,3 +354,47 @@ def test_ollamas_generate_takes_images(server):
         assert got.json()["response"] == want
         raw_mode = client.post("/api/generate", json={"model": "tiny", "prompt": "x", "images": [b64], "raw": True})
         assert raw_mode.status_code == 400 and "not with raw: true" in raw_mode.json()["error"]
+
+
+def test_image_urls_are_fetched_only_with_the_flag(loaded, server):
+    import http.server
+    import threading
+
+    raw = _png((60, 120, 180))
+    want = client_text(server, raw)
+
+    class Images(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the stdlib's name
+            found = self.path == "/a.png"
+            self.send_response(200 if found else 404)
+            self.send_header("Content-Type", "image/png")
+            self.end_headers()
+            if found:
+                self.wfile.write(raw)
+
+        def log_message(self, *args):
+            pass
+
+    images = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Images)
+    threading.Thread(target=images.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{images.server_address[1]}"
+
+    def ask(client, url):
+        content = [{"type": "text", "text": QUESTION}, {"type": "image_url", "image_url": {"url": url}}]
+        return client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": content}],
+                                                         "max_tokens": TOKENS, "temperature": 0})
+
+    running = start_server(model=loaded, allow_image_urls=True, image_max_bytes=len(raw) + 10)
+    try:
+        with server.client() as client:
+            off = ask(client, base + "/a.png")
+            assert off.status_code == 400 and "--allow-image-urls turns it on" in error_of(off)["message"]
+        with running.client() as client:
+            on = ask(client, base + "/a.png")
+            assert on.status_code == 200, on.text
+            assert on.json()["choices"][0]["message"]["content"] == want
+            missing = ask(client, base + "/b.png")
+            assert missing.status_code == 400 and "answered HTTP 404" in error_of(missing)["message"]
+    finally:
+        stop_server(running)
+        images.shutdown()

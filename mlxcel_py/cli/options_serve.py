@@ -35,6 +35,10 @@ ImageMaxBytesOpt = Annotated[
 ImageMaxCountOpt = Annotated[
     Optional[int], typer.Option("--image-max-count", help="Most images in one request (more is a 400). Default 8.")
 ]
+AllowImageUrlsOpt = Annotated[
+    bool, typer.Option("--allow-image-urls", help="Fetch http(s) image URLs in requests (off: a 400 asking for a "
+                       "data: URL). The server then makes requests a client chooses: only where that is safe.")
+]
 ShutdownGraceOpt = Annotated[
     Optional[float],
     typer.Option("--shutdown-grace", help="Seconds in-flight requests may finish after SIGTERM/SIGINT. Default 10."),

@@ -19,25 +19,51 @@ if TYPE_CHECKING:
     from ..runtime import Runtime
     from .prepared import Prepared
 
+FETCH_TIMEOUT_S = 10.0  # an http(s) image, with --allow-image-urls
 MEDIA_MARKER = "<__media__>"  # llama-server's (libmtmd's) marker for an image in a completion prompt
 MAX_PIXELS = 50_000_000  # per image: a decompression bomb is refused before it is decoded
 FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP")
 _DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^;,]*)*?);base64,(?P<data>.*)", re.S)
 
 
-def _decode(url: str, where: str, param: str, max_bytes: int) -> bytes:
+def _fetch(url: str, where: str, param: str, max_bytes: int) -> bytes:
+    """An http(s) image (--allow-image-urls): at most `max_bytes`, FETCH_TIMEOUT_S, a few redirects."""
+    import httpx
+
+    try:
+        with httpx.stream("GET", url, timeout=FETCH_TIMEOUT_S, follow_redirects=True,
+                          headers={"Accept": "image/*"}) as resp:
+            if resp.status_code != 200:
+                raise FieldError(f"{where}: fetching the image answered HTTP {resp.status_code}", param=param)
+            raw = b""
+            for chunk in resp.iter_bytes():
+                raw += chunk
+                if len(raw) > max_bytes:
+                    raise FieldError(f"{where}: the image is over {max_bytes} bytes (--image-max-bytes)", param=param)
+            return raw
+    except httpx.HTTPError as exc:
+        raise FieldError(f"{where}: the image could not be fetched ({type(exc).__name__}: {exc})",
+                         param=param) from None
+
+
+def _decode(url: str, where: str, param: str, max_bytes: int, fetch: bool = False) -> bytes:
     from PIL import Image, UnidentifiedImageError
 
     if url.startswith(("http://", "https://")):
-        raise FieldError(f"{where}: image URLs are not fetched by this server (that would be a request from the "
-                         "server); send the image inline as a data: URL (data:image/png;base64,...)", param=param)
-    match = _DATA_URL.fullmatch(url.strip())
-    if match is None:
-        raise FieldError(f"{where}: the image must be a base64 data: URL (data:image/png;base64,...)", param=param)
-    try:
-        raw = base64.b64decode(match["data"], validate=True)
-    except (binascii.Error, ValueError):
-        raise FieldError(f"{where}: the image's base64 does not decode", param=param) from None
+        if not fetch:
+            raise FieldError(f"{where}: image URLs are not fetched by this server (that would be a request from "
+                             "the server; --allow-image-urls turns it on); send the image inline as a data: URL "
+                             "(data:image/png;base64,...)", param=param)
+        raw = _fetch(url, where, param, max_bytes)
+    else:
+        match = _DATA_URL.fullmatch(url.strip())
+        if match is None:
+            raise FieldError(f"{where}: the image must be a base64 data: URL (data:image/png;base64,...)",
+                             param=param)
+        try:
+            raw = base64.b64decode(match["data"], validate=True)
+        except (binascii.Error, ValueError):
+            raise FieldError(f"{where}: the image's base64 does not decode", param=param) from None
     if len(raw) > max_bytes:
         raise FieldError(f"{where}: the image is {len(raw)} bytes; at most {max_bytes} (--image-max-bytes)",
                          param=param)
@@ -81,7 +107,8 @@ def take_images(rt: "Runtime", messages: list[dict], param: str = "messages", na
                 raise FieldError(f"{where}: images go in user turns", param=param)
             if len(images) == max_count:
                 raise FieldError(f"{where}: at most {max_count} images per request (--image-max-count)", param=param)
-            images.append(_decode(part["image_url"]["url"], where, param, server.image_max_bytes))
+            images.append(_decode(part["image_url"]["url"], where, param, server.image_max_bytes,
+                                  server.allow_image_urls))
             parts.append({"type": "image"})
         out.append({**message, "content": parts})
     return out, images
