@@ -1,11 +1,20 @@
 """What the fixture scripts share: a committed GGUF's metadata copied into a new writer, random weights
-of a tensor's shape, and the writer's file finished."""
+of a tensor's shape, the writer's file finished, llama-server run on the result, and the command line."""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import os
+import shutil
+import subprocess
 from pathlib import Path
+from typing import Callable, Iterator
 
 import numpy as np
+
+# scripts/build_llama_server.sh builds it; $LLAMA_SERVER names it.
+LLAMA_SERVER = os.environ.get("LLAMA_SERVER") or shutil.which("llama-server") or "llama-server"
 
 
 def copy_metadata(reader, writer, skip: tuple[str, ...] = ()) -> None:
@@ -37,3 +46,35 @@ def finish(writer, out: Path) -> None:
     writer.write_tensors_to_file()
     writer.close()
     print(f"wrote {out.name} ({out.stat().st_size} bytes)")
+
+
+@contextlib.contextmanager
+def llama_server(server: str, gguf: Path, *flags: str) -> Iterator[tuple[int, str]]:
+    """llama-server serving `gguf` with `flags` on a free loopback port: (the port, the command as a record
+    states it, without the machine's paths and the port)."""
+    from llama_server_tokens import _free_port, _wait_ready
+
+    port = _free_port()
+    proc = subprocess.Popen([server, "-m", str(gguf), *flags, "--host", "127.0.0.1", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_ready(port, proc)
+        yield port, " ".join(["llama-server", "-m", gguf.name, *flags])
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def fixture_main(doc: str, write: Callable[[], None], record: Callable[[str], None], what: str) -> None:
+    """A fixture script's command line: write the GGUF (unless --record-only), then record llama-server's
+    outputs of it when the binary exists."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--server", default=LLAMA_SERVER, help="llama-server binary (skip the record if absent)")
+    parser.add_argument("--record-only", action="store_true", help="keep the GGUF, only re-record")
+    args = parser.parse_args()
+    if not args.record_only:
+        write()
+    if Path(args.server).exists():
+        record(args.server)
+    else:
+        print(f"{args.server} not found: {what} not recorded")

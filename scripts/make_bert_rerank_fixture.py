@@ -11,24 +11,19 @@ Without a llama-server binary only the GGUF is (re)written."""
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fixture_gguf import finish, random_weights  # noqa: E402
-from llama_server_tokens import _free_port, _post, _wait_ready, version  # noqa: E402
+from fixture_gguf import finish, fixture_main, llama_server, random_weights  # noqa: E402
+from llama_server_tokens import _post, version  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "gguf"
 OUT = FIXTURES / "bertrank-f16.gguf"
 RECORD = FIXTURES / "bertrank_llama_server.json"
-LLAMA_SERVER = os.environ.get("LLAMA_SERVER") or shutil.which("llama-server") or "llama-server"
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WORDS = ("the of and is in to a capital france paris berlin germany city river what where which how "
          "library harbor near town market bridge quick brown fox jumps over lazy dog hello world "
@@ -107,13 +102,8 @@ def write_gguf(seed: int = 31) -> None:
 
 def record(server: str) -> None:
     """llama-server's /v1/rerank of QUERIES and /tokenize of every query and document."""
-    port = _free_port()
-    cmd = [server, "-m", str(OUT), "--rerank", "-c", "1024", "-np", "1", "-t", "2", "--no-warmup",
-           "--host", "127.0.0.1", "--port", str(port)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     entries = []
-    try:
-        _wait_ready(port, proc)
+    with llama_server(server, OUT, "--rerank", "-c", "1024", "-np", "1", "-t", "2", "--no-warmup") as (port, command):
         for case in QUERIES:
             got = _post(port, "/v1/rerank", {**case, "top_n": len(case["documents"])})
             texts = [case["query"], *case["documents"]]
@@ -121,27 +111,10 @@ def record(server: str) -> None:
             special = [_post(port, "/tokenize", {"content": t, "add_special": True})["tokens"] for t in texts]
             entries.append({**case, "results": got["results"], "usage": got["usage"], "tokens": tokens,
                             "tokens_with_special": special})
-    finally:
-        proc.terminate()
-        proc.wait(30)
-    body = {"model": OUT.name, "server": version(server),
-            "command": " ".join(["llama-server", "-m", OUT.name, *cmd[3:-4]]), "cases": entries}
+    body = {"model": OUT.name, "server": version(server), "command": command, "cases": entries}
     RECORD.write_text(json.dumps(body, indent=1) + "\n")
     print(f"recorded {sum(len(c['documents']) for c in entries)} scores in {RECORD.name}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--server", default=LLAMA_SERVER, help="llama-server binary (skip the record if absent)")
-    parser.add_argument("--record-only", action="store_true", help="keep the GGUF, only re-record")
-    args = parser.parse_args()
-    if not args.record_only:
-        write_gguf()
-    if Path(args.server).exists():
-        record(args.server)
-    else:
-        print(f"{args.server} not found: scores not recorded")
-
-
 if __name__ == "__main__":
-    main()
+    fixture_main(__doc__, write_gguf, record, "scores")

@@ -11,24 +11,20 @@ Without a llama-server binary only the GGUF is (re)written."""
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import shutil
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fixture_gguf import copy_metadata, finish, numpy_shape, random_weights  # noqa: E402
+from fixture_gguf import copy_metadata, finish, fixture_main, numpy_shape, random_weights  # noqa: E402
 from llama_server_tokens import _free_port, _post, _wait_ready  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "gguf"
 SOURCE = FIXTURES / "qwen3-f16.gguf"
 OUT = FIXTURES / "qwen3emb-f16.gguf"
 RECORD = FIXTURES / "qwen3emb_llama_server.json"
-LLAMA_SERVER = os.environ.get("LLAMA_SERVER") or shutil.which("llama-server") or "llama-server"  # scripts/build_llama_server.sh
 ENDOFTEXT = "<|endoftext|>"
 INPUTS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -86,18 +82,5 @@ def record(server: str) -> None:
     print(f"recorded {len(entries)} embeddings in {RECORD.name}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--server", default=LLAMA_SERVER, help="llama-server binary (skip the record if absent)")
-    parser.add_argument("--record-only", action="store_true", help="keep the GGUF, only re-record")
-    args = parser.parse_args()
-    if not args.record_only:
-        write_gguf()
-    if Path(args.server).exists():
-        record(args.server)
-    else:
-        print(f"{args.server} not found: embeddings not recorded")
-
-
 if __name__ == "__main__":
-    main()
+    fixture_main(__doc__, write_gguf, record, "embeddings")

@@ -12,26 +12,21 @@ Without a llama-server binary only the GGUF is (re)written."""
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fixture_gguf import copy_metadata, finish, numpy_shape, random_weights  # noqa: E402
-from llama_server_tokens import _free_port, _post, _wait_ready, record_tokens, version  # noqa: E402
+from fixture_gguf import copy_metadata, finish, fixture_main, llama_server, numpy_shape, random_weights  # noqa: E402
+from llama_server_tokens import _post, record_tokens, version  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "gguf"
 SOURCE = FIXTURES / "qwen3-f16.gguf"
 OUT = FIXTURES / "qwen3rank-f16.gguf"
 RECORD = FIXTURES / "qwen3rank_llama_server.json"
 TOKENS = FIXTURES / "llama_server_tokens.json"  # every fixture's greedy continuation (tests/test_models_gguf_archs.py)
-LLAMA_SERVER = os.environ.get("LLAMA_SERVER") or shutil.which("llama-server") or "llama-server"  # scripts/build_llama_server.sh
 # The template llama.cpp's converter writes for Qwen3-Reranker (conversion/qwen.py).
 RERANK_TEMPLATE = (
     "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct "
@@ -71,13 +66,8 @@ def write_gguf(seed: int = 29) -> None:
 
 def record(server: str) -> None:
     """llama-server's /v1/rerank of QUERIES (every document, unsorted by top_n), and the prompts' tokens."""
-    port = _free_port()
-    cmd = [server, "-m", str(OUT), "--rerank", "-c", "1024", "-np", "1", "-t", "2", "--no-warmup",
-           "--host", "127.0.0.1", "--port", str(port)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     entries = []
-    try:
-        _wait_ready(port, proc)
+    with llama_server(server, OUT, "--rerank", "-c", "1024", "-np", "1", "-t", "2", "--no-warmup") as (port, command):
         for case in QUERIES:
             got = _post(port, "/v1/rerank", {**case, "top_n": len(case["documents"])})
             prompts = [RERANK_TEMPLATE.replace("{query}", case["query"]).replace("{document}", d)
@@ -85,28 +75,15 @@ def record(server: str) -> None:
             tokens = [_post(port, "/tokenize", {"content": p, "add_special": False, "parse_special": True})["tokens"]
                       for p in prompts]
             entries.append({**case, "results": got["results"], "usage": got["usage"], "tokens": tokens})
-    finally:
-        proc.terminate()
-        proc.wait(30)
-    body = {"model": OUT.name, "server": version(server),
-            "command": " ".join(["llama-server", "-m", OUT.name, *cmd[3:-4]]), "cases": entries}
+    body = {"model": OUT.name, "server": version(server), "command": command, "cases": entries}
     RECORD.write_text(json.dumps(body, indent=1) + "\n")
     print(f"recorded {sum(len(c['documents']) for c in entries)} scores in {RECORD.name}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--server", default=LLAMA_SERVER, help="llama-server binary (skip the record if absent)")
-    parser.add_argument("--record-only", action="store_true", help="keep the GGUF, only re-record")
-    args = parser.parse_args()
-    if not args.record_only:
-        write_gguf()
-    if Path(args.server).exists():
-        record(args.server)
-        record_tokens(args.server, [OUT], TOKENS, json.loads(TOKENS.read_text())["prompt"])
-    else:
-        print(f"{args.server} not found: scores not recorded")
+def _record_all(server: str) -> None:
+    record(server)
+    record_tokens(server, [OUT], TOKENS, json.loads(TOKENS.read_text())["prompt"])
 
 
 if __name__ == "__main__":
-    main()
+    fixture_main(__doc__, write_gguf, _record_all, "scores")
