@@ -1,7 +1,8 @@
-"""Images in a chat body: taken out of the messages (each becomes the {"type": "image"} part chat
-templates render), decoded from data: URLs and checked before anything else runs. Every problem is a
-400 naming the part: a model without a vision side, an http(s) URL (this server fetches nothing),
-bad base64, bytes no image decoder reads, a format, size or count past the limits."""
+"""Images in a request: taken out of the messages (each becomes the {"type": "image"} part chat
+templates render), decoded from data: URLs (or fetched, with --allow-image-urls) and checked before
+anything else runs; then rendered and processed into the engine request's PromptImages. Every problem
+is a 400 naming the part: a model without a vision side, an http(s) URL without the flag, bad base64,
+bytes no image decoder reads, a format, size or count past the limits."""
 
 from __future__ import annotations
 
@@ -35,12 +36,12 @@ def _fetch(url: str, where: str, param: str, max_bytes: int) -> bytes:
                           headers={"Accept": "image/*"}) as resp:
             if resp.status_code != 200:
                 raise FieldError(f"{where}: fetching the image answered HTTP {resp.status_code}", param=param)
-            raw = b""
+            raw = bytearray()
             for chunk in resp.iter_bytes():
                 raw += chunk
                 if len(raw) > max_bytes:
                     raise FieldError(f"{where}: the image is over {max_bytes} bytes (--image-max-bytes)", param=param)
-            return raw
+            return bytes(raw)
     except httpx.HTTPError as exc:
         raise FieldError(f"{where}: the image could not be fetched ({type(exc).__name__}: {exc})",
                          param=param) from None
@@ -114,7 +115,8 @@ def take_images(rt: "Runtime", messages: list[dict], param: str = "messages", na
     return out, images
 
 
-def chat_prompt(rt: "Runtime", messages: list[dict], tools: Any, options: Any, images: list[bytes]):
+def chat_prompt(rt: "Runtime", messages: list[dict], tools: Any, options: Any, images: list[bytes],
+                param: str = "messages"):
     """(ChatPrompt, PromptImages or None): `messages` (validated, images taken out) rendered and tokenized;
     with images, through the model's processor, which expands each image's marker into its tokens."""
     from ...models import encode_chat
@@ -122,13 +124,13 @@ def chat_prompt(rt: "Runtime", messages: list[dict], tools: Any, options: Any, i
 
     if not images:
         return encode_chat(rt.loaded.tokenizer, messages, tools=tools, template=rt.chat_template, options=options,
-                           before_tokenize=lambda text: rt.prompt_limit.check_chars(len(text), "messages")), None
+                           before_tokenize=lambda text: rt.prompt_limit.check_chars(len(text), param)), None
     text = render_chat(rt.loaded.tokenizer, messages, tools=tools, template=rt.chat_template, options=options)
-    rt.prompt_limit.check_chars(len(text), "messages")
+    rt.prompt_limit.check_chars(len(text), param)
     try:
         media = rt.loaded.vision.process(text, images)
     except (ValueError, OSError) as exc:
-        raise FieldError(f"the images could not be processed: {exc}", param="messages") from None
+        raise FieldError(f"the images could not be processed: {exc}", param=param) from None
     return ChatPrompt(media.prompt_ids, None), media
 
 

@@ -123,7 +123,7 @@ def _prompt(rt: "Runtime", body: ResponsesRequest, request: Optional[ToolRequest
     with blame("input"):
         messages, images = take_images(rt, messages, "input")
         rendered, tools = tool_messages(validate_messages(messages), request, rt.tool_format)
-        prompt, media = chat_prompt(rt, rendered, tools, options, images)
+        prompt, media = chat_prompt(rt, rendered, tools, options, images, "input")
     return prompt.ids, prompt.history_boundary, history, media
 
 
