@@ -183,6 +183,7 @@ class PromptSide:
         """Merge a finished prefill's KV into the decode batch (into a slot of the owned rows: a
         copy of its own tokens only; into mlx-lm's BatchKVCache: every row re-padded)."""
         cache, state.prefill_cache, state.last_token = state.prefill_cache, None, token
+        state.embeds = None  # a prompt with images: it is all in the KV now
         self._rows.append(seq_id)
         if self._owned:
             # the row takes over the prefix's reference, and its staged slot
