@@ -119,19 +119,11 @@ def check_origin(origin: str, label: str) -> str:
     return origin
 
 
-def _no_webui(flag: bool, env: Mapping[str, str]) -> bool:
-    """--no-webui, else MLXCEL_NO_WEBUI / LLAMA_ARG_NO_WEBUI read as llama-server reads a switch."""
+def _switch(flag: bool, env: Mapping[str, str], name: str, *variables: str) -> bool:
+    """A switch given as its flag, else its variables read as llama-server reads one."""
     if flag:
         return True
-    value, _ = flag_or_env(None, "--no-webui", env, "MLXCEL_NO_WEBUI", "LLAMA_ARG_NO_WEBUI", parse=env_bool)
-    return bool(value)
-
-
-def _switch(flag: bool, env: Mapping[str, str], name: str, variable: str) -> bool:
-    """A switch given as its flag, else its variable read as llama-server reads one."""
-    if flag:
-        return True
-    value, _ = flag_or_env(None, name, env, variable, parse=env_bool)
+    value, _ = flag_or_env(None, name, env, *variables, parse=env_bool)
     return bool(value)
 
 
@@ -178,7 +170,8 @@ def server_config(env: Mapping[str, str], flags: ServerFlags, template: Template
         image_max_bytes=DEFAULT_IMAGE_MAX_BYTES if flags.image_max_bytes is None else flags.image_max_bytes,
         image_max_count=DEFAULT_IMAGE_MAX_COUNT if flags.image_max_count is None else flags.image_max_count,
         allow_image_urls=_switch(flags.allow_image_urls, env, "--allow-image-urls", "MLXCEL_ALLOW_IMAGE_URLS"),
-        cors_origins=origins, webui=not _no_webui(flags.no_webui, env),
+        cors_origins=origins,
+        webui=not _switch(flags.no_webui, env, "--no-webui", "MLXCEL_NO_WEBUI", "LLAMA_ARG_NO_WEBUI"),
         endpoint_metrics=True if metrics is None else metrics,
         endpoint_slots=True if slots is None else slots,
         chat_template=chat, reasoning_format=fmt, reasoning_budget=budget,

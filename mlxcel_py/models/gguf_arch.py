@@ -32,7 +32,8 @@ BERT_BLOCK = {
     "attn_output": "self_attn.o_proj", "attn_output_norm": "attention_norm", "ffn_up": "up_proj",
     "ffn_down": "down_proj", "layer_output_norm": "output_norm",
 }
-BERT_TOP = {"token_types": "model.token_types", "position_embd": "model.positions", "token_embd_norm": "model.embed_norm"}
+BERT_TOP = {"token_types": "model.token_types", "position_embd": "model.positions",
+            "token_embd_norm": "model.embed_norm"}
 BLOCK_RE = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)$")
 TOP_RE = re.compile(r"(\w+)\.(weight|bias)$")
 # Tensors the converter adds that carry RoPE settings, not weights; read by the loader.

@@ -19,6 +19,7 @@ from typing import Optional
 import numpy as np
 
 from ..errors import ModelLoadError
+from .wordpiece import special_id
 
 RANK_POOLING = 4  # llama.cpp's LLAMA_POOLING_TYPE_RANK
 HEAD_TENSORS = ("cls.weight", "cls.bias", "cls.output.weight", "cls.output.bias")
@@ -76,8 +77,8 @@ def rank_head(metadata: dict, arch: str, tensors: dict[str, np.ndarray], source:
         raise ModelLoadError(f"{source} says it is a reranker ({arch}.pooling_type rank) but has no classifier "
                              "head (cls.weight or cls.output.weight)")
     labels = tuple(str(v) for v in metadata.get(f"{arch}.classifier.output_labels", ()) or ())
-    wordpiece = metadata.get("tokenizer.ggml.model") == "bert"  # llama.cpp's defaults: a SEP, id 102
-    sep = metadata.get("tokenizer.ggml.seperator_token_id", 102 if wordpiece else None)
+    wordpiece = metadata.get("tokenizer.ggml.model") == "bert"  # llama.cpp adds a SEP there by default
+    sep = special_id(metadata, "sep") if wordpiece else metadata.get("tokenizer.ggml.seperator_token_id")
     return RankHead(
         dense=tensors.get("cls.weight"), dense_bias=tensors.get("cls.bias"),
         out=tensors.get("cls.output.weight"), out_bias=tensors.get("cls.output.bias"),

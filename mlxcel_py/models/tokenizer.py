@@ -232,6 +232,6 @@ def _wordpiece(meta: dict) -> TokenizerInfo:
 
     add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", True))
     add_sep = bool(meta.get("tokenizer.ggml.add_sep_token", True))
-    wrapper = TokenizerWrapper(wordpiece_tokenizer(meta, add_bos, add_sep), detokenizer_class=NaiveStreamingDetokenizer,
-                               eos_token_ids=end_of_generation_ids(meta))
+    wrapper = TokenizerWrapper(wordpiece_tokenizer(meta, add_bos, add_sep),
+                               detokenizer_class=NaiveStreamingDetokenizer, eos_token_ids=end_of_generation_ids(meta))
     return TokenizerInfo(wrapper, special_id(meta, "bos"), frozenset(wrapper.eos_token_ids), add_bos)

@@ -21,6 +21,7 @@ from ...tool_calls import ToolRequest, call_constraint, tool_messages, tool_requ
 from ..generation.images import chat_prompt, image_part, take_images, with_images
 from ..generation.keep import keep_fields
 from ..generation.prepared import Prepared, blame, refuse_unsupported
+from ..generation.prompt import content_chars
 from ..generation.reasoning import reply_reasoning
 from ..generation.sampling import sampling_params
 from ..generation.thinking import with_thinking
@@ -125,8 +126,7 @@ def _prompt(rt: "Runtime", body: CountTokensRequest
     with blame("messages"):
         request = tools_of(body)
         messages = openai_messages(body)
-        rt.prompt_limit.check_chars(sum(len(m.get("content") or "") for m in messages
-                                        if isinstance(m.get("content"), str)), "messages")
+        rt.prompt_limit.check_chars(content_chars(messages), "messages")
         messages, images = take_images(rt, messages)
         messages, tools = tool_messages(validate_messages(messages), request, rt.tool_format)
         prompt, media = chat_prompt(rt, messages, tools, options, images)

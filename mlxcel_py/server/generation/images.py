@@ -159,13 +159,17 @@ def completion_images(rt: "Runtime", text: str, data: list[str], marker: str, pa
     if text.count(marker) != len(data):
         raise FieldError(f"{param}.prompt_string has {text.count(marker)} {marker} markers for {len(data)} "
                          "multimodal_data images; put one marker where each image goes", param=param)
-    messages = [{"role": "user", "content": [image_part("data:;base64," + b, f"{where}[{k}]")
-                                             for k, b in enumerate(data)]}]
+    messages = [{"role": "user", "content": base64_parts(data, where)}]
     _, images = take_images(rt, messages, param)
     try:
         return vision.process(text.replace(marker, vision.marker), images, add_special_tokens=True)
     except (ValueError, OSError) as exc:
         raise FieldError(f"the images could not be processed: {exc}", param=param) from None
+
+
+def base64_parts(images: list[str], where: str) -> list[dict]:
+    """Bare base64 images (Ollama's `images`, llama-server's `multimodal_data`) as parts named where[k]."""
+    return [image_part("data:;base64," + b, f"{where}[{k}]") for k, b in enumerate(images)]
 
 
 def image_part(data_url: str, where: Optional[str] = None) -> dict:

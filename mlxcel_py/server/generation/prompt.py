@@ -35,6 +35,18 @@ class PromptLimit:
             )
 
 
+def content_chars(messages: list[dict]) -> int:
+    """The characters of chat messages' text: string contents and the text of content parts."""
+    total = 0
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str):
+            total += len(content)
+        elif isinstance(content, list):
+            total += sum(len(p.get("text") or "") for p in content if isinstance(p, dict))
+    return total
+
+
 def max_token_chars(tokenizer: Any, vocab_size: int) -> int:
     """The most characters any single token decodes to, plus one for a leading space that
     a SentencePiece decoder strips from a lone token."""

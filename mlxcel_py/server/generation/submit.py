@@ -103,7 +103,8 @@ def failure(f: Finished) -> APIError:
 
 def no_generation(rt: "Runtime", what: str) -> APIError:
     """llama-server's 501 for a route the served model cannot answer (a reranker, an encoder)."""
-    return APIError(501, f"This server does not support {what}: {rt.loaded.no_text(rt.model_id)}", code="not_supported_error")
+    return APIError(501, f"This server does not support {what}: {rt.loaded.no_text(rt.model_id)}",
+                    code="not_supported_error")
 
 
 async def submit(request: Request, rt: "Runtime", job: EngineRequest, arrived: float, param: str

@@ -21,11 +21,11 @@ from ...models.chat import ChatOptions, validate_messages
 from ...serve_models import parse_keep_alive
 from ...tool_calls import ToolRequest, tool_messages, tool_request
 from ..generation.assembler import Shape, ToolParsing
-from ..generation.images import chat_prompt, image_part, take_images, with_images
+from ..generation.images import base64_parts, chat_prompt, take_images, with_images
 from ..generation.logprobs import TokenPieces
 from ..generation.keep import keep_fields, shift_field
 from ..generation.prepared import Prepared, blame, refuse_unsupported
-from ..generation.prompt import check_token_ids
+from ..generation.prompt import check_token_ids, content_chars
 from ..generation.reasoning import reply_reasoning
 from ..generation.sampling import sampling_params
 from ..generation.thinking import with_thinking
@@ -41,12 +41,15 @@ if TYPE_CHECKING:
     from ..runtime import Runtime
 
 
+def _with_images(text: str, images: list[str], where: str) -> list[dict]:
+    """Ollama's base64 images after a text, as OpenAI-form parts (generation/images.py)."""
+    return [{"type": "text", "text": text}, *base64_parts(images, where)]
+
+
 def _turn(i: int, msg: OllamaMessage, pending: list[tuple[str, str]]) -> dict:
     """One Ollama message in OpenAI's form; `pending`: the (id, name) of calls not yet answered."""
-    if msg.images:  # base64 strings after the text, as OpenAI-form parts (generation/images.py)
-        parts = [{"type": "text", "text": msg.content or ""}] + [
-            image_part("data:;base64," + b, f"messages[{i}].images[{k}]") for k, b in enumerate(msg.images)]
-        return {"role": msg.role, "content": parts}
+    if msg.images:
+        return {"role": msg.role, "content": _with_images(msg.content or "", msg.images, f"messages[{i}].images")}
     if msg.role == "assistant" and msg.tool_calls:
         calls = [{"id": c.id or f"call_{i}_{j}", "type": "function",
                   "function": {"name": c.function.name, "arguments": json.dumps(c.function.arguments)}}
@@ -179,8 +182,7 @@ def prepare_chat(rt: "Runtime", raw: bytes, arrived: float) -> Optional[Prepared
     with blame("messages"):
         request = tool_request([t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None)
         messages = openai_messages(body)
-        rt.prompt_limit.check_chars(sum(len(m.get("content") or "") for m in messages
-                                        if isinstance(m.get("content"), str)), "messages")
+        rt.prompt_limit.check_chars(content_chars(messages), "messages")
         messages, images = take_images(rt, messages, name=body.model)
         messages, tools = tool_messages(validate_messages(messages), request, rt.tool_format)
         prompt, media = chat_prompt(rt, messages, tools, _think(rt, body), images)
@@ -201,9 +203,8 @@ def _generate_ids(rt: "Runtime", body: OllamaGenerateRequest) -> tuple[tuple[int
         if body.raw or body.context:
             raise FieldError("images go into the model's template: not with raw: true or an earlier context "
                              "(send the conversation to /api/chat)", param="images")
-        turns = ([{"role": "system", "content": body.system}] if body.system else []) + [{"role": "user", "content": [
-            {"type": "text", "text": body.prompt},
-            *[image_part("data:;base64," + b, f"images[{k}]") for k, b in enumerate(body.images)]]}]
+        turns = ([{"role": "system", "content": body.system}] if body.system else []) + \
+            [{"role": "user", "content": _with_images(body.prompt, body.images, "images")}]
         turns, images = take_images(rt, turns, "images", name=body.model)
         prompt, media = chat_prompt(rt, validate_messages(turns), None, options, images)
         return prompt.ids, media

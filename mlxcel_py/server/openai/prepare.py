@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 from ...engine import Request as EngineRequest
 from ...engine import SamplingParams, check_logit_bias
@@ -22,7 +22,7 @@ from ..generation.images import chat_prompt, take_images, with_images
 from ..generation.logprobs import TokenPieces
 from ..generation.prepared import Prepared, blame, refuse_unsupported
 from ..generation.keep import keep_fields
-from ..generation.prompt import completion_prompt_ids
+from ..generation.prompt import completion_prompt_ids, content_chars
 from ..generation.sampling import echo_only, max_tokens_of, sampling_params
 from ..generation.schemas import GenerationRequest
 from ..generation.reasoning import ReasoningMarkers, ReasoningStart, reply_reasoning
@@ -45,7 +45,7 @@ def prepare_chat(rt: "Runtime", raw: bytes) -> Prepared[Reply]:
     body = parse_body(raw, ChatRequest)
     _check_request(rt, body)
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
-    rt.prompt_limit.check_chars(sum(_chars(m.get("content")) for m in messages), "messages")
+    rt.prompt_limit.check_chars(content_chars(messages), "messages")
     messages, images = take_images(rt, messages)
     plan = output_plan(body, rt.tool_format, rt.worker.compiler)
     options = chat_options(body.add_generation_prompt, body.continue_final_message, body.chat_template_kwargs)
@@ -83,12 +83,6 @@ def prepare_completion(rt: "Runtime", raw: bytes) -> Prepared[Reply]:
         prompt = body.prompt[0] if isinstance(body.prompt, list) and len(body.prompt) == 1 else body.prompt
         echo = prompt if isinstance(prompt, str) else rt.loaded.tokenizer.decode(list(ids))
     return _prepared(rt, body, "completion", ids, None, plan, echo)
-
-
-def _chars(content: Any) -> int:
-    if isinstance(content, str):
-        return len(content)
-    return sum(len(p.get("text", "")) for p in content) if isinstance(content, list) else 0
 
 
 def _check_request(rt: "Runtime", body: GenerationRequest) -> None:

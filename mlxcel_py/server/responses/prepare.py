@@ -19,6 +19,7 @@ from ..generation.images import chat_prompt, take_images, with_images
 from ..generation.keep import keep_fields
 from ..generation.assembler import ToolParsing
 from ..generation.prepared import Prepared, blame, refuse_unsupported
+from ..generation.prompt import content_chars
 from ..generation.reasoning import reply_reasoning
 from ..generation.sampling import sampling_params
 from ..generation.thinking import with_thinking
@@ -118,8 +119,7 @@ def _prompt(rt: "Runtime", body: ResponsesRequest, request: Optional[ToolRequest
     if not history:
         raise FieldError("input is required: a string or a list of items", param="input")
     messages = ([{"role": "system", "content": body.instructions}] if body.instructions else []) + history
-    rt.prompt_limit.check_chars(sum(len(m.get("content") or "") for m in messages
-                                    if isinstance(m.get("content"), str)), "input")
+    rt.prompt_limit.check_chars(content_chars(messages), "input")
     with blame("input"):
         messages, images = take_images(rt, messages, "input")
         rendered, tools = tool_messages(validate_messages(messages), request, rt.tool_format)

@@ -18,6 +18,9 @@ function notice(text) {
   $("notice").hidden = !text;
 }
 
+/** A user turn as the conversation keeps it: its text, and its images when it has any. */
+const userTurn = (content, images) => (images?.length ? { role: "user", content, images } : { role: "user", content });
+
 /** A turn as the chat route takes it: its text, and its images as image_url parts after the text. */
 function apiTurn({ role, content, images }) {
   if (!images?.length) return { role, content };
@@ -109,7 +112,7 @@ function send() {
   $("input").value = "";
   const images = pending.splice(0);
   showPending();
-  state.conversation.messages.push(images.length ? { role: "user", content: text, images } : { role: "user", content: text });
+  state.conversation.messages.push(userTurn(text, images));
   store.saveConversation(state.conversation);
   generate();
 }
@@ -122,8 +125,7 @@ function regenerate() {
 
 function editLast(index, text) {
   const messages = state.conversation.messages;
-  const images = messages[index].images;
-  messages.splice(index, messages.length - index, images ? { role: "user", content: text, images } : { role: "user", content: text });
+  messages.splice(index, messages.length - index, userTurn(text, messages[index].images));
   store.saveConversation(state.conversation);
   generate();
 }
