@@ -63,6 +63,7 @@ class ModelSpec:
     threads: Optional[int] = None  # CPU compute threads (decode kernels, OpenBLAS); None = every core
     cpu_weights: Optional[str] = None  # "native" (GGUF blocks) | "f32"; None: native on AVX2 (loader.default_cpu_weights)
     draft: Optional[str] = None  # --draft-model: speculative decoding's draft (same vocabulary)
+    mmproj: Optional[str] = None  # --mmproj: a llama.cpp projector file for the GGUF's images (serve)
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,7 +198,8 @@ def resolve(command: Command, flags: Any = None, env: Optional[Mapping[str, str]
     server = _server(command, env, f, level, alias)
     blas = (env.get("MLXCEL_BLAS") or "").strip() or "auto"
     dist = distributed_config(command, env, f.dist)
-    model = _model_spec(env, f.model, first.spec if first is not None else None, router, dist)
+    model = _model_spec(env, f.model, first.spec if first is not None else None, router, dist,
+                        serves=command in _SERVER_COMMANDS)
     if server is not None and server.rerank and router is not None:
         raise ConfigError("--rerank names one reranking model; with several models each reranking GGUF serves "
                           "/v1/rerank by itself (select it with the body's model)", flag="--rerank")
@@ -247,7 +249,7 @@ def _server(command: str, env: Mapping[str, str], f: ServeFlags, level: str,
 
 
 def _model_spec(env: Mapping[str, str], flags: ModelFlags, path: Optional[str], router: Optional[RouterConfig],
-                dist: Optional[DistributedConfig]) -> ModelSpec:
+                dist: Optional[DistributedConfig], serves: bool = True) -> ModelSpec:
     threads, threads_label = _count_flag(flags.threads, "--threads", env, "LLAMA_ARG_THREADS")
     check_range(threads_label, threads, 1, MAX_THREADS)
     weights = choice(flags.cpu_weights, "--cpu-weights", env, "MLXCEL_CPU_WEIGHTS", CPU_WEIGHTS, None)
@@ -258,7 +260,17 @@ def _model_spec(env: Mapping[str, str], flags: ModelFlags, path: Optional[str], 
     if draft is not None and router is not None:
         raise ConfigError("--draft-model drafts for one model; it cannot be used with several models",
                           flag="--draft-model")
-    return ModelSpec(path, threads, weights, draft)
+    mmproj, label = flag_or_env(getattr(flags, "mmproj", None), "--mmproj", env, "LLAMA_ARG_MMPROJ")
+    if not serves:  # run and generate take no images: the variable is serve's, the flag theirs to refuse
+        if getattr(flags, "mmproj", None) is not None:
+            raise ConfigError("--mmproj applies to serve (images come in requests)", flag="--mmproj")
+        mmproj = None
+    if mmproj is not None and not mmproj.strip():
+        raise ConfigError(f"{label} must not be empty", flag=label)
+    if mmproj is not None and (router is not None or dist is not None):
+        raise ConfigError(f"{label} goes with one model on one machine; it cannot be used with several models "
+                          "or --distributed", flag=label)
+    return ModelSpec(path, threads, weights, draft, mmproj)
 
 
 def _draft_model(flag: Optional[str], env: Mapping[str, str], dist: Optional[DistributedConfig]) -> Optional[str]:

@@ -27,9 +27,9 @@ from .cli.options_bench import (
 from .cli.options_serve import (
     AliasOpt, AllowImageUrlsOpt, ApiKeyOpt, CacheMaxBytesOpt, CacheMaxEntriesOpt, CacheMinPrefixOpt, CacheRamOpt,
     ChatTemplateFileOpt, ChatTemplateKwargsOpt, ChatTemplateOpt, CorsOriginsOpt, DistributedOpt, DistributedTimeoutOpt,
-    HostOpt, ImageMaxBytesOpt, ImageMaxCountOpt, KeepAliveOpt, MaxBodyBytesOpt, MaxQueueOpt, MetricsOpt, ModelsDirOpt,
-    ModelsMaxOpt, ModelsMemoryOpt, ModelsOpt, ModelsPreloadOpt, NoWebuiOpt, ParallelOpt, PoolingOpt, PortOpt,
-    ReasoningBudgetOpt, ReasoningFormatOpt, RerankOpt, ShutdownGraceOpt, SlotSavePathOpt, SlotsOpt, TagsOpt,
+    HostOpt, ImageMaxBytesOpt, ImageMaxCountOpt, KeepAliveOpt, MaxBodyBytesOpt, MaxQueueOpt, MetricsOpt, MmprojOpt,
+    ModelsDirOpt, ModelsMaxOpt, ModelsMemoryOpt, ModelsOpt, ModelsPreloadOpt, NoWebuiOpt, ParallelOpt, PoolingOpt,
+    PortOpt, ReasoningBudgetOpt, ReasoningFormatOpt, RerankOpt, ShutdownGraceOpt, SlotSavePathOpt, SlotsOpt, TagsOpt,
 )
 
 frozen = dataclass(frozen=True)
@@ -52,6 +52,7 @@ class ModelFlags:
 @frozen
 class ServeModelFlags(ModelFlags):
     model: ModelsOpt = None  # -m repeats: several models behind one server
+    mmproj: MmprojOpt = None
 
 
 @frozen
@@ -180,7 +181,7 @@ class ServeFlags:
         "itl_budget_ms", "lookup_ngram", "draft_max", "draft_min", "draft_model", "max_queue", "prompt_cache",
         "cache_max_bytes", "cache_max_entries", "cache_min_prefix", "temp", "top_p", "top_k", "min_p",
         "repeat_penalty", "seed", "max_tokens", "api_key", "log_level", "model_alias", "max_body_bytes",
-        "image_max_bytes", "image_max_count", "allow_image_urls",
+        "mmproj", "image_max_bytes", "image_max_count", "allow_image_urls",
         "shutdown_grace", "distributed", "distributed_timeout", "cors_origins", "no_webui", "metrics", "slots",
         "chat_template", "chat_template_file", "chat_template_kwargs", "reasoning_format", "reasoning_budget", "tags",
         "pooling", "rerank", "context_shift", "models_dir", "models_max", "models_memory", "keep_alive",

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build llama-server, llama-embedding and llama-quantize from the llama.cpp source inside the llama-cpp-python sdist (PyPI),
+# Build llama-server, llama-embedding, llama-quantize and llama-mtmd-cli from the llama.cpp source inside the llama-cpp-python sdist (PyPI),
 # outside any git worktree, for the side-by-side benchmark and the embedding fixture. Idempotent: each step
 # is skipped when its output exists. Usage: scripts/build_llama_server.sh [DIR]  (default $LLAMA_BUILD_DIR, else ~/.cache/mlxcel-py/llama-build);
 # then LLAMA_SERVER=DIR/bin/llama-server for the benchmarks
@@ -24,7 +24,7 @@ cd "$LLAMA"
 # Static libraries, so the installed binaries stand alone in $DIR/bin.
 [ -f build/CMakeCache.txt ] || cmake -B build -DLLAMA_CURL=OFF -DGGML_NATIVE=ON -DCMAKE_BUILD_TYPE=Release \
     -DBUILD_SHARED_LIBS=OFF
-nice -n 15 cmake --build build -j"$JOBS" --target llama-server llama-embedding llama-quantize
+nice -n 15 cmake --build build -j"$JOBS" --target llama-server llama-embedding llama-quantize llama-mtmd-cli
 
-cp -a build/bin/llama-server build/bin/llama-embedding build/bin/llama-quantize "$DIR/bin/"
+cp -a build/bin/llama-server build/bin/llama-embedding build/bin/llama-quantize build/bin/llama-mtmd-cli "$DIR/bin/"
 echo "llama.cpp $(basename "$SRC") -> $DIR/bin: $(ls "$DIR/bin" | tr '\n' ' ')"

@@ -16,10 +16,11 @@ from mlxcel_py.engine.chunking.fixed import CONTENDED_PREFILL_CHUNK, DEFAULT_PRE
 from mlxcel_py.engine.chunking.pieces import Piece, next_piece
 
 
-def plan(prompt_len: int, adopted: int, boundary: Optional[int], chunk: int, cursor: int = 0) -> list[Piece]:
+def plan(prompt_len: int, adopted: int, boundary: Optional[int], chunk: int, cursor: int = 0,
+         unsplit: tuple[tuple[int, int], ...] = ()) -> list[Piece]:
     """Every piece from `cursor` at a fixed chunk, as the scheduler would run them."""
     pieces = []
-    while (piece := next_piece(prompt_len, adopted, boundary, cursor, chunk)) is not None:
+    while (piece := next_piece(prompt_len, adopted, boundary, cursor, chunk, unsplit)) is not None:
         pieces.append(piece)
         cursor = piece.end
     return pieces
@@ -75,6 +76,18 @@ def test_resume_with_a_larger_chunk_recuts_from_the_cursor():
 
 def test_continuation_that_fits_one_chunk_is_one_terminal_piece():
     assert next_piece(3000, 0, None, 2048, 2048) == Piece(2048, 3000, False, True)
+
+
+def test_an_unsplit_range_is_never_cut():
+    # a 16-token image at [5, 21) under pieces of 7: the piece before stops at it, the image is one piece
+    assert ranges(plan(40, 0, None, 7, unsplit=((5, 21),))) == [(0, 5), (5, 21), (21, 28), (28, 35), (35, 40)]
+    # two images: one longer than the chunk runs whole, one inside a piece is left alone; a cursor (an adopted
+    # prefix) inside an image runs to its end
+    assert ranges(plan(60, 0, None, 10, unsplit=((8, 30), (33, 38)))) == [(0, 8), (8, 30), (30, 40), (40, 50),
+                                                                        (50, 60)]
+    assert ranges(plan(40, 12, None, 4, unsplit=((5, 21),))) == [(12, 21), (21, 25), (25, 29), (29, 33),
+                                                                (33, 37), (37, 40)]
+    assert plan(21, 0, None, 7, unsplit=((5, 21),))[-1] == Piece(5, 21, False, True)
 
 
 def test_chunk_zero_is_one_piece():

@@ -138,6 +138,12 @@ ReasoningBudgetOpt = Annotated[
                  "templates that take it); N: the thinking's end marker is forced after N thinking tokens. "
                  "Default -1; env LLAMA_ARG_THINK_BUDGET."),
 ]
+MmprojOpt = Annotated[
+    Optional[str],
+    typer.Option("--mmproj", "-mm", help="A llama.cpp multimodal projector GGUF for the GGUF model's images "
+                 "(llama-server's flag; Gemma 3's gemma3 projector), docs/VISION.md. Env LLAMA_ARG_MMPROJ. "
+                 "Default: none."),
+]
 ModelsOpt = Annotated[
     Optional[list[str]],
     typer.Option(

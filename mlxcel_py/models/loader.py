@@ -53,7 +53,7 @@ def cpu_is_default() -> bool:
 
 def load_model(
     spec_path: Optional[str], *, dense: Optional[bool] = None, on_progress: Progress = None,
-    threads: Optional[int] = None, cpu_weights: Optional[str] = None,
+    threads: Optional[int] = None, cpu_weights: Optional[str] = None, mmproj: Optional[str] = None,
 ) -> LoadedModel:
     """Load a GGUF file or an mlx-lm model directory (the default model when `spec_path` is None).
 
@@ -61,7 +61,7 @@ def load_model(
     forces float32 or MLX's own weights. On the CPU, cpu_weights "native" keeps a GGUF's quantized
     matrices as the file's blocks (models/gguf_blocks.py: prefill by dequantized tiles, decode over the
     blocks in models/cpu/native.py, no float32 copy), "f32" dequantizes them to float32; None:
-    `default_cpu_weights()`."""
+    `default_cpu_weights()`. `mmproj`: a llama.cpp projector file for a GGUF's images (models/mmproj.py)."""
     path, hub_name = _local_path(spec_path or default_model_path())
     use_dense = cpu_is_default() if dense is None else dense
     native_cpu = (cpu_weights or default_cpu_weights()) == "native" and cpu_is_default()
@@ -69,6 +69,11 @@ def load_model(
         if path.suffix.lower() != ".gguf":
             raise ModelLoadError(f"not a model: {path} (expected a .gguf file or an mlx-lm model directory)")
         loaded = _load_gguf(path, use_dense, on_progress, blocks=native_cpu and dense is None)
+        if mmproj is not None:
+            loaded = _with_mmproj(loaded, Path(mmproj).expanduser(), use_dense, on_progress)
+    elif mmproj is not None:
+        raise ModelLoadError(f"--mmproj goes with a GGUF model; {path.name} is not one (an mlx-vlm directory "
+                             "carries its own vision tower)")
     elif path.is_dir():
         loaded = _load_mlx_dir(path, use_dense, on_progress, blocks=native_cpu and dense is None)
     else:
@@ -172,6 +177,17 @@ def _load_gguf(path: Path, dense: bool, on_progress: Progress, blocks: bool = Fa
         rank_head=got.rank_head,
         appended_eos=tok.appended_eos,
     )
+
+
+def _with_mmproj(loaded: LoadedModel, path: Path, dense: bool, on_progress: Progress) -> LoadedModel:
+    from .mmproj import load_mmproj
+
+    if on_progress:
+        on_progress(f"loading {path.name}")
+    bos = loaded.bos_token_id if loaded.add_bos else None
+    vision = load_mmproj(path, loaded.model, loaded.tokenizer, bos, float32=dense)
+    base, _, rest = loaded.description.partition(" -> ")
+    return replace(loaded, vision=vision, description=f"{base} + vision ({path.name}) -> {rest}")
 
 
 def _load_mlx_dir(path: Path, dense: bool, on_progress: Progress, blocks: bool = False) -> LoadedModel:

@@ -35,6 +35,9 @@ class PromptImages:
     pixel_values: np.ndarray  # (images, channels, height, width), the processor's
     digests: tuple[str, ...]  # sha256 of each image's bytes, in order
     image_token_id: int
+    # Runs of image positions [lo, hi) that attend each other both ways (llama.cpp's Gemma 3 images); empty
+    # when every position attends causally (mlx-vlm's)
+    both_ways: tuple[tuple[int, int], ...] = ()
 
     @property
     def last_image_token(self) -> int:

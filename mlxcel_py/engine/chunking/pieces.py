@@ -38,12 +38,15 @@ def _split(prompt_len: int, adopted: int, boundary: Optional[int]) -> tuple[int,
     return adopted, boundary
 
 
-def next_piece(prompt_len: int, adopted: int, boundary: Optional[int], cursor: int, chunk: int) -> Optional[Piece]:
+def next_piece(prompt_len: int, adopted: int, boundary: Optional[int], cursor: int, chunk: int,
+               unsplit: tuple[tuple[int, int], ...] = ()) -> Optional[Piece]:
     """The piece a prefill runs next from `cursor`; None once the prompt is in the KV.
 
     From the adopted prefix, the history-boundary segment (when it lies inside the rest)
     is one piece, so it can be snapshotted; every other piece is at most `chunk` tokens
-    (0: the whole rest). A cursor below the adopted prefix starts at it.
+    (0: the whole rest). A cursor below the adopted prefix starts at it. No piece ends inside a
+    range of `unsplit` (an image whose positions attend each other): the piece stops before it,
+    or, when it starts at or in the range, runs to its end whatever the chunk.
     """
     check_count("chunk", chunk)
     adopted, split = _split(prompt_len, adopted, boundary)
@@ -59,4 +62,7 @@ def next_piece(prompt_len: int, adopted: int, boundary: Optional[int], cursor: i
     if start == prompt_len:
         return None
     end = prompt_len if chunk == 0 else min(start + chunk, prompt_len)
+    for lo, hi in unsplit:
+        if lo < end < hi:
+            end = lo if lo > start else min(hi, prompt_len)
     return Piece(start, end, False, end == prompt_len)

@@ -213,6 +213,8 @@ class Request:
     # What the prompt cache indexes instead of prompt_ids (same length): a prompt with images has each
     # image's tokens stand for that image (their ids say nothing of it); without one it is never cached.
     cache_key: Optional[tuple[int, ...]] = None
+    # Prompt ranges [lo, hi) no prefill piece cuts: an image whose positions attend each other both ways.
+    unsplit: tuple[tuple[int, int], ...] = ()
     # Context shift (--context-shift): prompt tokens kept at the start (-1: the whole prompt), and the
     # tokens discarded after them per shift (0: half of the rest, as llama-server).
     n_keep: int = 0
@@ -228,6 +230,8 @@ class Request:
             raise RequestError("the prompt is empty")
         if self.cache_key is not None and len(self.cache_key) != len(self.prompt_ids):
             raise RequestError("cache_key must be as long as the prompt")
+        if any(not 0 <= lo < hi <= len(self.prompt_ids) for lo, hi in self.unsplit):
+            raise RequestError("unsplit ranges must lie inside the prompt")
         for name, low in (("n_keep", -1), ("n_discard", 0)):
             value = getattr(self, name)
             _check(isinstance(value, int) and not isinstance(value, bool) and low <= value <= MAX_TOKENS_LIMIT,

@@ -145,7 +145,7 @@ class Scheduler(DecodeRows):
         ))
         if seq.request.whole_prompt:  # an encoder's prompt is never split
             chunk = max(chunk, seq.prompt_len - seq.prefill_offset)
-        piece = next_piece(seq.prompt_len, seq.adopted, seq.boundary, seq.prefill_offset, chunk)
+        piece = next_piece(seq.prompt_len, seq.adopted, seq.boundary, seq.prefill_offset, chunk, seq.request.unsplit)
         if not self.budget.reserve(seq.seq_id, piece.length):
             return None  # cannot happen while every slot fits its context; wait for room
         prompt = seq.request.prompt_ids

@@ -46,6 +46,7 @@ class SequenceState:
     prefix: Optional[PinnedPrefix] = None  # a pinned snapshot it adopted or took: its row will share it
     staged: Optional[int] = None  # its future slot in the rows, which its fused ticks write (RowKV.stage)
     embeds: Optional[mx.array] = None  # a prompt with images: its input embeddings (1, prompt, hidden)
+    both_ways: tuple[tuple[int, int], ...] = ()  # its image runs whose positions attend each other (PromptImages)
 
 
 class PromptSide:
@@ -61,6 +62,7 @@ class PromptSide:
         state.sampler.extend_prompt(piece.tokens)
         prompt: tuple = ()
         embeds = None if state.embeds is None else state.embeds[:, piece.start:piece.start + len(piece.tokens)]
+        spans = _within(state.both_ways, piece.start, piece.start + len(piece.tokens)) if embeds is not None else ()
         if embeds is None and self._by_rows(piece):  # the decode step's rows: one kernel family (row_prefill.py)
             if state.sampler.params.prompt_logprobs:
                 logits, prompt = self._score_piece(piece, state, self._prefill_rows(
@@ -71,9 +73,9 @@ class PromptSide:
         else:
             with self._kernels, numpy_blas_threads(1 if len(piece.tokens) <= SMALL_PIECE else None):
                 if state.sampler.params.prompt_logprobs:
-                    logits, prompt = self._score_piece(piece, state, embeds=embeds)
+                    logits, prompt = self._score_piece(piece, state, embeds=embeds, spans=spans)
                 else:
-                    logits = self._forward_prefill(mx.array(piece.tokens)[None], cache, piece.terminal, embeds)
+                    logits = self._forward_prefill(mx.array(piece.tokens)[None], cache, piece.terminal, embeds, spans)
         if self.draft is not None:
             self.draft.prefill(piece.seq_id, piece.tokens, piece.terminal)
         if piece.snapshot_id is not None:
@@ -115,11 +117,15 @@ class PromptSide:
         return self.rank_head.scores(state.pooler.result())  # the head's outputs (llama.cpp's rank pooling)
 
     def _score_piece(self, piece: PrefillPiece, state: SequenceState, logits: Optional[mx.array] = None,
-                     embeds: Optional[mx.array] = None) -> tuple[mx.array, tuple[Optional[TokenLogprobs], ...]]:
+                     embeds: Optional[mx.array] = None, spans: tuple = ()
+                     ) -> tuple[mx.array, tuple[Optional[TokenLogprobs], ...]]:
         """Forward a piece with logits at every position (or take them, computed as rows): each prompt
         token's logprob given the tokens before it (the first token of the prompt has none). Returns
         the last row too."""
-        if logits is None:
+        if logits is None and spans:
+            hidden = self.vision.forward(self.model, embeds, state.prefill_cache, spans)
+            logits = self.vision.logits(self.model, hidden)[0]
+        elif logits is None:
             extra = {} if embeds is None else {"input_embeddings": embeds}
             logits = self.model(mx.array(piece.tokens)[None], cache=state.prefill_cache, **extra)[0]
         previous, state.prompt_row = state.prompt_row, None
@@ -158,14 +164,21 @@ class PromptSide:
                 raise RuntimeError("a prompt with images reached a runner whose model has no vision side")
             embeds = self.vision.embed(begin.images)
             mx.eval(embeds)
-        self._seqs[piece.seq_id] = SequenceState(sampler, prefill_cache=cache, prefix=held, embeds=embeds)
+        self._seqs[piece.seq_id] = SequenceState(sampler, prefill_cache=cache, prefix=held, embeds=embeds,
+                                                 both_ways=begin.images.both_ways if embeds is not None else ())
         if self.draft is not None and begin.pooling is None:
             self.draft.begin(piece.seq_id, begin.history)
 
-    def _forward_prefill(self, tokens: mx.array, cache: list, terminal: bool, embeds: Optional[mx.array] = None
-                         ) -> Optional[mx.array]:
-        """Run one piece (`embeds`: its input embeddings, a prompt with images); the (1, V) logits of its
-        last position when terminal, else only the KV."""
+    def _forward_prefill(self, tokens: mx.array, cache: list, terminal: bool, embeds: Optional[mx.array] = None,
+                         spans: tuple = ()) -> Optional[mx.array]:
+        """Run one piece (`embeds`: its input embeddings, a prompt with images, whose `spans` attend each
+        other both ways); the (1, V) logits of its last position when terminal, else only the KV."""
+        if spans:
+            hidden = self.vision.forward(self.model, embeds, cache, spans)
+            if not terminal:
+                mx.eval([c.state for c in cache])
+                return None
+            return self.vision.logits(self.model, hidden[:, -1, :])
         extra = {} if embeds is None else {"input_embeddings": embeds}
         if self._project is None:
             out = self.model(tokens, cache=cache, **extra)
@@ -238,3 +251,9 @@ class PromptSide:
         """A snapshot as mlx-lm row caches (a pinned one copied out)."""
         snap = self._snapshots[snapshot_id]
         return self._batch.prefix_caches(snap) if isinstance(snap, PinnedPrefix) else snap
+
+
+def _within(runs: tuple[tuple[int, int], ...], start: int, end: int) -> tuple[tuple[int, int], ...]:
+    """The runs' parts in the piece [start, end), relative to it; a part of one position attends only itself."""
+    parts = ((max(lo, start) - start, min(hi, end) - start) for lo, hi in runs)
+    return tuple((lo, hi) for lo, hi in parts if hi - lo > 1)

@@ -137,10 +137,12 @@ def chat_prompt(rt: "Runtime", messages: list[dict], tools: Any, options: Any, i
 def imaged(job: Any, media: Any) -> Any:
     """The engine request `job` carrying its prompt's images: its pieces' embeddings are built from their
     pixels, and the prompt cache indexes it under a key in which each image's tokens stand for that image
-    (models/vision.PromptImages.cache_key), so a next turn over the same image adopts it."""
+    (models/vision.PromptImages.cache_key), so a next turn over the same image adopts it; an image whose
+    positions attend each other both ways is never cut between prefill pieces."""
     if media is None:
         return job
-    return dataclasses.replace(job, images=media, cache_key=media.cache_key(), history_boundary=None)
+    return dataclasses.replace(job, images=media, cache_key=media.cache_key(), history_boundary=None,
+                               unsplit=media.both_ways)
 
 
 def with_images(prepared: "Prepared", media: Any) -> "Prepared":
