@@ -536,6 +536,8 @@ def vision_main() -> None:
     parser.add_argument("--model", choices=sorted(GEMMA3_TEXT_HIDDEN), default="4b")
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--attention", nargs="+", choices=["numpy", "mlx"], default=["numpy", "mlx"],
+                        help="the encoder's attention: the server's on the CPU (numpy, float32 only) and/or MLX's")
     args = parser.parse_args()
     config = ModelConfig.from_dict({
         "model_type": "gemma3", "mm_tokens_per_image": 256, "vision_config": VisionConfig.from_dict(GEMMA3_VISION),
@@ -543,11 +545,18 @@ def vision_main() -> None:
                                              "num_hidden_layers": 1, "intermediate_size": 1}),  # the projector reads the width
     })
     print(cpu_line())
-    for dtype in args.dtypes:
+    runs = [(d, a) for d in args.dtypes for a in args.attention if a == "mlx" or d == "float32"]
+    for dtype, attention in runs:
         tower, projector = VisionModel(config.vision_config), Gemma3MultiModalProjector(config)
         for part in (tower, projector):
             part.set_dtype(getattr(mx, dtype))
             mx.eval(part.parameters())
+        if attention == "numpy":
+            from mlxcel_py.models.cpu.prefill_attention import set_threads
+            from mlxcel_py.models.vision_attention import install
+
+            set_threads(os.cpu_count() or 1)  # as the server's loader (--threads: every core)
+            install(tower)
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         pixels = mx.random.normal((1, 896, 896, 3)).astype(getattr(mx, dtype))
         times = []
@@ -560,7 +569,7 @@ def vision_main() -> None:
         grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss) / 1024
         params = sum(v.size for _, v in __import__("mlx.utils", fromlist=["tree_flatten"]).tree_flatten(
             [tower.parameters(), projector.parameters()]))
-        print(f"gemma3-{args.model} vision {dtype}: {params / 1e6:.0f}M parameters, features {features.shape}, "
+        print(f"gemma3-{args.model} vision {dtype}, {attention} attention: {params / 1e6:.0f}M parameters, features {features.shape}, "
               f"one 896x896 image {min(times):.2f}-{max(times):.2f} s over {args.rounds} rounds, "
               f"peak RSS +{grown:.0f} MiB while encoding")
         del tower, projector

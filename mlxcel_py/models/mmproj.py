@@ -176,6 +176,10 @@ def load_mmproj(path: Path, language_model: Any, tokenizer: Any, bos: int | None
     for part in (tower, projector):
         part.set_dtype(dtype)
         mx.eval(part.parameters())
+    if float32:  # the CPU path: the tower's attention in numpy (models/vision_attention.py)
+        from .vision_attention import install
+
+        install(tower)
     placeholder = _token_id(tokenizer, PLACEHOLDER)
     if placeholder is None:
         raise ModelLoadError(f"{source}: the model's vocabulary has no {PLACEHOLDER} for an image's places")

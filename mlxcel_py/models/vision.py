@@ -129,6 +129,10 @@ def load_vision(path: Path, language_model: Any, float32: bool = False) -> Optio
         if float32:
             getattr(vlm, part).set_dtype(mx.float32)
         mx.eval(getattr(vlm, part).parameters())
+    if float32:  # the CPU path: the tower's attention in numpy (models/vision_attention.py)
+        from .vision_attention import install
+
+        install(vlm.vision_tower)
     tokens = int(getattr(processor, "image_seq_length", 0) or config.get("mm_tokens_per_image", 0))
     marker = getattr(processor, "boi_token", None) or getattr(processor, "image_token", None) or "<image>"
     return Vision(vlm, processor, int(config["image_token_index"]), tokens, marker)
