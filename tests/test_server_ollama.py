@@ -217,7 +217,7 @@ def _error(resp: httpx.Response) -> str:
     ("/api/generate", {"prompt": "Hi", "images": ["AAAA"]}, 400,
      "images[0]: m takes text only; images need a vision-language model"),
     ("/api/generate", {"prompt": "Hi", "template": "{{ .Prompt }}"}, 400, "'template' is not supported"),
-    ("/api/generate", {"prompt": "Hi", "suffix": "end"}, 400, "'suffix' is not supported"),
+    ("/api/generate", {"prompt": "Hi", "suffix": "end"}, 400, "no fill-in-the-middle tokens"),
     ("/api/generate", {"prompt": "Hi", "raw": True, "system": "Be terse"}, 400, "system has no effect with raw"),
     ("/api/chat", {"messages": HELLO, "think": True}, 400, '"m" does not support thinking'),  # as Ollama: the name sent
     ("/api/chat", {"messages": HELLO, "think": "high"}, 400, "'think' value \"high\" is not supported"),

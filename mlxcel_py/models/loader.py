@@ -175,7 +175,7 @@ def _load_gguf(path: Path, dense: bool, on_progress: Progress, blocks: bool = Fa
         description=_describe(got.description, got.weights), source="gguf", weights=got.weights,
         blas=loaded_blas().name, bos_token_id=tok.bos_token_id, add_bos=tok.add_bos, pooling=got.pooling,
         rank_head=got.rank_head,
-        appended_eos=tok.appended_eos,
+        appended_eos=tok.appended_eos, fim=tok.fim,
     )
 
 
@@ -198,7 +198,9 @@ def _load_mlx_dir(path: Path, dense: bool, on_progress: Progress, blocks: bool =
 
     from .mlx_blocks import install_affine_blocks
     from .tokenizer import keep_leading_space
+    from .fim import find_fim_tokens
     from .vision import load_vision, vision_config
+    from .vocab import hf_tokenizer
 
     if not (path / "config.json").is_file():
         raise ModelLoadError(f"not an mlx-lm model directory (no config.json): {path}")
@@ -233,4 +235,5 @@ def _load_mlx_dir(path: Path, dense: bool, on_progress: Progress, blocks: bool =
         context_length=context, name=path.name, description=_describe(base, weights),
         source="mlx", weights=weights, blas=loaded_blas().name, bos_token_id=bos,
         add_bos=bool(getattr(tokenizer, "add_bos_token", False)), vision=vision,
+        fim=find_fim_tokens(hf_tokenizer(tokenizer).get_vocab()),
     )

@@ -12,6 +12,7 @@ from mlx_lm.tokenizer_utils import (
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 
 from ..errors import ModelLoadError
+from .fim import FimTokens, find_fim_tokens
 
 CONTROL, USER_DEFINED = 3, 4
 _BYTE_DECODER = _byte_decoder()
@@ -49,6 +50,7 @@ class TokenizerInfo:
     # tokenizer.ggml.add_eos_token's eos, which encode(add_special_tokens=True) appends as llama.cpp's
     # tokenize(add_special) does (a Qwen3-Embedding GGUF pools its state); None when the file does not ask.
     appended_eos: Optional[int] = None
+    fim: FimTokens = FimTokens()  # fill-in-the-middle tokens (models/fim.py); none for most models
 
 
 class ByteLevelDetokenizer(BPEStreamingDetokenizer):
@@ -133,11 +135,17 @@ def _build_tokenizer(meta: dict, source: str) -> Tokenizer:
 
 
 def end_of_generation_ids(meta: dict) -> set[int]:
-    """llama.cpp's end-of-generation set: the eos/eot/eom ids, and every token spelled like a
-    turn end (Gemma's <end_of_turn> and Phi-3's <|end|> are not the files' eos)."""
+    """llama.cpp's end-of-generation set: the eos/eot/eom ids, every token spelled like a turn end
+    (Gemma's <end_of_turn> and Phi-3's <|end|> are not the files' eos), and the FIM pad, repo and file
+    separator tokens."""
     keys = ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id")
     ids = {i for key in keys if (i := _metadata_int(meta, key)) is not None}
-    return ids | {i for i, text in enumerate(meta["tokenizer.ggml.tokens"]) if text in EOG_TEXTS}
+    return ids | gguf_fim(meta).ends | {i for i, text in enumerate(meta["tokenizer.ggml.tokens"]) if text in EOG_TEXTS}
+
+
+def gguf_fim(meta: dict) -> FimTokens:
+    """A GGUF's fill-in-the-middle tokens (its keys, else llama.cpp's text forms)."""
+    return find_fim_tokens({t: i for i, t in enumerate(meta["tokenizer.ggml.tokens"])}, meta)
 
 
 def _byte_level(meta: dict, source: str, bos: Optional[int], eos: Optional[int], add_bos: bool,
@@ -223,7 +231,8 @@ def gguf_tokenizer(meta: dict, source: str) -> TokenizerInfo:
         hf.add_eos_token = add_eos
     wrapper = keep_leading_space(TokenizerWrapper(hf, detokenizer_class=detokenizer,
                                                   eos_token_ids=end_of_generation_ids(meta)))
-    return TokenizerInfo(wrapper, bos, frozenset(wrapper.eos_token_ids), add_bos, eos if add_eos else None)
+    return TokenizerInfo(wrapper, bos, frozenset(wrapper.eos_token_ids), add_bos, eos if add_eos else None,
+                         gguf_fim(meta))
 
 
 def _wordpiece(meta: dict) -> TokenizerInfo:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Optional
 
+from .fim import FimTokens
 from .vocab import logits_width, token_vocab_size
 
 
@@ -28,6 +29,7 @@ class LoadedModel:
     rank_head: Optional[Any] = None  # a reranker's classifier head and prompt format (models/ranking.RankHead)
     vision: Optional[Any] = None  # a vision-language model's image side (models/vision.Vision)
     appended_eos: Optional[int] = None  # the eos a GGUF's add_eos_token appends to tokenized text (llama.cpp's)
+    fim: FimTokens = FimTokens()  # fill-in-the-middle tokens (models/fim.py); all None: no infill
 
     @property
     def causal(self) -> bool:

@@ -25,9 +25,11 @@ from .http.cors import Cors, cors_options
 from .http.errors import CatchBugs, install_error_handlers
 from .http.openapi import install_openapi
 from .http.status import health, metrics, slots
-from .llama.routes import apply_template, completion, detokenize, props, tokenize
+from .llama.routes import apply_template, completion, detokenize, infill, props, tokenize
 from .llama.slots import slot_action
-from .llama.schemas import ApplyTemplateRequest, DetokenizeRequest, NativeCompletionRequest, TokenizeRequest
+from .llama.schemas import (
+    ApplyTemplateRequest, DetokenizeRequest, InfillRequest, NativeCompletionRequest, TokenizeRequest,
+)
 from .ollama.routes import chat, generate, manage_models, ps, show, tags, version
 from .ollama.schemas import OllamaChatRequest, OllamaGenerateRequest, OllamaShowRequest
 from .openai.routes import chat_completions, completions, models
@@ -74,6 +76,7 @@ ROUTES: tuple[Route, ...] = (
     # llama-server's own; its /completions is /completion, as in llama-server
     Route("POST", "/completion", completion, NativeCompletionRequest, streams=True),
     Route("POST", "/completions", completion, alias=True),
+    Route("POST", "/infill", infill, InfillRequest, streams=True),
     Route("GET", "/props", props),
     Route("POST", "/apply-template", apply_template, ApplyTemplateRequest),
     Route("POST", "/tokenize", tokenize, TokenizeRequest),

@@ -82,7 +82,7 @@ def copies_of(body: NativeCompletionRequest) -> int:
     return count
 
 
-def _refuse(body: NativeCompletionRequest) -> None:
+def refuse_native(body: NativeCompletionRequest) -> None:
     refuse_unsupported(body, NOT_SUPPORTED)
     if body.n_predict == 0:
         raise FieldError("n_predict 0 (evaluate the prompt only) is not supported; use -1 or a positive count",
@@ -94,10 +94,16 @@ def prepare_native(rt: "Runtime", raw: bytes) -> PreparedGroup[NativeReply]:
     share, and each reply's labels (its `index`: prompt-major)."""
     body = parse_body(raw, NativeCompletionRequest)
     rt.check_model(body.model)
-    _refuse(body)
-    copies = copies_of(body)
+    refuse_native(body)
     with blame("prompt"):
         prompts = native_prompts(body.prompt, rt)
+    return prepare_prompts(rt, body, prompts)
+
+
+def prepare_prompts(rt: "Runtime", body: NativeCompletionRequest,
+                    prompts: list[tuple[tuple[int, ...], str, Any]]) -> PreparedGroup[NativeReply]:
+    """A /completion-shaped body's engine requests for `prompts` (ids, text, images), each n_cmpl times."""
+    copies = copies_of(body)
     if len(prompts) * copies > MAX_SEQUENCES:
         raise FieldError(f"{len(prompts)} prompts x {copies} completions is more than {MAX_SEQUENCES} sequences "
                          "in one request", param="prompt")

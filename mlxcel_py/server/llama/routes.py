@@ -28,6 +28,7 @@ from ..generation.submit import CLIENT_CLOSED
 from ..generation.template import chat_options
 from ..http.body import parse_body, read_body
 from ..runtime import routed, runtime
+from .infill import prepare_infill
 from .prepare import prepare_native
 from .schemas import ApplyTemplateRequest, DetokenizeRequest, TokenizeRequest
 from .shapes import NativeFramer, NativeGroupFramer, NativeReply, default_settings, final_json
@@ -39,7 +40,16 @@ if TYPE_CHECKING:
 async def completion(request: Request) -> Response:
     """llama-server's native completion: `content`, `tokens`, `timings`, ...; streamed as {"content", "stop"}
     frames. Several prompts (or n_cmpl) answer a JSON array, streamed with each frame's `index`."""
-    prepared, members = await start_all(request, prepare_native, "prompt")
+    return await _native(request, prepare_native, "prompt")
+
+
+async def infill(request: Request) -> Response:
+    """llama-server's /infill: a /completion of the fill-in-the-middle prompt (infill.py)."""
+    return await _native(request, prepare_infill, "input_prefix")
+
+
+async def _native(request: Request, prepare, param: str) -> Response:
+    prepared, members = await start_all(request, prepare, param)
     if members is None:
         return Response(status_code=CLIENT_CLOSED)
     if len(members) > 1:

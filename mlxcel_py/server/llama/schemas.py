@@ -56,6 +56,23 @@ class NativeCompletionRequest(GenerationRequest):
     logit_bias: Union[dict[str, Union[float, bool]], list[list[Any]], None] = None  # type: ignore[assignment]
 
 
+class ExtraChunk(Body):
+    """An /infill `input_extra` chunk: another file's text, for the repo-level FIM prompt."""
+
+    text: str
+    filename: Optional[str] = None
+
+
+class InfillRequest(NativeCompletionRequest):
+    """POST /infill: /completion's fields, with the code before and after the cursor (text or token ids,
+    mixed), other files' chunks, and `prompt`, text that follows the prefix."""
+
+    prompt: Optional[str] = None  # type: ignore[assignment]
+    input_prefix: Union[str, list[Piece]]
+    input_suffix: Union[str, list[Piece]]
+    input_extra: Optional[list[ExtraChunk]] = None
+
+
 class ApplyTemplateRequest(Body):
     """POST /apply-template: the chat messages to render, and the template's fields of the chat
     route (other chat fields are ignored, as there)."""

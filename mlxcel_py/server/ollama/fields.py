@@ -18,10 +18,10 @@ HERE = "by this server"
 
 SHARED_HONOURED = frozenset({"model", "format", "options", "stream", "logprobs", "top_logprobs", "think", "shift"})
 CHAT_HONOURED = SHARED_HONOURED | {"messages", "tools"}
-GENERATE_HONOURED = SHARED_HONOURED | {"prompt", "system", "context", "raw", "images"}
+GENERATE_HONOURED = SHARED_HONOURED | {"prompt", "suffix", "system", "context", "raw", "images"}
 # Refused unless inert (the tables below).
 CHAT_REFUSED = frozenset({"truncate"})
-GENERATE_REFUSED = CHAT_REFUSED | {"suffix", "template", "width", "height", "steps"}
+GENERATE_REFUSED = CHAT_REFUSED | {"template", "width", "height", "steps"}
 # Accepted, changing nothing: the one model stays resident for the server's lifetime.
 IGNORED = frozenset({"keep_alive"})
 
@@ -71,7 +71,6 @@ SHARED: tuple[Refused, ...] = (
 )
 CHAT_NOT_SUPPORTED = SHARED
 GENERATE_NOT_SUPPORTED: tuple[Refused, ...] = SHARED + (
-    _only("suffix", _empty, '""', "(no fill-in-the-middle here)"),
     _only("template", _empty, '""', "(the model's own chat template renders the prompt; use raw: true for "
                                     "a prompt you rendered yourself)"),
     _only("width", lambda v: False, "null", "(no image generation here)"),

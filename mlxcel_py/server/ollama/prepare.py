@@ -21,6 +21,7 @@ from ...models.chat import ChatOptions, validate_messages
 from ...serve_models import parse_keep_alive
 from ...tool_calls import ToolRequest, tool_messages, tool_request
 from ..generation.assembler import Shape, ToolParsing
+from ..generation.fim import fim_prompt
 from ..generation.images import base64_parts, chat_prompt, take_images, with_images
 from ..generation.logprobs import TokenPieces
 from ..generation.keep import keep_fields, shift_field
@@ -199,6 +200,12 @@ def _generate_ids(rt: "Runtime", body: OllamaGenerateRequest) -> tuple[tuple[int
     and the prompt's images (`images`, after the text: templated only, without an earlier `context`)."""
     rt.prompt_limit.check_chars(len(body.prompt) + len(body.system or ""), "prompt")
     options = _think(rt, body)  # think: true on a model without thinking is a 400, raw or not
+    if body.suffix:  # fill-in-the-middle: the code before the insertion and after it, in the model's FIM form
+        for field in ("system", "images", "context"):
+            if getattr(body, field):
+                raise FieldError(f"{field} cannot be used with suffix (an insertion's prompt is the code before "
+                                 "and after it)", param=field)
+        return tuple(fim_prompt(rt, body.prompt, body.suffix, param="suffix")), None
     if body.images:
         if body.raw or body.context:
             raise FieldError("images go into the model's template: not with raw: true or an earlier context "

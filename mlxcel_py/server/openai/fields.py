@@ -28,7 +28,6 @@ def _not_yet(field: str, inert: Callable[[Any], bool], accepted: str) -> Refused
 
 
 NOT_SUPPORTED_YET: tuple[Refused, ...] = (
-    _not_yet("suffix", _is(""), '""'),
     _not_yet("best_of", _is(1), "1"),
     _not_yet("modalities", lambda v: v == ["text"], '["text"]'),
     _not_yet("audio", _never, "null"),

@@ -22,6 +22,7 @@ from ..generation.images import chat_prompt, take_images, with_images
 from ..generation.logprobs import TokenPieces
 from ..generation.prepared import Prepared, blame, refuse_unsupported
 from ..generation.keep import keep_fields
+from ..generation.fim import fim_prompt
 from ..generation.prompt import completion_prompt_ids, content_chars
 from ..generation.sampling import echo_only, max_tokens_of, sampling_params
 from ..generation.schemas import GenerationRequest
@@ -76,13 +77,27 @@ def prepare_completion(rt: "Runtime", raw: bytes) -> Prepared[Reply]:
     body = parse_body(raw, CompletionRequest)
     _check_request(rt, body)
     plan = output_plan(body, None, rt.worker.compiler)
-    with blame("prompt"):
-        ids = completion_prompt_ids(body.prompt, rt)
+    if body.suffix:  # fill-in-the-middle: the prompt is the code before the insertion, `suffix` after it
+        ids = tuple(fim_prompt(rt, _fim_prefix(body), body.suffix, param="suffix"))
+    else:
+        with blame("prompt"):
+            ids = completion_prompt_ids(body.prompt, rt)
     echo = None
     if body.echo:  # the prompt as sent; token ids are decoded
         prompt = body.prompt[0] if isinstance(body.prompt, list) and len(body.prompt) == 1 else body.prompt
         echo = prompt if isinstance(prompt, str) else rt.loaded.tokenizer.decode(list(ids))
     return _prepared(rt, body, "completion", ids, None, plan, echo)
+
+
+def _fim_prefix(body: CompletionRequest) -> str:
+    """The text before the insertion: `prompt`, one string (a `suffix` request)."""
+    prompt = body.prompt[0] if isinstance(body.prompt, list) and len(body.prompt) == 1 else body.prompt
+    if not isinstance(prompt, str):
+        raise FieldError("with a suffix, prompt must be one string (the text before the insertion)", param="prompt")
+    if body.echo:
+        raise FieldError("echo cannot be used with suffix (an insertion is not a continuation of the prompt)",
+                         param="echo")
+    return prompt
 
 
 def _check_request(rt: "Runtime", body: GenerationRequest) -> None:
