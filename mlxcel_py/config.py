@@ -17,6 +17,7 @@ from .engine.core.request import MAX_TOKENS_LIMIT, SamplingParams
 from .config_chunk import (
     ResolvedChunk, _count_flag, _itl_budget, prefill_chunk_override, resolve_prefill_chunk_size,
 )
+from .config_sampling import CHAIN_FLAGS, chain_flags
 from .config_values import check_range, choice, drafting_config, env_bool, flag_or_env
 from .errors import ConfigError, RequestError
 from .flags import (
@@ -112,9 +113,9 @@ def _sampling(command: str, flags: SamplingFlags) -> SamplingParams:
     values["max_tokens"] = _DEFAULT_MAX_TOKENS[command]
     values.update({k: v for k, v in given.items() if v is not None})
     try:
-        return SamplingParams(**values)  # type: ignore[arg-type]
+        return SamplingParams(**values, chain=chain_flags(flags))  # type: ignore[arg-type]
     except RequestError as exc:  # the message starts with the field's name: say the flag instead
-        flag = _SAMPLING_FLAGS.get(exc.param or "", exc.param)
+        flag = _SAMPLING_FLAGS.get(exc.param or "", CHAIN_FLAGS.get(exc.param or "", exc.param))
         message = str(exc)
         if exc.param and flag and message.startswith(exc.param + " "):
             message = flag + message[len(exc.param) :]

@@ -20,6 +20,10 @@ from .cli.options import (
     MinPOpt, ModelOpt, PrefillChunkOpt, PromptArg, PromptCacheOpt, RawOpt, RepeatPenaltyOpt, SeedOpt, SystemOpt,
     TempOpt, ThreadsOpt, TopKOpt, TopPOpt,
 )
+from .cli.options import (
+    DynatempExpOpt, DynatempRangeOpt, MinKeepOpt, MirostatEntOpt, MirostatLrOpt, MirostatOpt, SamplersOpt,
+    SamplingSeqOpt, TopNSigmaOpt, TypicalOpt, XtcProbabilityOpt, XtcThresholdOpt,
+)
 from .cli.options_bench import (
     ArmOpt, BenchModelOpt, BenchSeedOpt, BudgetArmOpt, NullOpt, OutOpt, PromptTokensOpt, QuietOpt, RoundsOpt,
     ServerParallelOpt, StreamPromptTokensOpt, StreamsOpt, TailTokensOpt, UrlOpt, WarmupRoundsOpt,
@@ -64,6 +68,18 @@ class SamplingFlags:
     repeat_penalty: RepeatPenaltyOpt = None
     seed: SeedOpt = None
     max_tokens: MaxTokensOpt = None
+    samplers: SamplersOpt = None
+    sampling_seq: SamplingSeqOpt = None
+    typical: TypicalOpt = None
+    mirostat: MirostatOpt = None
+    mirostat_lr: MirostatLrOpt = None
+    mirostat_ent: MirostatEntOpt = None
+    dynatemp_range: DynatempRangeOpt = None
+    dynatemp_exp: DynatempExpOpt = None
+    xtc_probability: XtcProbabilityOpt = None
+    xtc_threshold: XtcThresholdOpt = None
+    top_nsigma: TopNSigmaOpt = None
+    min_keep: MinKeepOpt = None
 
 
 @frozen
@@ -180,7 +196,9 @@ class ServeFlags:
         "model", "threads", "cpu_weights", "host", "port", "parallel", "ctx_size", "prefill_chunk_size", "batch_size",
         "itl_budget_ms", "lookup_ngram", "draft_max", "draft_min", "draft_model", "max_queue", "prompt_cache",
         "cache_max_bytes", "cache_max_entries", "cache_min_prefix", "temp", "top_p", "top_k", "min_p",
-        "repeat_penalty", "seed", "max_tokens", "api_key", "log_level", "model_alias", "max_body_bytes",
+        "repeat_penalty", "seed", "samplers", "sampling_seq", "typical", "mirostat", "mirostat_lr", "mirostat_ent",
+        "dynatemp_range", "dynatemp_exp", "xtc_probability", "xtc_threshold", "top_nsigma", "min_keep", "max_tokens",
+        "api_key", "log_level", "model_alias", "max_body_bytes",
         "mmproj", "image_max_bytes", "image_max_count", "allow_image_urls",
         "shutdown_grace", "distributed", "distributed_timeout", "cors_origins", "no_webui", "metrics", "slots",
         "chat_template", "chat_template_file", "chat_template_kwargs", "reasoning_format", "reasoning_budget", "tags",
@@ -191,7 +209,9 @@ class ServeFlags:
 
 _ONE_SLOT_ORDER = (
     "model", "threads", "cpu_weights", "system", "raw", "max_tokens", "temp", "top_p", "top_k", "min_p",
-    "repeat_penalty", "seed", "ctx_size", "prefill_chunk_size", "batch_size", "itl_budget_ms", "lookup_ngram",
+    "repeat_penalty", "seed", "samplers", "sampling_seq", "typical", "mirostat", "mirostat_lr", "mirostat_ent",
+    "dynatemp_range", "dynatemp_exp", "xtc_probability", "xtc_threshold", "top_nsigma", "min_keep", "ctx_size",
+    "prefill_chunk_size", "batch_size", "itl_budget_ms", "lookup_ngram",
     "draft_max", "draft_min", "draft_model", "context_shift", "cache_type_k", "cache_type_v", "prompt_cache",
     "markdown", "log_level",
 )

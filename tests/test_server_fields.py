@@ -34,6 +34,9 @@ HONOURED = {
     "function_call", "logprobs", "top_logprobs", "n_probs", "echo", "logit_bias", "presence_penalty",
     "frequency_penalty",
     "suffix",  # fill-in-the-middle (test_infill.py)
+    # llama.cpp's chain (test_sampler_chain_server.py)
+    "typical_p", "mirostat", "mirostat_tau", "mirostat_eta", "dynatemp_range", "dynatemp_exponent",
+    "xtc_probability", "xtc_threshold", "top_n_sigma", "min_keep", "samplers",
     # the chat template's fields (test_server_chat_templates.py)
     "chat_template_kwargs", "add_generation_prompt", "continue_final_message",
     "reasoning_format",  # test_server_reasoning.py
@@ -45,8 +48,7 @@ CHANGING = {
     "best_of": 2,
     "modalities": ["text", "audio"], "audio": {"voice": "alloy", "format": "wav"},
     "web_search_options": {}, "moderation": {"model": "omni-moderation-latest"}, "verbosity": "low",
-    "reasoning_effort": "high", "typical_p": 0.5, "mirostat": 2, "dynatemp_range": 0.5, "dry_multiplier": 0.8,
-    "xtc_probability": 0.5, "post_sampling_probs": True,
+    "reasoning_effort": "high", "dry_multiplier": 0.8, "post_sampling_probs": True,
 }
 # Values of those fields that change nothing, and fields that are ignored: all accepted.
 INERT = {

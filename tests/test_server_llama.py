@@ -132,11 +132,12 @@ def test_response_fields(http):
     ({"prompt": ["x"] * 9, "n": 2}, "prompt"),
     ({"prompt": "x", "n_predict": 0}, "n_predict"),
     ({"prompt": "x", "n_probs": 21}, "n_probs"),
-    ({"prompt": "x", "samplers": ["top_k", "temperature"]}, "samplers"),
+    ({"prompt": "x", "samplers": ["top_k", "tempurature"]}, "samplers"),
     ({"prompt": "x", "logit_bias": [[999_999, -1.0]]}, "logit_bias"),
     ({"prompt": "x", "grammar": "root ::= foo"}, "grammar"),
     ({"prompt": "x", "presence_penalty": 3.0}, "presence_penalty"),
-    ({"prompt": "x", "top_n_sigma": 1.0}, "top_n_sigma"),
+    ({"prompt": "x", "mirostat": 3}, "mirostat"),
+    ({"prompt": "x", "typical_p": 1.5}, "typical_p"),
     ({"prompt": "x", "temperature": "hot"}, "temperature"),
 ])
 def test_bad_completion_requests(http, body, param):

@@ -224,7 +224,7 @@ def _error(resp: httpx.Response) -> str:
     ("/api/generate", {"prompt": "Hi", "raw": True, "think": True}, 400, '"m" does not support thinking'),
     ("/api/chat", {"messages": HELLO, "top_logprobs": 2}, 400, "top_logprobs needs logprobs: true"),
     ("/api/chat", {"messages": HELLO, "logprobs": True, "top_logprobs": 21}, 400, "top_logprobs"),
-    ("/api/chat", {"messages": HELLO, "options": {"mirostat": 2}}, 400, "'options.mirostat' is not supported"),
+    ("/api/chat", {"messages": HELLO, "options": {"mirostat": 3}}, 400, "options.mirostat must be 0 (off), 1 or 2"),
     ("/api/chat", {"messages": HELLO, "options": {"bogus": 1}}, 400, "unknown field 'options.bogus'"),
     ("/api/chat", {"messages": HELLO, "nonsense": 1}, 400, "unknown field 'nonsense'"),
     ("/api/chat", {"messages": HELLO, "options": {"num_predict": 0}}, 400, "options.num_predict"),

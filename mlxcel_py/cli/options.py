@@ -88,6 +88,30 @@ RepeatPenaltyOpt = Annotated[
     Optional[float], typer.Option("--repeat-penalty", help="Penalty for recently generated tokens; 1.0 is off.")
 ]
 SeedOpt = Annotated[Optional[int], typer.Option("--seed", help="Random seed for sampling.")]
+# llama.cpp's sampler chain (docs/API_NATIVE.md#samplers-llamacpps-chain): llama-server's flags
+SamplersOpt = Annotated[Optional[str], typer.Option(
+    "--samplers", help="The sampler chain's order, names split by ';' (llama-server's: "
+    "penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature). Default: the plain path unless a "
+    "chain sampler is on.")]
+SamplingSeqOpt = Annotated[Optional[str], typer.Option(
+    "--sampling-seq", "--sampler-seq", help="The chain's order as letters (llama-server's: edskypmxt).")]
+TypicalOpt = Annotated[Optional[float], typer.Option("--typical", help="Locally typical sampling p; 1.0 is off.")]
+MirostatOpt = Annotated[Optional[int], typer.Option("--mirostat", help="Mirostat 1 or 2; 0 is off.")]
+MirostatLrOpt = Annotated[Optional[float], typer.Option("--mirostat-lr", help="Mirostat's eta. Default: 0.1.")]
+MirostatEntOpt = Annotated[Optional[float], typer.Option("--mirostat-ent", help="Mirostat's tau. Default: 5.0.")]
+DynatempRangeOpt = Annotated[Optional[float], typer.Option(
+    "--dynatemp-range", help="Dynamic temperature: the temperature +/- this by the entropy; 0 is off.")]
+DynatempExpOpt = Annotated[Optional[float], typer.Option(
+    "--dynatemp-exp", help="Dynamic temperature's exponent. Default: 1.0.")]
+XtcProbabilityOpt = Annotated[Optional[float], typer.Option(
+    "--xtc-probability", help="XTC: the chance of removing the top tokens; 0 is off.")]
+XtcThresholdOpt = Annotated[Optional[float], typer.Option(
+    "--xtc-threshold", help="XTC: the probability above which a top token is removed. Default: 0.1.")]
+TopNSigmaOpt = Annotated[Optional[float], typer.Option(
+    "--top-nsigma", "--top-n-sigma", help="Top-n-sigma: keep logits within n standard deviations of the top; "
+    "-1 is off.")]
+MinKeepOpt = Annotated[Optional[int], typer.Option(
+    "--min-keep", help="The fewest tokens top-p, min-p, typical and XTC keep. Default: 0.")]
 MaxTokensOpt = Annotated[
     Optional[int], typer.Option("--max-tokens", "-n", help="Most tokens to generate per request.")
 ]

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ...errors import RequestError
+from .chain_params import ChainParams
 
 # Absurdly large values are refused rather than silently clamped.
 MAX_TOP_K = 1_000_000
@@ -111,6 +112,7 @@ class SamplingParams:
     post_sampling_probs: bool = False
     constraint: Optional[ConstraintSpec] = None
     thinking: Optional[ThinkingSpec] = None  # budget forcing, and an answer-only constraint
+    chain: ChainParams = ChainParams()  # llama.cpp's further samplers and order (chain_params.py)
 
     def __post_init__(self) -> None:
         for name in ("temperature", "top_p", "min_p", "repetition_penalty"):
@@ -162,6 +164,7 @@ class SamplingParams:
                "post_sampling_probs needs logprobs to be true", "post_sampling_probs")
         _check(self.constraint is None or isinstance(self.constraint, ConstraintSpec),
                f"constraint must be a ConstraintSpec (got {type(self.constraint).__name__})", "constraint")
+        _check(isinstance(self.chain, ChainParams), "chain must be a ChainParams", "chain")
         _check(self.thinking is None or isinstance(self.thinking, ThinkingSpec),
                f"thinking must be a ThinkingSpec (got {type(self.thinking).__name__})", "thinking")
         # A grammar ends the output with EOS; ignoring it would run past a finished grammar.

@@ -16,14 +16,12 @@ from typing import Optional
 
 import numpy as np
 
-# llama-server's default order (common/common.h), less penalties and DRY (applied before the chain).
-DEFAULT_ORDER = ("top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature")
-NAMES = {"top_k": "top_k", "k": "top_k", "typ_p": "typ_p", "typical_p": "typ_p", "typical": "typ_p", "y": "typ_p",
-         "top_p": "top_p", "p": "top_p", "nucleus": "top_p", "min_p": "min_p", "m": "min_p", "xtc": "xtc",
-         "x": "xtc", "temperature": "temperature", "temp": "temperature", "t": "temperature",
-         "top_n_sigma": "top_n_sigma", "s": "top_n_sigma", "penalties": "penalties", "e": "penalties",
-         "dry": "dry", "d": "dry"}
-APPLIED_BEFORE = ("penalties", "dry")  # logit processors here: named in an order, they run first, as by default
+from ..core.chain_params import DEFAULT_ORDER as SERVER_ORDER
+
+# llama-server's default order (common/common.h), less penalties and DRY: logit processors here, they run
+# before the chain wherever an order names them (first, as in the default order).
+APPLIED_BEFORE = ("penalties", "dry")
+DEFAULT_ORDER = tuple(name for name in SERVER_ORDER if name not in APPLIED_BEFORE)
 MIROSTAT_M = 100  # llama-server's candidates for mirostat 1's s_hat
 
 
@@ -77,6 +75,15 @@ class ChainSettings:
     mirostat: int = 0
     mirostat_tau: float = 5.0
     mirostat_eta: float = 0.1
+
+
+def settings_for(params) -> ChainSettings:
+    """A request's SamplingParams as the chain's settings."""
+    c = params.chain
+    order = tuple(name for name in (c.order or SERVER_ORDER) if name not in APPLIED_BEFORE)
+    return ChainSettings(order, params.temperature, params.top_k, params.top_p, params.min_p, c.typical_p, c.min_keep,
+                         c.xtc_probability, c.xtc_threshold, c.top_n_sigma, c.dynatemp_range, c.dynatemp_exponent,
+                         c.mirostat, c.mirostat_tau, c.mirostat_eta)
 
 
 @dataclass
@@ -134,6 +141,34 @@ class SamplerChain:
         self.chose(float(p[index]))
         return int(ids[index])
 
+    def sample_with_distribution(self, row: np.ndarray) -> tuple[int, np.ndarray]:
+        """A token and the (V,) log-probabilities it was drawn from (-inf outside the candidates)."""
+        ids, p = self.distribution(row)
+        index = draw(p, self.rng.random())
+        self.chose(float(p[index]))
+        dist = np.full(row.size, -np.inf, np.float32)
+        with np.errstate(divide="ignore"):
+            dist[ids] = np.log(p)
+        return int(ids[index]), dist
+
+    def choose(self, row: np.ndarray, draft: Optional[int]) -> tuple[int, bool]:
+        """A verified position's token and whether it is `draft`: keep the draft with its probability here,
+        else draw from the rest renormalized (speculative sampling for a point-mass draft); mirostat learns
+        the token's surprise under this distribution."""
+        ids, p = self.distribution(row)
+        where = np.flatnonzero(ids == draft) if draft is not None else np.empty(0, np.int64)
+        if where.size and self.rng.random() < float(p[where[0]]):
+            self.chose(float(p[where[0]]))
+            return int(draft), True
+        rest = p.astype(np.float64)
+        rest[where] = 0.0
+        if rest.sum() <= 0.0:  # the draft was the only candidate
+            self.chose(float(p[where[0]]))
+            return int(draft), True
+        index = draw(rest, self.rng.random())
+        self.chose(float(p[index]))
+        return int(ids[index]), False
+
     def chose(self, p: float) -> None:
         """The chosen token's probability: mirostat's mu learns from its surprise."""
         if self.settings.mirostat:
@@ -182,8 +217,11 @@ def typical(c: Candidates, p: float, min_keep: int) -> None:
     if p >= 1.0:
         return
     c.softmax()
-    logs = np.log(c.p)
-    entropy = np.cumsum(-c.p * logs, dtype=np.float32)[-1]
+    with np.errstate(divide="ignore"):
+        logs = np.log(c.p)
+    # 0 log 0 = 0: tokens top-n-sigma left at -inf count for nothing (llama.cpp's sum turns NaN there, and its
+    # sort by NaN scores is unspecified), and sort last
+    entropy = np.cumsum(np.where(c.p > 0, -c.p * np.where(c.p > 0, logs, 0), 0), dtype=np.float32)[-1]
     order = np.argsort(np.abs(-logs - entropy), kind="stable")
     cum = np.cumsum(c.p[order], dtype=np.float32)
     hit = np.flatnonzero((cum > np.float32(p)) & ((min_keep == 0) | (np.arange(c.size) >= min_keep - 1)))

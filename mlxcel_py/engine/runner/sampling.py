@@ -18,6 +18,7 @@ from .constraints import ConstraintCompiler, ConstraintMatcher, ConstraintViolat
 from ..core.events import TokenLogprobs
 from .logits import apply_bitmask, generated_processors, repetition_processor, token_logprobs
 from .logits import top_alternatives
+from .sampler_chain import SamplerChain, settings_for
 from .sampling_np import numpy_sampler_ok, sample_row
 from .thinking import START, THINK, ThinkingState
 from ..core.request import SamplingParams
@@ -37,10 +38,13 @@ class SequenceSampler:
             # Sampling without the matcher would ignore the constraint silently.
             raise ValueError(f"a {params.constraint.kind} constraint needs a matcher (ConstraintCompiler.matcher)")
         self.params = params
-        self.greedy = params.greedy
         self._key: Optional[mx.array] = mx.random.key(params.seed) if params.seed is not None else None
         # sampling_np's draws on the CPU step's numpy logits: their own stream of the same seed
         self.np_rng = np.random.default_rng(params.seed) if params.seed is not None else None
+        # llama.cpp's chain (sampler_chain.py) for a request that sets its further samplers or an order
+        self.chain = SamplerChain(settings_for(params), self.np_rng or np.random.default_rng()) \
+            if params.chain.active else None
+        self.greedy = params.greedy and self.chain is None
         self._penalty = repetition_processor(params)
         self._processors = generated_processors(params)
         self.matcher = matcher
@@ -54,7 +58,8 @@ class SequenceSampler:
     def needs_processing(self) -> bool:
         """Anything beyond an argmax over raw logits (the batch fast path skips these rows)."""
         thinking = self.thinking is not None and not self.thinking.answering  # past it, nothing is forced
-        return bool(self._penalty or self._processors or self.matcher or self.params.logprobs or thinking)
+        return bool(self._penalty or self._processors or self.matcher or self.params.logprobs or thinking
+                    or self.chain is not None)
 
     @property
     def forced(self) -> Optional[int]:
@@ -88,6 +93,8 @@ class SequenceSampler:
         """Sample a (1, V) row of log-probabilities; returns a (1,) token array."""
         if self.greedy:
             return mx.argmax(logprobs, axis=-1)
+        if self.chain is not None:
+            return mx.array([self.chain.sample(_row(logprobs))], dtype=mx.uint32)
         return mx.random.categorical(self._target(logprobs), key=self._subkey())
 
     def sample_with_distribution(self, logprobs: mx.array) -> tuple[mx.array, mx.array]:
@@ -97,6 +104,9 @@ class SequenceSampler:
             token = mx.argmax(logprobs, axis=-1)
             hit = mx.arange(logprobs.shape[-1])[None, :] == token[:, None]
             return token, mx.where(hit, mx.array(0.0, logprobs.dtype), mx.array(-mx.inf, logprobs.dtype))
+        if self.chain is not None:
+            token, dist = self.chain.sample_with_distribution(_row(logprobs))
+            return mx.array([token], dtype=mx.uint32), mx.array(dist)[None]
         scaled = self._target(logprobs)
         token = mx.random.categorical(scaled, key=self._subkey())
         return token, scaled - mx.logsumexp(scaled, axis=-1, keepdims=True)
@@ -109,6 +119,8 @@ class SequenceSampler:
         if self.greedy:
             token = int(mx.argmax(row, axis=-1).item())
             return token, token == draft
+        if self.chain is not None:
+            return self.chain.choose(_row(row), draft)
         target = self._target(row - mx.logsumexp(row, axis=-1, keepdims=True))
         if draft is None:
             return int(mx.random.categorical(target, key=self._subkey()).item()), False
@@ -161,6 +173,11 @@ class SampledToken:
     token_id: int
     logprobs: Optional[TokenLogprobs] = None
     error: Optional[str] = None  # the grammar could not take the token: this sequence fails
+
+
+def _row(logits: mx.array) -> np.ndarray:
+    """A (1, V) row as float32 numpy, for the chain."""
+    return np.asarray(logits[0].astype(mx.float32))
 
 
 def _set_bit(row: np.ndarray, token: int) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from ...engine import MAX_TOP_LOGPROBS, ConstraintSpec, SamplingParams
+from ...engine.core.chain_params import ChainParams, sampler_order
 from ...errors import FieldError, RequestError
 from ...models import encode_text
 from .schemas import GenerationRequest
@@ -140,6 +141,20 @@ def _repetition(req: GenerationRequest, slot_context: int) -> dict:
     return {"repetition_penalty": penalty, "repetition_context": context}
 
 
+# llama.cpp's further samplers (engine/core/chain_params.py), under the request fields' own names.
+CHAIN_FIELDS = ("typical_p", "min_keep", "xtc_probability", "xtc_threshold", "top_n_sigma", "dynatemp_range",
+                "dynatemp_exponent", "mirostat", "mirostat_tau", "mirostat_eta")
+
+
+def chain_params(req: Any, default: ChainParams) -> ChainParams:
+    """The request's llama.cpp sampler fields and `samplers` order over the server's; RequestError naming one."""
+    overrides = {name: value for name in CHAIN_FIELDS if (value := getattr(req, name, None)) is not None}
+    samplers = getattr(req, "samplers", None)
+    if samplers is not None:
+        overrides["order"] = sampler_order(samplers)
+    return dataclasses.replace(default, **overrides) if overrides else default
+
+
 def sampling_params(req: GenerationRequest, defaults: SamplingParams, slot_context: int,
                     constraint: Optional[ConstraintSpec] = None, tokenizer: Any = None) -> SamplingParams:
     """The request's sampling fields over the server's defaults; a bad value is a 400. Without
@@ -156,6 +171,7 @@ def sampling_params(req: GenerationRequest, defaults: SamplingParams, slot_conte
     if req.seed == -1:  # llama-server's "random seed"
         overrides["seed"] = None
     try:
+        overrides["chain"] = chain_params(req, defaults.chain)
         return dataclasses.replace(defaults, **overrides)
     except RequestError as exc:  # SamplingParams names its own field; the request's may differ
         raise FieldError(str(exc), param=PARAM_OF.get(exc.param, exc.param)) from None

@@ -163,11 +163,19 @@ class GenerationRequest(Body):
     json_schema: Optional[Object] = None
     n_probs: Optional[int] = None
     post_sampling_probs: Optional[bool] = None  # llama-server's; honoured on /completion only
+    # llama.cpp's sampler chain (engine/runner/sampler_chain.py), as llama-server takes it on every route
     typical_p: Optional[float] = None
     mirostat: Optional[int] = None
+    mirostat_tau: Optional[float] = None
+    mirostat_eta: Optional[float] = None
     dynatemp_range: Optional[float] = None
-    dry_multiplier: Optional[float] = None
+    dynatemp_exponent: Optional[float] = None
     xtc_probability: Optional[float] = None
+    xtc_threshold: Optional[float] = None
+    top_n_sigma: Optional[float] = None
+    min_keep: Optional[int] = None
+    samplers: Union[list[str], str, None] = None
+    dry_multiplier: Optional[float] = None
     response_format: Optional[ResponseFormat] = None  # OpenAI's is on chat only; llama-server's on both
     n_keep: Optional[int] = None  # llama-server's context shift (--context-shift); generation/keep.py
     n_discard: Optional[int] = None

@@ -34,18 +34,11 @@ def _only(field: str, inert: Callable[[Any], bool], accepted: str) -> Refused:
 
 
 NOT_SUPPORTED: tuple[Refused, ...] = (
-    _only("typical_p", _equal(1.0), "1"),
-    _only("mirostat", _equal(0), "0"),
-    _only("dynatemp_range", _equal(0.0), "0"),
     _only("dry_multiplier", _equal(0.0), "0"),
-    _only("xtc_probability", _equal(0.0), "0"),
-    _only("top_n_sigma", _at_most(0), "-1 (off)"),
-    _only("min_keep", _equal(0), "0"),
     _only("n_indent", _equal(0), "0"),
     _only("t_max_predict_ms", _equal(0), "0"),
     _only("timings_per_token", _equal(False), "false"),
     _only("lora", _empty, "[]"),
-    _only("samplers", lambda v: isinstance(v, list) and tuple(v) == SAMPLERS, f"{list(SAMPLERS)} (our fixed chain)"),
 )
 HONOURED = frozenset({
     "model", "prompt", "n_predict", "max_tokens", "temperature", "top_k", "top_p", "min_p", "seed", "stop",
@@ -54,11 +47,13 @@ HONOURED = frozenset({
     # Through the machinery every dialect shares (docs/API_OPENAI.md: structured output, logit_bias and penalties).
     "presence_penalty", "frequency_penalty", "logit_bias", "grammar", "json_schema", "response_format",
     "n_keep", "n_discard",  # with --context-shift (generation/keep.py); refused without it
+    # llama.cpp's sampler chain (engine/runner/sampler_chain.py)
+    "typical_p", "mirostat", "mirostat_tau", "mirostat_eta", "dynatemp_range", "dynatemp_exponent",
+    "xtc_probability", "xtc_threshold", "top_n_sigma", "min_keep", "samplers",
 })
 # Fields that change nothing here (documented in docs/API_NATIVE.md): the rest of a sampler whose
 # switch is refused above, transport hints, and what our design makes moot.
 IGNORED = frozenset({
-    "id_slot", "n_cache_reuse", "dynatemp_exponent", "xtc_threshold",
-    "dry_base", "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers", "mirostat_tau",
-    "mirostat_eta", "sse_ping_interval", "user", "stream_options",
+    "id_slot", "n_cache_reuse", "dry_base", "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers",
+    "sse_ping_interval", "user", "stream_options",
 })

@@ -37,20 +37,13 @@ class NativeCompletionRequest(GenerationRequest):
     n_cmpl: Optional[int] = None
     n_cache_reuse: Optional[int] = None
     t_max_predict_ms: Optional[int] = None
-    samplers: Union[list[str], str, None] = None
     timings_per_token: Optional[bool] = None
     post_sampling_probs: Optional[bool] = None
     lora: Optional[list[dict[str, Any]]] = None
-    min_keep: Optional[int] = None
-    top_n_sigma: Optional[float] = None
-    dynatemp_exponent: Optional[float] = None
-    xtc_threshold: Optional[float] = None
     dry_base: Optional[float] = None
     dry_allowed_length: Optional[int] = None
     dry_penalty_last_n: Optional[int] = None
     dry_sequence_breakers: Optional[list[str]] = None
-    mirostat_tau: Optional[float] = None
-    mirostat_eta: Optional[float] = None
     sse_ping_interval: Optional[float] = None
     # llama-server takes [[token, bias], ...] as well as OpenAI's {"token": bias}
     logit_bias: Union[dict[str, Union[float, bool]], list[list[Any]], None] = None  # type: ignore[assignment]

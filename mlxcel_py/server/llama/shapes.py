@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ...engine import MAX_TOKENS_LIMIT, Finished, PromptProgress, SamplingParams, TokenDelta
+from ...engine.core.chain_params import DEFAULT_ORDER as SERVER_ORDER
 from ..generation.stream import sse
 from ..generation.submit import failure
 from ..generation.usage import timings_json
@@ -26,20 +27,24 @@ DRY_BREAKERS = ["\n", ":", '"', "*"]
 def generation_settings(p: SamplingParams, stream: bool = False, n_keep: int = 0, n_discard: int = 0) -> dict:
     """llama-server's `generation_settings` for these sampling parameters (and context-shift fields)."""
     n_predict = -1 if p.max_tokens >= MAX_TOKENS_LIMIT else p.max_tokens
+    c = p.chain
     return {
         "seed": RANDOM_SEED if p.seed is None else p.seed, "temperature": p.temperature,
-        "dynatemp_range": 0.0, "dynatemp_exponent": 1.0, "top_k": p.top_k, "top_p": p.top_p, "min_p": p.min_p,
-        "top_n_sigma": -1.0, "xtc_probability": 0.0, "xtc_threshold": 0.1, "typical_p": 1.0,
+        "dynatemp_range": c.dynatemp_range, "dynatemp_exponent": c.dynatemp_exponent, "top_k": p.top_k,
+        "top_p": p.top_p, "min_p": p.min_p, "top_n_sigma": c.top_n_sigma, "xtc_probability": c.xtc_probability,
+        "xtc_threshold": c.xtc_threshold, "typical_p": c.typical_p,
         "repeat_last_n": p.repetition_context,
         "repeat_penalty": p.repetition_penalty, "presence_penalty": p.presence_penalty,
         "frequency_penalty": p.frequency_penalty, "dry_multiplier": 0.0, "dry_base": 1.75,
         "dry_allowed_length": 2, "dry_penalty_last_n": -1, "dry_sequence_breakers": DRY_BREAKERS,
-        "mirostat": 0, "mirostat_tau": 5.0, "mirostat_eta": 0.1, "stop": list(p.stop),
-        "max_tokens": n_predict, "n_predict": n_predict, "n_keep": n_keep, "n_discard": n_discard, "ignore_eos": p.ignore_eos,
-        "stream": stream, "logit_bias": logit_bias_json(p), "n_probs": p.top_logprobs if p.logprobs else 0, "min_keep": 0,
+        "mirostat": c.mirostat, "mirostat_tau": c.mirostat_tau, "mirostat_eta": c.mirostat_eta, "stop": list(p.stop),
+        "max_tokens": n_predict, "n_predict": n_predict, "n_keep": n_keep, "n_discard": n_discard,
+        "ignore_eos": p.ignore_eos, "stream": stream, "logit_bias": logit_bias_json(p),
+        "n_probs": p.top_logprobs if p.logprobs else 0, "min_keep": c.min_keep,
         "grammar": "", "grammar_lazy": False, "grammar_triggers": [], "preserved_tokens": [],
         "chat_format": "Content-only", "reasoning_format": "none", "reasoning_in_content": False,
-        "generation_prompt": "", "samplers": list(SAMPLERS), "speculative.types": "none",
+        "generation_prompt": "", "samplers": list(c.order or SERVER_ORDER) if c.active else list(SAMPLERS),
+        "speculative.types": "none",
         "timings_per_token": False, "post_sampling_probs": p.post_sampling_probs, "backend_sampling": False, "lora": [],
         "adaptive_target": -1.0, "adaptive_decay": 0.9,
     }

@@ -27,12 +27,12 @@ IGNORED = frozenset({"keep_alive"})
 
 OPTIONS_HONOURED = frozenset({
     "num_predict", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "repeat_penalty", "repeat_last_n",
-    "presence_penalty", "frequency_penalty", "num_ctx",
+    "presence_penalty", "frequency_penalty", "num_ctx", "typical_p", "mirostat", "mirostat_tau", "mirostat_eta",
 })
-OPTIONS_REFUSED = frozenset({"typical_p", "tfs_z", "mirostat"})
-# Load-time and tuning knobs: the server's flags decide them; mirostat's own knobs while it is off.
+OPTIONS_REFUSED = frozenset({"tfs_z"})
+# Load-time knobs: the server's flags decide them.
 OPTIONS_IGNORED = frozenset({
-    "mirostat_tau", "mirostat_eta", "penalize_newline", "num_keep", "num_batch", "num_gpu", "main_gpu",
+    "penalize_newline", "num_keep", "num_batch", "num_gpu", "main_gpu",
     "num_thread", "numa", "low_vram", "f16_kv", "logits_all", "vocab_only", "use_mmap", "use_mlock",
     "embedding_only",
 })
@@ -78,7 +78,5 @@ GENERATE_NOT_SUPPORTED: tuple[Refused, ...] = SHARED + (
     _only("steps", lambda v: False, "null", "(no image generation here)"),
 )
 OPTIONS_NOT_SUPPORTED: tuple[Refused, ...] = (
-    _only("typical_p", _is(1, 1.0), "1"),
     _only("tfs_z", _is(1, 1.0), "1"),
-    _only("mirostat", _is(0), "0"),
 )

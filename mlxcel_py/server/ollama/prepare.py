@@ -28,7 +28,7 @@ from ..generation.keep import keep_fields, shift_field
 from ..generation.prepared import Prepared, blame, refuse_unsupported
 from ..generation.prompt import check_token_ids, content_chars
 from ..generation.reasoning import reply_reasoning
-from ..generation.sampling import sampling_params
+from ..generation.sampling import chain_params, sampling_params
 from ..generation.thinking import with_thinking
 from ..generation.schemas import GenerationRequest
 from ..generation.structured import compile_constraint, schema_spec
@@ -115,6 +115,10 @@ def _sampling(rt: "Runtime", body: OllamaRequest, num_prompt: int,
         "presence_penalty", "frequency_penalty")}
     req = GenerationRequest.model_construct(max_tokens=_max_tokens(options), **fields)
     sampling = sampling_params(req, rt.config.sampling, rt.prompt_limit.slot_context, constraint)
+    try:  # typical_p and mirostat (with its tau and eta): llama.cpp's chain, as Ollama's runner
+        sampling = dataclasses.replace(sampling, chain=chain_params(options, sampling.chain))
+    except RequestError as exc:
+        raise FieldError(f"options.{exc}", param="options") from None
     window = options.num_ctx
     if window is None or window >= rt.prompt_limit.slot_context:
         return sampling

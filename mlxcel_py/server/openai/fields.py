@@ -35,11 +35,7 @@ NOT_SUPPORTED_YET: tuple[Refused, ...] = (
     _not_yet("moderation", _never, "null"),
     _not_yet("verbosity", _is("medium"), '"medium"'),
     _not_yet("reasoning_effort", _is("medium", "none"), '"medium" or "none"'),  # none: prepare.py
-    _not_yet("typical_p", _is(1, 1.0), "1"),
     # llama-server's probs after sampling: /completion's shape; OpenAI's logprobs have no such form.
     _not_yet("post_sampling_probs", _is(False), "false"),
-    _not_yet("mirostat", _is(0), "0"),
-    _not_yet("dynatemp_range", _is(0, 0.0), "0"),
     _not_yet("dry_multiplier", _is(0, 0.0), "0"),
-    _not_yet("xtc_probability", _is(0, 0.0), "0"),
 )
