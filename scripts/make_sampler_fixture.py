@@ -14,12 +14,14 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 OUT = HERE.parent / "tests" / "fixtures" / "samplers_llama_cpp.json"
 SOURCE = HERE / "sampler_reference.cpp"
 LIBS = ("build/src/libllama.a", "build/ggml/src/libggml.a", "build/ggml/src/libggml-cpu.a",
@@ -71,6 +73,16 @@ MIROSTAT = {
     "mirostat_v2_low": [["temp_ext", 0.9, 0.0, 1.0], ["mirostat_v2", 14, 2.0, 0.5]],
 }
 STEPS = 6
+# DRY on token histories (the chain's only sampler, on zero logits: what is left is each token's penalty).
+# multiplier, base, allowed length, last n, then the breakers as token lists (head first).
+DRY = {
+    "dry_repeat": ([["dry", 0.8, 1.75, 2, 64, "9", "7,8"]], [1, 2, 3, 4, 1, 2, 3, 5, 6, 1, 2, 3]),
+    "dry_breaker": ([["dry", 0.8, 1.75, 2, 64, "9", "7,8"]], [1, 2, 3, 4, 9, 1, 2, 3, 5, 1, 2, 3]),
+    "dry_tail_breaker": ([["dry", 1.0, 2.0, 1, 64, "9", "7,8"]], [1, 2, 7, 8, 1, 2, 4, 1, 2, 7, 8, 1, 2]),
+    "dry_window": ([["dry", 0.5, 1.5, 1, 6, "9"]], [1, 2, 3, 1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2]),
+    "dry_long": ([["dry", 0.8, 1.1, 2, 200, "9"]], [1, 2, 3, 4, 5, 6] * 12 + [1, 2, 3]),
+    "dry_single_breaker_token": ([["dry", 0.8, 1.75, 1, 64, "3"]], [1, 2, 3, 1, 2, 3, 1, 2]),
+}
 
 
 def build(llama_cpp: Path, binary: Path) -> None:
@@ -80,8 +92,9 @@ def build(llama_cpp: Path, binary: Path) -> None:
     subprocess.run(cmd, check=True)
 
 
-def run(binary: Path, chain: list, steps: list[tuple[str, list[float]]], accept: bool) -> list[dict]:
-    lines = [" ".join(["sampler", *map(str, s)]) for s in chain]
+def run(binary: Path, chain: list, steps: list[tuple[str, list[float]]], accept: bool,
+        history: tuple[int, ...] = ()) -> list[dict]:
+    lines = [" ".join(["sampler", *map(str, s)]) for s in chain] + [f"accept {t}" for t in history]
     out, results = [], []
     # one process per step sequence; accepted tokens are fed back line by line
     proc = subprocess.Popen([str(binary)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -102,9 +115,36 @@ def run(binary: Path, chain: list, steps: list[tuple[str, list[float]]], accept:
     return results
 
 
+# DRY end to end: llama-server's greedy tokens with DRY on a committed fixture (its breakers found in that
+# vocabulary from the strings, the prompt in the history).
+SERVER_MODEL = HERE.parent / "tests" / "fixtures" / "gguf" / "llama-f16.gguf"
+SERVER_PROMPT = "one two three four one two three four one two three four one two"
+SERVER_BODIES = [
+    {"dry_multiplier": 0.8, "dry_allowed_length": 2},
+    {"dry_multiplier": 2.0, "dry_base": 1.3, "dry_allowed_length": 1, "dry_penalty_last_n": 12,
+     "dry_sequence_breakers": [" three", "\n"]},
+]
+
+
+def record_server(server: str) -> list[dict]:
+    from fixture_gguf import llama_server
+    from llama_server_tokens import _post
+
+    out = []
+    with llama_server(server, SERVER_MODEL, "-c", "1024", "-np", "1", "-t", "2", "--no-warmup") as (port, _):
+        for body in SERVER_BODIES:
+            got = _post(port, "/completion", {"prompt": SERVER_PROMPT, "n_predict": 16, "temperature": 0,
+                                              "cache_prompt": False, "return_tokens": True, **body})
+            plain = _post(port, "/completion", {"prompt": SERVER_PROMPT, "n_predict": 16, "temperature": 0,
+                                                "cache_prompt": False, "return_tokens": True})
+            out.append({"body": body, "tokens": got["tokens"], "without": plain["tokens"]})
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--llama-cpp", type=Path, required=True, help="the llama.cpp source tree, built")
+    parser.add_argument("--server", help="llama-server, for DRY end to end (scripts/build_llama_server.sh)")
     args = parser.parse_args()
     table = rows()
     with tempfile.TemporaryDirectory() as tmp:
@@ -113,10 +153,16 @@ def main() -> None:
         cases = {name: {"chain": chain, "steps": run(binary, chain, list(table.items()), False)}
                  for name, chain in CHAINS.items()}
         order = list(table.items())
+        for name, (chain, history) in DRY.items():
+            cases[name] = {"chain": chain, "history": history,
+                           "steps": run(binary, chain, [("zeros", [0.0] * 16)], False, tuple(history))}
         for name, chain in MIROSTAT.items():
             cases[name] = {"chain": chain, "steps": run(binary, chain, [order[i % len(order)] for i in range(STEPS)],
                                                          True)}
-    OUT.write_text(json.dumps({"llama_cpp": "llama-cpp-python 0.3.36 sdist", "rows": table, "cases": cases},
+    dry_server = record_server(args.server) if args.server else []
+    OUT.write_text(json.dumps({"llama_cpp": "llama-cpp-python 0.3.36 sdist", "rows": {**table, "zeros": [0.0] * 16},
+                               "cases": cases, "dry_server": {"model": SERVER_MODEL.name, "prompt": SERVER_PROMPT,
+                                                              "runs": dry_server}},
                               separators=(",", ":")) + "\n")
     print(f"recorded {len(cases)} cases in {OUT.name}")
 

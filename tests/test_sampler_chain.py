@@ -63,7 +63,7 @@ def _row(step: dict) -> np.ndarray:
     return np.array(RECORD["rows"][step["row"]], np.float32)
 
 
-STATELESS = [name for name, case in RECORD["cases"].items() if not name.startswith("mirostat")]
+STATELESS = [name for name in RECORD["cases"] if not name.startswith(("mirostat", "dry"))]
 
 
 @pytest.mark.parametrize("name", STATELESS)
@@ -83,6 +83,22 @@ def test_mirostat_follows_llama_cpps_mu_over_its_draws(name):
         _check(got, step["kept"], f"{name} step {i}")
         np.testing.assert_allclose(got.p, [k[2] for k in step["kept"]], rtol=1e-5, atol=1e-7)
         chain.chose(float(got.p[got.ids.tolist().index(step["selected"])]))
+
+
+@pytest.mark.parametrize("name", [n for n in RECORD["cases"] if n.startswith("dry")])
+def test_dry_penalizes_what_llama_cpps_dry_penalizes(name):
+    from mlxcel_py.engine.runner.dry import Dry
+
+    case = RECORD["cases"][name]
+    (_, multiplier, base, allowed, last_n, *breakers), = case["chain"]
+    pairs = [(int(b.split(",")[0]), tuple(int(t) for t in b.split(",")[1:])) for b in breakers]
+    dry = Dry(multiplier, base, allowed, last_n, pairs, case["history"][:3])
+    dry.extend(case["history"][3:-1])
+    dry.accept(case["history"][-1])  # the prompt's tokens, then a chosen one: one history either way
+    want = {k[0]: -k[1] for k in case["steps"][0]["kept"] if k[1] != 0}
+    got = dry.penalties()
+    assert got.keys() == want.keys(), name
+    np.testing.assert_allclose([got[t] for t in sorted(got)], [want[t] for t in sorted(want)], rtol=1e-5)
 
 
 def test_the_draw_is_the_sequences_own_and_llama_cpps_rule():

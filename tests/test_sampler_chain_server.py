@@ -93,7 +93,8 @@ def test_orders_and_ollama_options(srv):
         assert ollama.status_code == 200, ollama.text
         for body, param in (({"samplers": ["top_k", "nope"]}, "samplers"), ({"mirostat": 3}, "mirostat"),
                             ({"xtc_threshold": 2.0}, "xtc_threshold"), ({"min_keep": -1}, "min_keep"),
-                            ({"dry_multiplier": 0.8}, "dry_multiplier")):
+                            ({"dry_allowed_length": -1}, "dry_allowed_length"),
+                            ({"dry_sequence_breakers": [1]}, "dry_sequence_breakers")):
             resp = client.post("/completion", json={"prompt": "x", **body})
             assert resp.status_code == 400 and error_of(resp)["param"] == param, resp.text
 
@@ -117,3 +118,25 @@ def test_the_flags_set_every_requests_chain():
                            (dict(xtc_threshold=3.0), "--xtc-threshold must be between 0 and 1")):
         with pytest.raises(ConfigError, match=re.escape(message)):
             resolve("serve", flags_for("serve", **flags), env={})
+
+
+def test_dry_greedy_tokens_equal_llama_servers():
+    import json
+    from pathlib import Path
+
+    from mlxcel_py.models import load_model
+
+    fixtures = Path(__file__).parent / "fixtures"
+    record = json.loads((fixtures / "samplers_llama_cpp.json").read_text())["dry_server"]
+    running = start_server(model=load_model(str(fixtures / "gguf" / record["model"])), parallel=1, ctx_size=1024)
+    try:
+        with running.client() as client:
+            for run in record["runs"]:
+                body = {"prompt": record["prompt"], "n_predict": 16, "temperature": 0, "return_tokens": True,
+                        "cache_prompt": False}
+                assert client.post("/completion", json=body).json()["tokens"] == run["without"]
+                got = client.post("/completion", json={**body, **run["body"]}).json()
+                assert got["tokens"] == run["tokens"], run["body"]
+                assert got["generation_settings"]["dry_multiplier"] == run["body"]["dry_multiplier"]
+    finally:
+        stop_server(running)

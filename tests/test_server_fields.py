@@ -37,6 +37,7 @@ HONOURED = {
     # llama.cpp's chain (test_sampler_chain_server.py)
     "typical_p", "mirostat", "mirostat_tau", "mirostat_eta", "dynatemp_range", "dynatemp_exponent",
     "xtc_probability", "xtc_threshold", "top_n_sigma", "min_keep", "samplers",
+    "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers",
     # the chat template's fields (test_server_chat_templates.py)
     "chat_template_kwargs", "add_generation_prompt", "continue_final_message",
     "reasoning_format",  # test_server_reasoning.py
@@ -48,7 +49,7 @@ CHANGING = {
     "best_of": 2,
     "modalities": ["text", "audio"], "audio": {"voice": "alloy", "format": "wav"},
     "web_search_options": {}, "moderation": {"model": "omni-moderation-latest"}, "verbosity": "low",
-    "reasoning_effort": "high", "dry_multiplier": 0.8, "post_sampling_probs": True,
+    "reasoning_effort": "high", "post_sampling_probs": True,
 }
 # Values of those fields that change nothing, and fields that are ignored: all accepted.
 INERT = {

@@ -11,10 +11,8 @@ without reading special tokens in it, as llama.cpp does for these fields."""
 
 from __future__ import annotations
 
-import threading
-import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 # llama.cpp's text forms of each FIM token (src/llama-vocab.cpp), by role.
 FORMS = {
@@ -104,21 +102,3 @@ def _mixed(pieces: Sequence[Piece], encode: Callable[[str], list[int]]) -> list[
     for piece in pieces:
         out += [piece] if isinstance(piece, int) else encode(piece)
     return out
-
-
-_plain: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
-_plain_lock = threading.Lock()
-
-
-def plain_encoder(hf: Any) -> Callable[[str], list[int]]:
-    """Text -> ids with the tokenizer's special tokens read as plain text (llama.cpp's parse_special off):
-    a copy of the fast tokenizer's backend with `encode_special_tokens` set, made once per tokenizer."""
-    with _plain_lock:
-        backend = _plain.get(hf)
-        if backend is None:
-            from tokenizers import Tokenizer
-
-            backend = Tokenizer.from_str(hf.backend_tokenizer.to_str())
-            backend.encode_special_tokens = True
-            _plain[hf] = backend
-    return lambda text: backend.encode(text, add_special_tokens=False).ids if text else []

@@ -5,7 +5,9 @@ transformers tokenizer wraps the Rust `tokenizers.Tokenizer` (`.backend_tokenize
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+import threading
+import weakref
+from typing import Any, Callable, Optional, Sequence
 
 
 def hf_tokenizer(tokenizer: Any) -> Any:
@@ -50,3 +52,21 @@ def decode_continuation(wrapper: Any, ids: Sequence[int]) -> str:
         detok.add_token(token)
     detok.finalize()
     return detok.text
+
+
+_plain: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+_plain_lock = threading.Lock()
+
+
+def plain_encoder(hf: Any) -> Callable[[str], list[int]]:
+    """Text -> ids with the tokenizer's special tokens read as plain text (llama.cpp's parse_special off):
+    a copy of the fast tokenizer's backend with `encode_special_tokens` set, made once per tokenizer."""
+    with _plain_lock:
+        backend = _plain.get(hf)
+        if backend is None:
+            from tokenizers import Tokenizer
+
+            backend = Tokenizer.from_str(hf.backend_tokenizer.to_str())
+            backend.encode_special_tokens = True
+            _plain[hf] = backend
+    return lambda text: backend.encode(text, add_special_tokens=False).ids if text else []

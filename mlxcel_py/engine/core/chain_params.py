@@ -16,6 +16,7 @@ NAMES = {"penalties": "penalties", "e": "penalties", "dry": "dry", "d": "dry", "
          "m": "min_p", "xtc": "xtc", "x": "xtc", "temperature": "temperature", "temp": "temperature",
          "t": "temperature"}
 DEFAULT_ORDER = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature")
+DRY_BREAKERS = ("\n", ":", '"', "*")  # llama-server's default sequence breakers
 
 
 def sampler_order(value, param: str = "samplers") -> tuple[str, ...]:
@@ -47,6 +48,14 @@ class ChainParams:
     mirostat_tau: float = 5.0
     mirostat_eta: float = 0.1
     order: tuple[str, ...] = ()  # llama-server's names, as the request or --samplers gave them; (): its default
+    # DRY (engine/runner/dry.py): a logit processor before the chain
+    dry_multiplier: float = 0.0
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
+    dry_penalty_last_n: int = -1  # -1: a slot's context (resolved by the server into `dry_last_n`)
+    dry_sequence_breakers: tuple[str, ...] = DRY_BREAKERS
+    dry_last_n: int = 0  # the tokens DRY looks back over, resolved
+    dry_breakers: tuple[tuple[int, tuple[int, ...]], ...] = ()  # the breakers as tokens (head, tail), resolved
 
     def __post_init__(self) -> None:
         for name, low, high in (("typical_p", 0.0, 1.0), ("xtc_probability", 0.0, 1.0), ("xtc_threshold", 0.0, 1.0),
@@ -58,6 +67,17 @@ class ChainParams:
                     or not low <= value <= high:
                 bounds = "any finite number" if name == "top_n_sigma" else f"between {low:g} and {high:g}"
                 raise RequestError(f"{name} must be {bounds} (got {value!r})", param=name)
+        for name, low in (("dry_multiplier", 0.0), ("dry_base", 0.0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or not low <= value <= 100.0:
+                raise RequestError(f"{name} must be between {low:g} and 100 (got {value!r})", param=name)
+        for name, low in (("dry_allowed_length", 0), ("dry_penalty_last_n", -1), ("dry_last_n", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= 1 << 24:
+                raise RequestError(f"{name} must be an integer, at least {low} (got {value!r})", param=name)
+        if not all(isinstance(b, str) for b in self.dry_sequence_breakers):
+            raise RequestError("dry_sequence_breakers must be strings", param="dry_sequence_breakers")
         if self.mirostat not in (0, 1, 2) or isinstance(self.mirostat, bool):
             raise RequestError(f"mirostat must be 0 (off), 1 or 2 (got {self.mirostat!r})", param="mirostat")
         if isinstance(self.min_keep, bool) or not isinstance(self.min_keep, int) or not 0 <= self.min_keep <= 1024:
@@ -65,6 +85,11 @@ class ChainParams:
                                param="min_keep")
         if any(name not in DEFAULT_ORDER for name in self.order):
             raise RequestError(f"samplers: unknown sampler in {self.order!r}", param="samplers")
+
+    @property
+    def dry_on(self) -> bool:
+        """DRY penalizes (llama.cpp's condition), over resolved history and breakers."""
+        return self.dry_multiplier != 0.0 and self.dry_base >= 1.0 and self.dry_last_n != 0
 
     @property
     def active(self) -> bool:

@@ -18,6 +18,7 @@ from .constraints import ConstraintCompiler, ConstraintMatcher, ConstraintViolat
 from ..core.events import TokenLogprobs
 from .logits import apply_bitmask, generated_processors, repetition_processor, token_logprobs
 from .logits import top_alternatives
+from .dry import Dry
 from .sampler_chain import SamplerChain, settings_for
 from .sampling_np import numpy_sampler_ok, sample_row
 from .thinking import START, THINK, ThinkingState
@@ -44,6 +45,9 @@ class SequenceSampler:
         # llama.cpp's chain (sampler_chain.py) for a request that sets its further samplers or an order
         self.chain = SamplerChain(settings_for(params), self.np_rng or np.random.default_rng()) \
             if params.chain.active else None
+        c = params.chain  # DRY: a processor over the prompt and the reply so far (dry.py)
+        self.dry = Dry(c.dry_multiplier, c.dry_base, c.dry_allowed_length, c.dry_last_n, c.dry_breakers,
+                       prompt_ids) if c.dry_on else None
         self.greedy = params.greedy and self.chain is None
         self._penalty = repetition_processor(params)
         self._processors = generated_processors(params)
@@ -59,7 +63,7 @@ class SequenceSampler:
         """Anything beyond an argmax over raw logits (the batch fast path skips these rows)."""
         thinking = self.thinking is not None and not self.thinking.answering  # past it, nothing is forced
         return bool(self._penalty or self._processors or self.matcher or self.params.logprobs or thinking
-                    or self.chain is not None)
+                    or self.chain is not None or self.dry is not None)
 
     @property
     def forced(self) -> Optional[int]:
@@ -87,6 +91,9 @@ class SequenceSampler:
             tokens = mx.array(self.generated, dtype=mx.int32)
             for processor in self._processors:
                 logits = processor(tokens, logits)
+        if self.dry is not None and (penalties := self.dry.penalties()):
+            ids = mx.array(list(penalties), dtype=mx.int32)
+            logits = logits.at[:, ids].add(-mx.array(list(penalties.values()), dtype=logits.dtype))
         return logits
 
     def sample(self, logprobs: mx.array) -> mx.array:
@@ -152,6 +159,8 @@ class SequenceSampler:
         """A prefill piece's prompt tokens, for the repetition penalty (which reads the prompt too)."""
         if self._penalty is not None:
             self.history.extend(tokens)
+        if self.dry is not None:
+            self.dry.extend(tokens)
 
     def accept(self, token: int) -> None:
         """Record a sampled token: the processors' history, the thinking and the grammar state."""
@@ -159,6 +168,8 @@ class SequenceSampler:
             self.history.append(token)
         if self._processors:
             self.generated.append(token)
+        if self.dry is not None:
+            self.dry.accept(token)
         answer = True
         if self.thinking is not None:
             # At the start, a token the answer's grammar takes is answer even if it could open the thinking.

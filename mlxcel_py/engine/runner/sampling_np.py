@@ -33,7 +33,8 @@ def numpy_sampler_ok(sampler: "SequenceSampler") -> bool:
     p = sampler.params
     thinking = sampler.thinking is not None and not sampler.thinking.answering
     return not (sampler._penalty is not None or sampler.matcher is not None or thinking or p.logprobs
-                or p.post_sampling_probs or p.presence_penalty or p.frequency_penalty or sampler.chain is not None)
+                or p.post_sampling_probs or p.presence_penalty or p.frequency_penalty or sampler.chain is not None
+                or sampler.dry is not None)
 
 
 def _biased(row: np.ndarray, bias: tuple[tuple[int, float], ...]) -> np.ndarray:

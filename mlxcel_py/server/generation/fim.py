@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ...errors import FieldError
-from ...models.fim import DEFAULT_BATCH, FimTokens, infill_ids, plain_encoder
-from ...models.vocab import hf_tokenizer
+from ...models.fim import DEFAULT_BATCH, FimTokens, infill_ids
+from ...models.vocab import hf_tokenizer, plain_encoder
 from .prompt import check_token_ids
 
 if TYPE_CHECKING:

@@ -14,6 +14,7 @@ from typing import Any, Optional, Sequence
 
 from ...engine import MAX_TOP_LOGPROBS, ConstraintSpec, SamplingParams
 from ...engine.core.chain_params import ChainParams, sampler_order
+from .breakers import dry_breakers
 from ...errors import FieldError, RequestError
 from ...models import encode_text
 from .schemas import GenerationRequest
@@ -143,16 +144,27 @@ def _repetition(req: GenerationRequest, slot_context: int) -> dict:
 
 # llama.cpp's further samplers (engine/core/chain_params.py), under the request fields' own names.
 CHAIN_FIELDS = ("typical_p", "min_keep", "xtc_probability", "xtc_threshold", "top_n_sigma", "dynatemp_range",
-                "dynatemp_exponent", "mirostat", "mirostat_tau", "mirostat_eta")
+                "dynatemp_exponent", "mirostat", "mirostat_tau", "mirostat_eta", "dry_multiplier", "dry_base",
+                "dry_allowed_length", "dry_penalty_last_n")
 
 
-def chain_params(req: Any, default: ChainParams) -> ChainParams:
-    """The request's llama.cpp sampler fields and `samplers` order over the server's; RequestError naming one."""
+def chain_params(req: Any, default: ChainParams, tokenizer: Any = None, slot_context: int = 0) -> ChainParams:
+    """The request's llama.cpp sampler fields and `samplers` order over the server's, DRY's history length and
+    breakers resolved (with `tokenizer`); RequestError naming a field."""
     overrides = {name: value for name in CHAIN_FIELDS if (value := getattr(req, name, None)) is not None}
-    samplers = getattr(req, "samplers", None)
+    samplers, breakers = getattr(req, "samplers", None), getattr(req, "dry_sequence_breakers", None)
     if samplers is not None:
         overrides["order"] = sampler_order(samplers)
-    return dataclasses.replace(default, **overrides) if overrides else default
+    if breakers is not None:
+        overrides["dry_sequence_breakers"] = tuple(breakers)
+    if overrides.get("dry_base", 1.0) < 1.0:  # llama-server keeps its default for a base below 1
+        overrides["dry_base"] = default.dry_base
+    chain = dataclasses.replace(default, **overrides) if overrides else default
+    if chain.dry_multiplier == 0.0 or chain.dry_penalty_last_n == 0:
+        return dataclasses.replace(chain, dry_last_n=0, dry_breakers=()) if chain.dry_last_n else chain
+    last_n = slot_context if chain.dry_penalty_last_n == -1 else chain.dry_penalty_last_n
+    found = dry_breakers(tokenizer, chain.dry_sequence_breakers) if tokenizer is not None else ()
+    return dataclasses.replace(chain, dry_last_n=max(last_n, 0), dry_breakers=found)
 
 
 def sampling_params(req: GenerationRequest, defaults: SamplingParams, slot_context: int,
@@ -171,7 +183,7 @@ def sampling_params(req: GenerationRequest, defaults: SamplingParams, slot_conte
     if req.seed == -1:  # llama-server's "random seed"
         overrides["seed"] = None
     try:
-        overrides["chain"] = chain_params(req, defaults.chain)
+        overrides["chain"] = chain_params(req, defaults.chain, tokenizer, slot_context)
         return dataclasses.replace(defaults, **overrides)
     except RequestError as exc:  # SamplingParams names its own field; the request's may differ
         raise FieldError(str(exc), param=PARAM_OF.get(exc.param, exc.param)) from None

@@ -176,6 +176,10 @@ class GenerationRequest(Body):
     min_keep: Optional[int] = None
     samplers: Union[list[str], str, None] = None
     dry_multiplier: Optional[float] = None
+    dry_base: Optional[float] = None
+    dry_allowed_length: Optional[int] = None
+    dry_penalty_last_n: Optional[int] = None
+    dry_sequence_breakers: Optional[list[str]] = None
     response_format: Optional[ResponseFormat] = None  # OpenAI's is on chat only; llama-server's on both
     n_keep: Optional[int] = None  # llama-server's context shift (--context-shift); generation/keep.py
     n_discard: Optional[int] = None

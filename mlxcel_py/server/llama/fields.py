@@ -25,16 +25,11 @@ def _empty(value: Any) -> bool:
     return not value
 
 
-def _at_most(limit: float) -> Callable[[Any], bool]:
-    return lambda value: value <= limit
-
-
 def _only(field: str, inert: Callable[[Any], bool], accepted: str) -> Refused:
     return Refused(field, accepts_only(inert, accepted, HERE))
 
 
 NOT_SUPPORTED: tuple[Refused, ...] = (
-    _only("dry_multiplier", _equal(0.0), "0"),
     _only("n_indent", _equal(0), "0"),
     _only("t_max_predict_ms", _equal(0), "0"),
     _only("timings_per_token", _equal(False), "false"),
@@ -50,10 +45,10 @@ HONOURED = frozenset({
     # llama.cpp's sampler chain (engine/runner/sampler_chain.py)
     "typical_p", "mirostat", "mirostat_tau", "mirostat_eta", "dynatemp_range", "dynatemp_exponent",
     "xtc_probability", "xtc_threshold", "top_n_sigma", "min_keep", "samplers",
+    "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers",  # dry.py
 })
 # Fields that change nothing here (documented in docs/API_NATIVE.md): the rest of a sampler whose
 # switch is refused above, transport hints, and what our design makes moot.
 IGNORED = frozenset({
-    "id_slot", "n_cache_reuse", "dry_base", "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers",
-    "sse_ping_interval", "user", "stream_options",
+    "id_slot", "n_cache_reuse", "sse_ping_interval", "user", "stream_options",
 })

@@ -40,10 +40,6 @@ class NativeCompletionRequest(GenerationRequest):
     timings_per_token: Optional[bool] = None
     post_sampling_probs: Optional[bool] = None
     lora: Optional[list[dict[str, Any]]] = None
-    dry_base: Optional[float] = None
-    dry_allowed_length: Optional[int] = None
-    dry_penalty_last_n: Optional[int] = None
-    dry_sequence_breakers: Optional[list[str]] = None
     sse_ping_interval: Optional[float] = None
     # llama-server takes [[token, bias], ...] as well as OpenAI's {"token": bias}
     logit_bias: Union[dict[str, Union[float, bool]], list[list[Any]], None] = None  # type: ignore[assignment]

@@ -21,7 +21,6 @@ from .fields import SAMPLERS
 from .probs import ProbsMaker
 
 RANDOM_SEED = 4294967295  # llama-server's LLAMA_DEFAULT_SEED: "a random seed"
-DRY_BREAKERS = ["\n", ":", '"', "*"]
 
 
 def generation_settings(p: SamplingParams, stream: bool = False, n_keep: int = 0, n_discard: int = 0) -> dict:
@@ -35,8 +34,9 @@ def generation_settings(p: SamplingParams, stream: bool = False, n_keep: int = 0
         "xtc_threshold": c.xtc_threshold, "typical_p": c.typical_p,
         "repeat_last_n": p.repetition_context,
         "repeat_penalty": p.repetition_penalty, "presence_penalty": p.presence_penalty,
-        "frequency_penalty": p.frequency_penalty, "dry_multiplier": 0.0, "dry_base": 1.75,
-        "dry_allowed_length": 2, "dry_penalty_last_n": -1, "dry_sequence_breakers": DRY_BREAKERS,
+        "frequency_penalty": p.frequency_penalty, "dry_multiplier": c.dry_multiplier, "dry_base": c.dry_base,
+        "dry_allowed_length": c.dry_allowed_length, "dry_penalty_last_n": c.dry_last_n or c.dry_penalty_last_n,
+        "dry_sequence_breakers": list(c.dry_sequence_breakers),
         "mirostat": c.mirostat, "mirostat_tau": c.mirostat_tau, "mirostat_eta": c.mirostat_eta, "stop": list(p.stop),
         "max_tokens": n_predict, "n_predict": n_predict, "n_keep": n_keep, "n_discard": n_discard,
         "ignore_eos": p.ignore_eos, "stream": stream, "logit_bias": logit_bias_json(p),

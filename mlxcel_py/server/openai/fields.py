@@ -37,5 +37,4 @@ NOT_SUPPORTED_YET: tuple[Refused, ...] = (
     _not_yet("reasoning_effort", _is("medium", "none"), '"medium" or "none"'),  # none: prepare.py
     # llama-server's probs after sampling: /completion's shape; OpenAI's logprobs have no such form.
     _not_yet("post_sampling_probs", _is(False), "false"),
-    _not_yet("dry_multiplier", _is(0, 0.0), "0"),
 )
