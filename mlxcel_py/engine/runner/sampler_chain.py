@@ -41,6 +41,16 @@ class Candidates:
             self.p = None if self.p is None else self.p[order]
             self.sorted = True
 
+    def best(self, k: int) -> None:
+        """Keep the k highest, sorted: a partial sort when k is small against the array (top-k's)."""
+        if self.sorted or k * 4 >= self.size:
+            self.sort()
+            self.keep(slice(0, k))
+            return
+        part = np.argpartition(-self.logits, k - 1)[:k]
+        self.keep(part[np.argsort(-self.logits[part], kind="stable")])
+        self.sorted = True
+
     def softmax(self, do_sort: bool = True) -> None:
         if do_sort:
             self.sort()
@@ -103,12 +113,13 @@ class SamplerChain:
         c = Candidates(np.arange(row.size, dtype=np.int64), np.asarray(row, dtype=np.float32).copy())
         if s.mirostat:
             temp(c, s.temperature)
-            c.softmax()
+            c.softmax(do_sort=False)  # over the whole vocabulary, sorted only where needed
             if s.mirostat == 1:
                 top_k(c, max(mirostat_k(c, self.mu, row.size), 1))
-            else:
-                cut = np.flatnonzero(-np.log2(c.p) > self.mu)
-                c.keep(slice(0, max(int(cut[0]) if cut.size else c.size, 1)))
+            else:  # the sorted prefix before the first surprise above mu: every token at or below it
+                with np.errstate(divide="ignore"):
+                    kept = np.flatnonzero(~(-np.log2(c.p) > np.float32(self.mu)))
+                c.keep(kept) if kept.size else c.best(1)
             c.softmax()
             return c
         for name in s.order:
@@ -184,14 +195,22 @@ def draw(p: np.ndarray, u: float) -> int:
 def top_k(c: Candidates, k: int) -> None:
     if k <= 0:
         return
-    c.sort()
-    c.keep(slice(0, min(k, c.size)))
+    c.best(min(k, c.size))
 
 
 def top_p(c: Candidates, p: float, min_keep: int) -> None:
     if p >= 1.0:
         return
     c.softmax(do_sort=False)  # the probabilities in the array's order, then sorted (as llama.cpp's buffer)
+    if not c.sorted and c.size > 1024:  # llama.cpp's heuristic: the best 256 first, the rest only if needed
+        part = np.argpartition(-c.logits, 255)[:256]
+        part = part[np.argsort(-c.logits[part], kind="stable")]
+        cum = np.cumsum(c.p[part], dtype=np.float32)
+        hit = np.flatnonzero((cum >= np.float32(p)) & (np.arange(1, 257) >= min_keep))
+        if hit.size:
+            c.keep(part[: int(hit[0]) + 1])
+            c.sorted = True
+            return
     c.sort()
     cum = np.cumsum(c.p, dtype=np.float32)
     hit = np.flatnonzero((cum >= np.float32(p)) & (np.arange(1, c.size + 1) >= min_keep))
@@ -286,9 +305,10 @@ def mirostat_k(c: Candidates, mu: float, n_vocab: int) -> int:
     m = min(MIROSTAT_M - 1, c.size - 1)
     if m <= 0:
         return 1
+    top = np.sort(np.partition(c.p, c.size - m - 1)[c.size - m - 1:])[::-1] if m + 1 < c.size else np.sort(c.p)[::-1]
     i = np.arange(m, dtype=np.float32)
     t = np.log((i + 2) / (i + 1)).astype(np.float32)
-    b = np.log(c.p[:m] / c.p[1:m + 1]).astype(np.float32)
+    b = np.log(top[:m] / top[1:m + 1]).astype(np.float32)
     f = np.float32
     with np.errstate(all="ignore"):
         s_hat = np.cumsum(t * b, dtype=np.float32)[-1] / np.cumsum(t * t, dtype=np.float32)[-1]
