@@ -33,7 +33,8 @@ from .cli.options_serve import (
     ChatTemplateFileOpt, ChatTemplateKwargsOpt, ChatTemplateOpt, CorsOriginsOpt, DistributedOpt, DistributedTimeoutOpt,
     HostOpt, ImageMaxBytesOpt, ImageMaxCountOpt, KeepAliveOpt, MaxBodyBytesOpt, MaxQueueOpt, MetricsOpt, MmprojOpt,
     ModelsDirOpt, ModelsMaxOpt, ModelsMemoryOpt, ModelsOpt, ModelsPreloadOpt, NoWebuiOpt, ParallelOpt, PoolingOpt,
-    PortOpt, ReasoningBudgetOpt, ReasoningFormatOpt, RerankOpt, ShutdownGraceOpt, SlotSavePathOpt, SlotsOpt, TagsOpt,
+    PortOpt, ReasoningBudgetOpt, ReasoningFormatOpt, RerankOpt, ShutdownGraceOpt, SlotSavePathOpt, SlotsOpt, SpmInfillOpt,
+    TagsOpt,
 )
 
 frozen = dataclass(frozen=True)
@@ -138,6 +139,7 @@ class ServerFlags:
     image_max_bytes: ImageMaxBytesOpt = None
     image_max_count: ImageMaxCountOpt = None
     allow_image_urls: AllowImageUrlsOpt = False
+    spm_infill: SpmInfillOpt = False
     shutdown_grace: ShutdownGraceOpt = None
     cors_origins: CorsOriginsOpt = None
     no_webui: NoWebuiOpt = False
@@ -199,7 +201,7 @@ class ServeFlags:
         "repeat_penalty", "seed", "samplers", "sampling_seq", "typical", "mirostat", "mirostat_lr", "mirostat_ent",
         "dynatemp_range", "dynatemp_exp", "xtc_probability", "xtc_threshold", "top_nsigma", "min_keep", "max_tokens",
         "api_key", "log_level", "model_alias", "max_body_bytes",
-        "mmproj", "image_max_bytes", "image_max_count", "allow_image_urls",
+        "mmproj", "image_max_bytes", "image_max_count", "allow_image_urls", "spm_infill",
         "shutdown_grace", "distributed", "distributed_timeout", "cors_origins", "no_webui", "metrics", "slots",
         "chat_template", "chat_template_file", "chat_template_kwargs", "reasoning_format", "reasoning_budget", "tags",
         "pooling", "rerank", "context_shift", "models_dir", "models_max", "models_memory", "keep_alive",

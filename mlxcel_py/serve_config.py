@@ -58,6 +58,7 @@ class ServerConfig:
     image_max_bytes: int = DEFAULT_IMAGE_MAX_BYTES  # one image, decoded
     image_max_count: int = DEFAULT_IMAGE_MAX_COUNT  # images in one request
     allow_image_urls: bool = False  # --allow-image-urls: fetch http(s) image URLs (else a 400)
+    spm_infill: bool = False  # --spm-infill: infill prompts suffix first (server/generation/fim.py)
     # Browser origins allowed beyond the loopback ones: "*", "scheme://host[:port]" or "scheme://host:*".
     cors_origins: tuple[str, ...] = ()
     webui: bool = True  # the chat page at / (server/webui); --no-webui turns it off
@@ -170,6 +171,7 @@ def server_config(env: Mapping[str, str], flags: ServerFlags, template: Template
         image_max_bytes=DEFAULT_IMAGE_MAX_BYTES if flags.image_max_bytes is None else flags.image_max_bytes,
         image_max_count=DEFAULT_IMAGE_MAX_COUNT if flags.image_max_count is None else flags.image_max_count,
         allow_image_urls=_switch(flags.allow_image_urls, env, "--allow-image-urls", "MLXCEL_ALLOW_IMAGE_URLS"),
+        spm_infill=_switch(flags.spm_infill, env, "--spm-infill", "LLAMA_ARG_SPM_INFILL"),
         cors_origins=origins,
         webui=not _switch(flags.no_webui, env, "--no-webui", "MLXCEL_NO_WEBUI", "LLAMA_ARG_NO_WEBUI"),
         endpoint_metrics=True if metrics is None else metrics,

@@ -123,3 +123,16 @@ def test_the_layout_rules():
     assert got == encode("R") + [1, ord("a"), 7, 2, ord("z"), 3]
     spm = infill_ids(fim, encode, "a", "z", [], [], bos=None, n_batch=16, n_predict=3, n_ctx=25, spm=True)
     assert spm == [2, ord("z"), 1, ord("a"), 3]
+
+
+def test_spm_infill_puts_the_suffix_first(loaded):
+    running = start_server(model=loaded, parallel=1, ctx_size=RECORD["ctx"], spm_infill=True)
+    try:
+        case = CASES[0]
+        with running.client() as client:
+            reply = client.post("/infill", json=_infill(case)).json()
+        prefix, suffix = case["request"]["input_prefix"], case["request"]["input_suffix"]
+        assert reply["prompt"].endswith(f"<|fim_suffix|>{suffix}<|fim_prefix|>{prefix}<|fim_middle|>")
+        assert reply["tokens_evaluated"] == len(case["prompt_ids"])
+    finally:
+        stop_server(running)

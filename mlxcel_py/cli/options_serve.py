@@ -39,6 +39,10 @@ AllowImageUrlsOpt = Annotated[
     bool, typer.Option("--allow-image-urls", help="Fetch http(s) image URLs in requests (off: a 400 asking for a "
                        "data: URL). The server then makes requests a client chooses: only where that is safe.")
 ]
+SpmInfillOpt = Annotated[
+    bool, typer.Option("--spm-infill", help="Infill prompts in llama.cpp's suffix/prefix/middle order (some FIM "
+                       "models are trained so). Env LLAMA_ARG_SPM_INFILL=1.")
+]
 ShutdownGraceOpt = Annotated[
     Optional[float],
     typer.Option("--shutdown-grace", help="Seconds in-flight requests may finish after SIGTERM/SIGINT. Default 10."),

@@ -75,8 +75,8 @@ def load_model(
         if path.suffix.lower() != ".gguf":
             raise ModelLoadError(f"not a model: {path} (expected a .gguf file or an mlx-lm model directory)")
         loaded = _load_gguf(path, use_dense, on_progress, blocks=native_cpu and dense is None)
-        if mmproj is not None:
-            loaded = _with_mmproj(loaded, Path(mmproj).expanduser(), use_dense, on_progress)
+        if mmproj is not None:  # a path, or a Hugging Face id as -m takes (org/name:mmproj-....gguf)
+            loaded = _with_mmproj(loaded, _local_path(mmproj)[0], use_dense, on_progress)
     elif mmproj is not None:
         raise ModelLoadError(f"--mmproj goes with a GGUF model; {path.name} is not one (an mlx-vlm directory "
                              "carries its own vision tower)")

@@ -48,4 +48,5 @@ def fim_prompt(rt: "Runtime", prefix, suffix, extra=(), prompt: str = "", param:
     rt.prompt_limit.check_chars(sum(len(t) for t in (prefix, suffix, prompt) if isinstance(t, str))
                                 + sum(len(text) for _, text in extra), param)
     return infill_ids(fim, encode, prefix, suffix, extra, follow, bos=loaded.bos_token_id if loaded.add_bos else None,
-                      n_batch=n_batch, n_predict=n_predict, n_ctx=rt.prompt_limit.slot_context)
+                      n_batch=n_batch, n_predict=n_predict, n_ctx=rt.prompt_limit.slot_context,
+                      spm=bool(getattr(rt.config.server, "spm_infill", False)))
