@@ -33,8 +33,8 @@ from .cli.options_serve import (
     ChatTemplateFileOpt, ChatTemplateKwargsOpt, ChatTemplateOpt, CorsOriginsOpt, DistributedOpt, DistributedTimeoutOpt,
     HostOpt, ImageMaxBytesOpt, ImageMaxCountOpt, KeepAliveOpt, MaxBodyBytesOpt, MaxQueueOpt, MetricsOpt, MmprojOpt,
     ModelsDirOpt, ModelsMaxOpt, ModelsMemoryOpt, ModelsOpt, ModelsPreloadOpt, NoWebuiOpt, ParallelOpt, PoolingOpt,
-    PortOpt, ReasoningBudgetOpt, ReasoningFormatOpt, RerankOpt, ShutdownGraceOpt, SlotSavePathOpt, SlotsOpt, SpmInfillOpt,
-    TagsOpt,
+    PortOpt, ReasoningBudgetOpt, ReasoningFormatOpt, RerankOpt, ShutdownGraceOpt, SlotSavePathOpt, SlotsOpt,
+    SpmInfillOpt, TagsOpt,
 )
 
 frozen = dataclass(frozen=True)
