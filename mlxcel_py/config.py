@@ -17,7 +17,7 @@ from .engine.core.request import MAX_TOKENS_LIMIT, SamplingParams
 from .config_chunk import (
     ResolvedChunk, _count_flag, _itl_budget, prefill_chunk_override, resolve_prefill_chunk_size,
 )
-from .config_sampling import CHAIN_FLAGS, chain_flags
+from .config_sampling import CHAIN_FLAGS, chain_flags, lora_specs
 from .config_values import check_range, choice, drafting_config, env_bool, flag_or_env
 from .errors import ConfigError, RequestError
 from .flags import (
@@ -65,6 +65,7 @@ class ModelSpec:
     cpu_weights: Optional[str] = None  # "native" (GGUF blocks) | "f32"; None: native on AVX2 (loader.default_cpu_weights)
     draft: Optional[str] = None  # --draft-model: speculative decoding's draft (same vocabulary)
     mmproj: Optional[str] = None  # --mmproj: a llama.cpp projector file for the GGUF's images (serve)
+    lora: tuple[tuple[str, float], ...] = ()  # --lora / --lora-scaled: (adapter, scale) for every request
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,7 +272,11 @@ def _model_spec(env: Mapping[str, str], flags: ModelFlags, path: Optional[str], 
     if mmproj is not None and (router is not None or dist is not None):
         raise ConfigError(f"{label} goes with one model on one machine; it cannot be used with several models "
                           "or --distributed", flag=label)
-    return ModelSpec(path, threads, weights, draft, mmproj)
+    lora = lora_specs(getattr(flags, "lora", None), getattr(flags, "lora_scaled", None))
+    if lora and (router is not None or dist is not None):
+        raise ConfigError("--lora applies to one model on one machine; it cannot be used with several models or "
+                          "--distributed", flag="--lora")
+    return ModelSpec(path, threads, weights, draft, mmproj, lora)
 
 
 def _draft_model(flag: Optional[str], env: Mapping[str, str], dist: Optional[DistributedConfig]) -> Optional[str]:

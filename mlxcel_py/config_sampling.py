@@ -1,5 +1,6 @@
 """llama.cpp's sampler flags (llama-server's names) -> the default ChainParams every request starts from
-(engine/core/chain_params.py). A bad value is a ConfigError naming the flag."""
+(engine/core/chain_params.py), and its --lora / --lora-scaled lists -> (adapter, scale) pairs. A bad value is a
+ConfigError naming the flag."""
 
 from __future__ import annotations
 
@@ -38,3 +39,18 @@ def chain_flags(flags: Any) -> ChainParams:
         if exc.param in CHAIN_FLAGS and message.startswith(exc.param + " "):
             message = flag + message[len(exc.param):]
         raise ConfigError(message, flag=flag) from None
+
+
+def lora_specs(plain, scaled) -> tuple[tuple[str, float], ...]:
+    """--lora FILE[,FILE...] (scale 1) and --lora-scaled FILE:SCALE[,...], each repeatable, in the order given."""
+    out = [(path.strip(), 1.0) for value in plain or () for path in value.split(",") if path.strip()]
+    for value in scaled or ():
+        for item in value.split(","):
+            path, sep, scale = item.strip().rpartition(":")
+            try:
+                out.append((path, float(scale)))
+            except ValueError:
+                sep = ""
+            if not sep or not path:
+                raise ConfigError(f"--lora-scaled takes FILE:SCALE (got {item!r})", flag="--lora-scaled")
+    return tuple(out)

@@ -16,7 +16,8 @@ from typing import Any, ClassVar, Mapping
 
 from .cli.options import (
     BatchSizeOpt, CacheTypeKOpt, CacheTypeVOpt, ChatSystemOpt, ContextShiftOpt, CpuWeightsOpt, CtxSizeOpt,
-    DraftMaxOpt, DraftMinOpt, DraftModelOpt, ItlBudgetOpt, LogLevelOpt, LookupNgramOpt, MarkdownOpt, MaxTokensOpt,
+    DraftMaxOpt, DraftMinOpt, DraftModelOpt, ItlBudgetOpt, LogLevelOpt, LookupNgramOpt, LoraOpt, LoraScaledOpt,
+    MarkdownOpt, MaxTokensOpt,
     MinPOpt, ModelOpt, PrefillChunkOpt, PromptArg, PromptCacheOpt, RawOpt, RepeatPenaltyOpt, SeedOpt, SystemOpt,
     TempOpt, ThreadsOpt, TopKOpt, TopPOpt,
 )
@@ -52,6 +53,8 @@ class ModelFlags:
     threads: ThreadsOpt = None
     cpu_weights: CpuWeightsOpt = None
     draft_model: DraftModelOpt = None
+    lora: LoraOpt = None
+    lora_scaled: LoraScaledOpt = None
 
 
 @frozen
@@ -196,7 +199,8 @@ class ServeFlags:
 
     help_order: ClassVar[tuple[str, ...]] = (
         "model", "threads", "cpu_weights", "host", "port", "parallel", "ctx_size", "prefill_chunk_size", "batch_size",
-        "itl_budget_ms", "lookup_ngram", "draft_max", "draft_min", "draft_model", "max_queue", "prompt_cache",
+        "itl_budget_ms", "lookup_ngram", "draft_max", "draft_min", "draft_model", "lora", "lora_scaled", "max_queue",
+        "prompt_cache",
         "cache_max_bytes", "cache_max_entries", "cache_min_prefix", "temp", "top_p", "top_k", "min_p",
         "repeat_penalty", "seed", "samplers", "sampling_seq", "typical", "mirostat", "mirostat_lr", "mirostat_ent",
         "dynatemp_range", "dynatemp_exp", "xtc_probability", "xtc_threshold", "top_nsigma", "min_keep", "max_tokens",
@@ -214,7 +218,7 @@ _ONE_SLOT_ORDER = (
     "repeat_penalty", "seed", "samplers", "sampling_seq", "typical", "mirostat", "mirostat_lr", "mirostat_ent",
     "dynatemp_range", "dynatemp_exp", "xtc_probability", "xtc_threshold", "top_nsigma", "min_keep", "ctx_size",
     "prefill_chunk_size", "batch_size", "itl_budget_ms", "lookup_ngram",
-    "draft_max", "draft_min", "draft_model", "context_shift", "cache_type_k", "cache_type_v", "prompt_cache",
+    "draft_max", "draft_min", "draft_model", "lora", "lora_scaled", "context_shift", "cache_type_k", "cache_type_v", "prompt_cache",
     "markdown", "log_level",
 )
 

@@ -78,6 +78,11 @@ DraftModelOpt = Annotated[
                  "or Hugging Face id with the target's vocabulary), verified in the decode step (docs/SPECULATIVE.md); "
                  "env LLAMA_ARG_MODEL_DRAFT. Default: none."),
 ]
+LoraOpt = Annotated[Optional[list[str]], typer.Option(
+    "--lora", help="A LoRA adapter applied to every request: an mlx-lm adapter directory or a llama.cpp GGUF LoRA; "
+    "repeat it or separate by commas (llama-server's flag). docs/MODELS.md#lora-adapters.")]
+LoraScaledOpt = Annotated[Optional[list[str]], typer.Option(
+    "--lora-scaled", help="An adapter with its scale, FILE:SCALE (commas for several; llama-server's flag).")]
 TempOpt = Annotated[Optional[float], typer.Option("--temp", help="Sampling temperature; 0 is greedy.")]
 TopPOpt = Annotated[Optional[float], typer.Option("--top-p", help="Nucleus sampling: keep the top-p probability mass.")]
 TopKOpt = Annotated[Optional[int], typer.Option("--top-k", help="Keep the k most likely tokens; 0 keeps all.")]

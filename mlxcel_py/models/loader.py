@@ -60,6 +60,7 @@ def cpu_is_default() -> bool:
 def load_model(
     spec_path: Optional[str], *, dense: Optional[bool] = None, on_progress: Progress = None,
     threads: Optional[int] = None, cpu_weights: Optional[str] = None, mmproj: Optional[str] = None,
+    lora: tuple[tuple[str, float], ...] = (),
 ) -> LoadedModel:
     """Load a GGUF file or an mlx-lm model directory (the default model when `spec_path` is None).
 
@@ -67,10 +68,12 @@ def load_model(
     forces float32 or MLX's own weights. On the CPU, cpu_weights "native" keeps a GGUF's quantized
     matrices as the file's blocks (models/gguf_blocks.py: prefill by dequantized tiles, decode over the
     blocks in models/cpu/native.py, no float32 copy), "f32" dequantizes them to float32; None:
-    `default_cpu_weights()`. `mmproj`: a llama.cpp projector file for a GGUF's images (models/mmproj.py)."""
+    `default_cpu_weights()`. `mmproj`: a llama.cpp projector file for a GGUF's images (models/mmproj.py).
+    `lora`: (adapter path, scale) pairs applied to every request (models/lora.py)."""
     path, hub_name = _local_path(spec_path or ensure_default_model(on_progress))
     use_dense = cpu_is_default() if dense is None else dense
-    native_cpu = (cpu_weights or default_cpu_weights()) == "native" and cpu_is_default()
+    # LoRA on the CPU: float32 weights (the file's blocks serve the decode step, which reads no adapter)
+    native_cpu = (cpu_weights or default_cpu_weights()) == "native" and cpu_is_default() and not lora
     if path.is_file():
         if path.suffix.lower() != ".gguf":
             raise ModelLoadError(f"not a model: {path} (expected a .gguf file or an mlx-lm model directory)")
@@ -86,6 +89,8 @@ def load_model(
         raise ModelLoadError(f"not a model: {path} (expected a .gguf file or an mlx-lm model directory)")
     if hub_name:
         loaded = replace(loaded, name=hub_name)
+    if lora:
+        loaded = _with_lora(loaded, lora)
     _materialize(loaded.model)
     if use_dense and cpu_is_default():
         native = path if native_cpu and (loaded.source == "gguf" or loaded.weights == "mlx-blocks") else None
@@ -135,6 +140,14 @@ def _local_path(spec: str) -> tuple[Path, Optional[str]]:
     return resolve_hub_id(hub), spec
 
 
+def _with_lora(loaded: LoadedModel, lora: tuple[tuple[str, float], ...]) -> LoadedModel:
+    from .lora import apply_adapters
+
+    adapters = apply_adapters(loaded.model, tuple((str(_local_path(p)[0]), float(s)) for p, s in lora))
+    names = ", ".join(f"{Path(a.path).name} x{a.scale:g}" for a in adapters)
+    return replace(loaded, adapters=adapters, description=f"{loaded.description}, LoRA {names}")
+
+
 def _install_cpu_kernels(loaded: LoadedModel, threads: int, native: Optional[Path] = None) -> LoadedModel:
     """numpy prefill attention/SwiGLU (gemma3: GELU) and the numba decode step on `threads` threads (docs/CPU_FAST_PATH.md);
     the decode step reads the blocks of the GGUF at `native` when given."""
@@ -151,7 +164,11 @@ def _install_cpu_kernels(loaded: LoadedModel, threads: int, native: Optional[Pat
         log.warning("%s", slow)
     notes = [f"{threads} CPU thread{'s' if threads > 1 else ''}"]
     kernels = kernels_for(loaded.model)
-    decoder = native_decoder_for(loaded.model, native, threads) if native else decoder_for(loaded.model, threads)
+    decoder = None
+    if loaded.adapters:  # the decode step reads the base weights only: mlx-lm's forward runs the adapters
+        notes.append("decode in MLX (LoRA adapters)")
+    else:
+        decoder = native_decoder_for(loaded.model, native, threads) if native else decoder_for(loaded.model, threads)
     if decoder is not None and getattr(decoder, "runs_rows", lambda: False)():
         notes.append("prefill as rows of the decode step")  # engine/runner/row_prefill.py
     elif kernels is not None:

@@ -25,7 +25,9 @@ from .http.cors import Cors, cors_options
 from .http.errors import CatchBugs, install_error_handlers
 from .http.openapi import install_openapi
 from .http.status import health, metrics, slots
-from .llama.routes import apply_template, completion, detokenize, infill, props, tokenize
+from .llama.routes import (
+    apply_template, completion, detokenize, infill, lora_adapters, props, set_lora_adapters, tokenize,
+)
 from .llama.slots import slot_action
 from .llama.schemas import (
     ApplyTemplateRequest, DetokenizeRequest, InfillRequest, NativeCompletionRequest, TokenizeRequest,
@@ -78,6 +80,8 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/completions", completion, alias=True),
     Route("POST", "/infill", infill, InfillRequest, streams=True),
     Route("GET", "/props", props),
+    Route("GET", "/lora-adapters", lora_adapters),
+    Route("POST", "/lora-adapters", set_lora_adapters, refuses=True),
     Route("POST", "/apply-template", apply_template, ApplyTemplateRequest),
     Route("POST", "/tokenize", tokenize, TokenizeRequest),
     Route("POST", "/detokenize", detokenize, DetokenizeRequest),

@@ -89,12 +89,35 @@ def refuse_native(body: NativeCompletionRequest) -> None:
                          param="n_predict", code="unsupported_parameter")
 
 
+def check_lora(body: NativeCompletionRequest, rt: "Runtime") -> None:
+    """llama-server's per-request `lora` ([{"id", "scale"}], an adapter left out at scale 0): honoured when it
+    asks for the loaded scales, a 400 otherwise (scales are fixed at load here)."""
+    if body.lora is None:
+        return
+    loaded = {a.id: a.scale for a in rt.loaded.adapters}
+    asked: dict[int, float] = {}
+    for entry in body.lora:
+        ident, scale = entry.get("id"), entry.get("scale")
+        if not isinstance(ident, int) or isinstance(ident, bool) or ident not in loaded:
+            raise FieldError(f"lora: no adapter with id {ident!r} (GET /lora-adapters lists {sorted(loaded)})",
+                             param="lora")
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+            raise FieldError(f"lora: adapter {ident}'s scale must be a number (got {scale!r})", param="lora")
+        asked[ident] = float(scale)
+    wanted = {i: asked.get(i, 0.0) for i in loaded}
+    if any(abs(wanted[i] - loaded[i]) > 1e-6 for i in loaded):
+        raise FieldError(f"lora: per-request adapter scales are not supported yet; every request runs the adapters "
+                         f"at their loaded scales {loaded} (--lora-scaled)", param="lora",
+                         code="unsupported_parameter")
+
+
 def prepare_native(rt: "Runtime", raw: bytes) -> PreparedGroup[NativeReply]:
     """POST /completion: each prompt's token ids (times n_cmpl), the sampling and constraint they
     share, and each reply's labels (its `index`: prompt-major)."""
     body = parse_body(raw, NativeCompletionRequest)
     rt.check_model(body.model)
     refuse_native(body)
+    check_lora(body, rt)
     with blame("prompt"):
         prompts = native_prompts(body.prompt, rt)
     return prepare_prompts(rt, body, prompts)
@@ -117,7 +140,7 @@ def prepare_prompts(rt: "Runtime", body: NativeCompletionRequest,
         probs = ProbsMaker(TokenPieces(rt.loaded.tokenizer, rt.worker.compiler), sampling.post_sampling_probs)
     stream = bool(body.stream)
     fields = tuple(body.response_fields) if body.response_fields is not None else None
-    settings = generation_settings(sampling, stream, body.n_keep or 0, body.n_discard or 0)
+    settings = generation_settings(sampling, stream, body.n_keep or 0, body.n_discard or 0, rt.loaded.adapters)
     stop_tokens = tuple((s, len(encode_text(rt.loaded.tokenizer, s, add_special_tokens=False)))
                         for s in sampling.stop) if probs else ()
     cache_prompt = True if body.cache_prompt is None else body.cache_prompt

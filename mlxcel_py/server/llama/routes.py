@@ -27,6 +27,7 @@ from ..generation.stream import FramedStream
 from ..generation.submit import CLIENT_CLOSED
 from ..generation.template import chat_options
 from ..http.body import parse_body, read_body
+from ..http.errors import APIError
 from ..runtime import routed, runtime
 from .infill import prepare_infill
 from .prepare import prepare_native
@@ -103,11 +104,23 @@ async def props(request: Request) -> dict:
         return _props(rt)
 
 
+async def lora_adapters(request: Request) -> list:
+    """llama-server's GET /lora-adapters: the adapters loaded with the model (--lora, --lora-scaled)."""
+    async with routed(request, name=request.query_params.get("model")) as rt:
+        return [{"id": a.id, "path": a.path, "scale": a.scale} for a in rt.loaded.adapters]
+
+
+async def set_lora_adapters(request: Request) -> Response:
+    """POST /lora-adapters: the adapters' scales are fixed at load here."""
+    raise APIError(501, "changing the LoRA adapters' scales at run time is not supported: give them at start "
+                   "(--lora-scaled FILE:SCALE); GET /lora-adapters lists them", code="not_implemented")
+
+
 def _props(rt: "Runtime") -> dict:
     stats = rt.worker.stats()
     server = rt.config.server or ServerConfig()
     return {
-        "default_generation_settings": {"params": default_settings(rt.config.sampling),
+        "default_generation_settings": {"params": default_settings(rt.config.sampling, rt.loaded.adapters),
                                         "n_ctx": stats.slot_context},
         "total_slots": len(stats.slots),
         "model_alias": rt.model_id,

@@ -23,7 +23,8 @@ from .probs import ProbsMaker
 RANDOM_SEED = 4294967295  # llama-server's LLAMA_DEFAULT_SEED: "a random seed"
 
 
-def generation_settings(p: SamplingParams, stream: bool = False, n_keep: int = 0, n_discard: int = 0) -> dict:
+def generation_settings(p: SamplingParams, stream: bool = False, n_keep: int = 0, n_discard: int = 0,
+                        adapters: tuple = ()) -> dict:
     """llama-server's `generation_settings` for these sampling parameters (and context-shift fields)."""
     n_predict = -1 if p.max_tokens >= MAX_TOKENS_LIMIT else p.max_tokens
     c = p.chain
@@ -45,7 +46,8 @@ def generation_settings(p: SamplingParams, stream: bool = False, n_keep: int = 0
         "chat_format": "Content-only", "reasoning_format": "none", "reasoning_in_content": False,
         "generation_prompt": "", "samplers": list(c.order or SERVER_ORDER) if c.active else list(SAMPLERS),
         "speculative.types": "none",
-        "timings_per_token": False, "post_sampling_probs": p.post_sampling_probs, "backend_sampling": False, "lora": [],
+        "timings_per_token": False, "post_sampling_probs": p.post_sampling_probs, "backend_sampling": False,
+        "lora": [{"id": a.id, "scale": a.scale} for a in adapters],
         "adaptive_target": -1.0, "adaptive_decay": 0.9,
     }
 
@@ -60,9 +62,9 @@ NOT_IN_PROPS = ("dry_sequence_breakers", "stop", "logit_bias", "grammar", "gramm
                 "preserved_tokens")
 
 
-def default_settings(p: SamplingParams) -> dict:
+def default_settings(p: SamplingParams, adapters: tuple = ()) -> dict:
     """/props' `default_generation_settings.params`."""
-    settings = generation_settings(p)
+    settings = generation_settings(p, adapters=adapters)
     return {k: v for k, v in settings.items() if k not in NOT_IN_PROPS}
 
 

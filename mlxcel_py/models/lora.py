@@ -1,0 +1,143 @@
+"""LoRA adapters loaded with the model (--lora, --lora-scaled, as llama-server): mlx-lm adapter directories
+(`adapter_config.json` + `adapters.safetensors`, as `mlx_lm.lora` writes them) and llama.cpp GGUF LoRA files
+(`general.type` adapter, as `convert_lora_to_gguf.py` writes them). Each adapted module's output gains
+scale * (x A) B beside the base product, never merged into the base weights (a quantized base keeps its
+numbers). Every request runs with the adapters at their loaded scales.
+
+mlx-lm's scale is its config's `lora_parameters.scale` (as its LoRALinear); llama.cpp's is alpha / rank when
+the file names an alpha (as its graph builds it), times the scale the flag gives."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from ..errors import ModelLoadError
+
+
+@dataclass(frozen=True, slots=True)
+class Adapter:
+    """A loaded adapter, as GET /lora-adapters lists it."""
+
+    id: int
+    path: str
+    scale: float
+    kind: str  # "mlx" | "gguf"
+    modules: int  # modules it adapts
+
+
+class LoraLinear(nn.Module):
+    """A module with low-rank additions: base(x) + sum of scale * (x @ a) @ b."""
+
+    def __init__(self, base: Any):
+        super().__init__()
+        self.base = base
+        self.deltas: list[tuple[mx.array, mx.array, float]] = []
+
+    def __call__(self, x: mx.array) -> mx.array:
+        y = self.base(x)
+        for a, b, scale in self.deltas:
+            y = y + (scale * ((x @ a.astype(x.dtype)) @ b.astype(x.dtype))).astype(y.dtype)
+        return y
+
+
+def apply_adapters(model: Any, specs: tuple[tuple[str, float], ...]) -> tuple[Adapter, ...]:
+    """Wrap the modules each adapter names; the adapters as listed (their ids in the order given)."""
+    adapters = []
+    for i, (path, scale) in enumerate(specs):
+        source = Path(path).expanduser()
+        pairs, kind = (_gguf(source, model) if source.is_file() else _mlx(source))
+        for name, (a, b, own) in pairs.items():
+            module = _module(model, name, source.name)
+            if not isinstance(module, LoraLinear):
+                module = _wrap(model, name, module)
+            module.deltas.append((a, b, own * scale))
+        mx.eval([a for a, _, _ in pairs.values()] + [b for _, b, _ in pairs.values()])
+        adapters.append(Adapter(i, str(source), float(scale), kind, len(pairs)))
+    return tuple(adapters)
+
+
+def _mlx(folder: Path) -> tuple[dict, str]:
+    """An mlx-lm adapter directory: {module path: (a (in, r), b (r, out), scale)}."""
+    try:
+        config = json.loads((folder / "adapter_config.json").read_text())
+        weights = mx.load(str(folder / "adapters.safetensors"))
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"--lora {folder}: not an mlx-lm adapter directory (adapter_config.json and "
+                             f"adapters.safetensors) nor a GGUF LoRA file: {exc}") from None
+    kind = config.get("fine_tune_type", "lora")
+    if kind != "lora":
+        raise ModelLoadError(f"--lora {folder.name}: {kind!r} adapters are not supported here (lora only)")
+    scale = float((config.get("lora_parameters") or {}).get("scale", 20.0))  # mlx-lm's LoRALinear default
+    pairs = {}
+    for key, a in weights.items():
+        if key.endswith(".lora_a"):
+            name = key.removesuffix(".lora_a")
+            if name + ".lora_b" not in weights:
+                raise ModelLoadError(f"--lora {folder.name}: {key} has no lora_b")
+            pairs[name] = (a.astype(mx.float32), weights[name + ".lora_b"].astype(mx.float32), scale)
+    if not pairs:
+        raise ModelLoadError(f"--lora {folder.name}: adapters.safetensors holds no lora_a/lora_b pairs")
+    return pairs, "mlx"
+
+
+def _gguf(path: Path, model: Any) -> tuple[dict, str]:
+    """A llama.cpp GGUF LoRA: its A (r, in) and B (out, r) as a = A^T, b = B^T, scale alpha / rank (when named);
+    a llama model's Q/K rows put back in Hugging Face's order, as the base's are."""
+    from .gguf import unpermute_rows
+    from .gguf_arch import ARCHS
+    from .gguf_file import read_gguf
+    from .gguf_tensors import dense
+
+    gguf = read_gguf(path)
+    meta = gguf.metadata
+    if meta.get("general.type") != "adapter" or meta.get("adapter.type") != "lora":
+        raise ModelLoadError(f"--lora {path.name}: not a LoRA adapter GGUF (general.type {meta.get('general.type')!r})")
+    arch = ARCHS.get(meta.get("general.architecture"))
+    args = getattr(model, "args", None)
+    if arch is None or getattr(args, "model_type", None) != arch.model_type:
+        raise ModelLoadError(f"--lora {path.name}: a {meta.get('general.architecture')} adapter; the model is "
+                             f"{getattr(args, 'model_type', '?')}")
+    alpha = float(meta.get("adapter.lora.alpha", 0.0) or 0.0)
+    pairs = {}
+    for name, info in gguf.tensors.items():
+        if not name.endswith(".lora_a"):
+            continue
+        base = name.removesuffix(".lora_a")
+        if base + ".lora_b" not in gguf.tensors:
+            raise ModelLoadError(f"--lora {path.name}: {name} has no lora_b")
+        a, b = dense(info), dense(gguf.tensors[base + ".lora_b"])  # (r, in), (out, r)
+        module = arch.mlx_name(base, path.name).removesuffix(".weight")
+        if arch.permuted_qk and module.endswith(("q_proj", "k_proj")):
+            heads = args.num_attention_heads if module.endswith("q_proj") else args.num_key_value_heads
+            b = unpermute_rows(b, heads)
+        rank = a.shape[0]
+        pairs[module] = (a.T, b.T, alpha / rank if alpha else 1.0)
+    if not pairs:
+        raise ModelLoadError(f"--lora {path.name}: no lora_a/lora_b tensors")
+    return pairs, "gguf"
+
+
+def _module(model: Any, name: str, source: str) -> Any:
+    node = model
+    for part in name.split("."):
+        node = node[int(part)] if isinstance(node, list) else getattr(node, part, None)
+        if node is None:
+            raise ModelLoadError(f"--lora {source}: the model has no module {name} (an adapter for another model?)")
+    return node
+
+
+def _wrap(model: Any, name: str, module: Any) -> LoraLinear:
+    parent_name, _, last = name.rpartition(".")
+    parent = _module(model, parent_name, name) if parent_name else model
+    wrapped = LoraLinear(module)
+    if isinstance(parent, list):
+        parent[int(last)] = wrapped
+    else:
+        setattr(parent, last, wrapped)
+    return wrapped

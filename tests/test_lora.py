@@ -1,0 +1,136 @@
+"""LoRA adapters loaded with the model (models/lora.py): an mlx-lm adapter directory (random, written here) on
+the llama fixture's Hugging Face directory gives mlx-lm's own greedy tokens with the same adapter; the GGUF LoRA
+fixture (scripts/make_lora_fixture.py) on the llama GGUF gives llama-server's recorded tokens with --lora and
+--lora-scaled; GET /lora-adapters lists them, a request's `lora` is honoured at the loaded scales and refused
+otherwise; the adapters that do not fit are refused at load."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from server_helpers import error_of, start_server, stop_server
+
+FIXTURES = Path(__file__).parent / "fixtures" / "gguf"
+HF_DIR = FIXTURES / "llama-hf"
+GGUF = FIXTURES / "llama-f16.gguf"
+ADAPTER = FIXTURES / "lora" / "llama-lora-f32.gguf"
+RECORD = json.loads((FIXTURES / "lora" / "llama_lora_llama_server.json").read_text())
+PROMPT = "Hello there, how are"
+
+
+def mlx_adapter(folder: Path, rank: int = 4, scale: float = 2.0, kind: str = "lora") -> Path:
+    """A random mlx-lm adapter for the llama fixture: q_proj and v_proj of every layer, as mlx_lm.lora saves."""
+    config = json.loads((HF_DIR / "config.json").read_text())
+    hidden, layers = config["hidden_size"], config["num_hidden_layers"]
+    kv = config["num_key_value_heads"] * config["head_dim"]
+    rng = np.random.default_rng(0)
+    weights = {}
+    for i in range(layers):
+        for name, out in (("self_attn.q_proj", hidden), ("self_attn.v_proj", kv)):
+            weights[f"model.layers.{i}.{name}.lora_a"] = mx.array(rng.standard_normal((hidden, rank), np.float32) * 0.3)
+            weights[f"model.layers.{i}.{name}.lora_b"] = mx.array(rng.standard_normal((rank, out), np.float32) * 0.3)
+    folder.mkdir(parents=True, exist_ok=True)
+    mx.save_safetensors(str(folder / "adapters.safetensors"), weights)
+    (folder / "adapter_config.json").write_text(json.dumps({
+        "fine_tune_type": kind, "num_layers": layers,
+        "lora_parameters": {"rank": rank, "scale": scale, "dropout": 0.0, "keys": ["self_attn.q_proj", "self_attn.v_proj"]}}))
+    return folder
+
+
+def greedy(model, ids: list[int], n: int = 10) -> list[int]:
+    from mlx_lm.models.cache import make_prompt_cache
+
+    cache = make_prompt_cache(model)
+    logits = model(mx.array([ids]), cache=cache)
+    out = []
+    for _ in range(n):
+        out.append(int(mx.argmax(logits[0, -1])))
+        logits = model(mx.array([[out[-1]]]), cache=cache)
+    return out
+
+
+def _completion(client, prompt, n: int, **extra) -> dict:
+    resp = client.post("/completion", json={"prompt": prompt, "n_predict": n, "temperature": 0, "return_tokens": True,
+                                            "cache_prompt": False, **extra})
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+def test_an_mlx_lm_adapter_gives_mlx_lms_own_tokens(tmp_path):
+    from mlx_lm import load
+    from mlx_lm.tuner.utils import load_adapters
+
+    from mlxcel_py.models import encode_text, load_model
+
+    folder = mlx_adapter(tmp_path / "adapter")
+    reference, tokenizer = load(str(HF_DIR))
+    reference.set_dtype(mx.float32)  # ours runs float32 on the CPU
+    reference = load_adapters(reference, str(folder))
+    ids = list(tokenizer.encode(PROMPT))
+    want = greedy(reference, ids)
+    loaded = load_model(str(HF_DIR), lora=((str(folder), 1.0),))
+    assert list(encode_text(loaded.tokenizer, PROMPT)) == ids and "LoRA adapter x1" in loaded.description
+    running = start_server(model=loaded, parallel=2, prefill_chunk_size=3)
+    try:
+        with running.client() as client:
+            assert _completion(client, ids, 10)["tokens"] == want
+            assert client.get("/lora-adapters").json() == [{"id": 0, "path": str(folder), "scale": 1.0}]
+    finally:
+        stop_server(running)
+    assert greedy(load_model(str(HF_DIR)).model, ids) != want  # the adapter decides the reply
+
+
+@pytest.mark.parametrize("run", RECORD["runs"], ids=lambda r: f"scale-{r['scale']}")
+def test_a_gguf_lora_gives_llama_servers_tokens(run):
+    from mlxcel_py.models import load_model
+
+    loaded = load_model(str(GGUF), lora=((str(ADAPTER), run["scale"]),))
+    running = start_server(model=loaded, parallel=1)
+    try:
+        with running.client() as client:
+            got = _completion(client, RECORD["prompt"], RECORD["n_predict"])
+            assert got["tokens"] == run["tokens"]
+            assert got["generation_settings"]["lora"] == run["lora_adapters"]
+            same = _completion(client, RECORD["prompt"], 2, lora=[{"id": 0, "scale": run["scale"]}])
+            assert same["tokens"] == run["tokens"][:2]
+            for lora, message in (([{"id": 0, "scale": run["scale"] + 0.25}], "per-request adapter scales"),
+                                  ([], "per-request adapter scales"), ([{"id": 3, "scale": 1.0}], "no adapter with id 3")):
+                resp = client.post("/completion", json={"prompt": "x", "lora": lora})
+                assert resp.status_code == 400 and message in error_of(resp)["message"], resp.text
+            assert client.post("/lora-adapters", json=[{"id": 0, "scale": 0.0}]).status_code == 501
+    finally:
+        stop_server(running)
+
+
+def test_adapters_that_do_not_fit_are_refused(tmp_path):
+    from mlxcel_py.errors import ModelLoadError
+    from mlxcel_py.models import load_model
+
+    with pytest.raises(ModelLoadError, match="'dora' adapters are not supported"):
+        load_model(str(HF_DIR), lora=((str(mlx_adapter(tmp_path / "dora", kind="dora")), 1.0),))
+    with pytest.raises(ModelLoadError, match="not an mlx-lm adapter directory"):
+        load_model(str(HF_DIR), lora=((str(tmp_path), 1.0),))
+    with pytest.raises(ModelLoadError, match="a llama adapter; the model is qwen3"):
+        load_model(str(FIXTURES / "qwen3-f16.gguf"), lora=((str(ADAPTER), 1.0),))
+    with pytest.raises(ModelLoadError, match="not a LoRA adapter GGUF"):
+        load_model(str(GGUF), lora=((str(GGUF), 1.0),))
+
+
+def test_the_flags():
+    from config_helpers import flags_for
+    from mlxcel_py.config import resolve
+    from mlxcel_py.errors import ConfigError
+
+    cfg = resolve("serve", flags_for("serve", lora=["a.gguf,b"], lora_scaled=["c.gguf:0.5"]), env={})
+    assert cfg.model.lora == (("a.gguf", 1.0), ("b", 1.0), ("c.gguf", 0.5))
+    assert resolve("run", flags_for("run", lora=["dir"]), env={}).model.lora == (("dir", 1.0),)
+    for bad in (["c.gguf"], ["c.gguf:x"], [":0.5"]):
+        with pytest.raises(ConfigError, match="--lora-scaled takes FILE:SCALE"):
+            resolve("serve", flags_for("serve", lora_scaled=bad), env={})
+    with pytest.raises(ConfigError, match="--lora applies to one model"):
+        resolve("serve", flags_for("serve", lora=["a"], model=["x.gguf", "y.gguf"]), env={})
