@@ -38,7 +38,8 @@ def mlx_adapter(folder: Path, rank: int = 4, scale: float = 2.0, kind: str = "lo
     mx.save_safetensors(str(folder / "adapters.safetensors"), weights)
     (folder / "adapter_config.json").write_text(json.dumps({
         "fine_tune_type": kind, "num_layers": layers,
-        "lora_parameters": {"rank": rank, "scale": scale, "dropout": 0.0, "keys": ["self_attn.q_proj", "self_attn.v_proj"]}}))
+        "lora_parameters": {"rank": rank, "scale": scale, "dropout": 0.0,
+                            "keys": ["self_attn.q_proj", "self_attn.v_proj"]}}))
     return folder
 
 
@@ -99,7 +100,8 @@ def test_a_gguf_lora_gives_llama_servers_tokens(run):
             same = _completion(client, RECORD["prompt"], 2, lora=[{"id": 0, "scale": run["scale"]}])
             assert same["tokens"] == run["tokens"][:2]
             for lora, message in (([{"id": 0, "scale": run["scale"] + 0.25}], "per-request adapter scales"),
-                                  ([], "per-request adapter scales"), ([{"id": 3, "scale": 1.0}], "no adapter with id 3")):
+                                  ([], "per-request adapter scales"),
+                                  ([{"id": 3, "scale": 1.0}], "no adapter with id 3")):
                 resp = client.post("/completion", json={"prompt": "x", "lora": lora})
                 assert resp.status_code == 400 and message in error_of(resp)["message"], resp.text
             assert client.post("/lora-adapters", json=[{"id": 0, "scale": 0.0}]).status_code == 501
