@@ -570,6 +570,7 @@ def vision_main() -> None:
         params = sum(v.size for _, v in __import__("mlx.utils", fromlist=["tree_flatten"]).tree_flatten(
             [tower.parameters(), projector.parameters()]))
         print(f"gemma3-{args.model} vision {dtype}, {attention} attention: {params / 1e6:.0f}M parameters, "
-              f"features {features.shape}, one 896x896 image {min(times):.2f}-{max(times):.2f} s over {args.rounds} rounds, "
+              f"features {features.shape}, one 896x896 image {min(times):.2f}-{max(times):.2f} s "
+              f"over {args.rounds} rounds, "
               f"peak RSS +{grown:.0f} MiB while encoding")
         del tower, projector
