@@ -97,14 +97,48 @@ def test_a_gguf_lora_gives_llama_servers_tokens(run):
             got = _completion(client, RECORD["prompt"], RECORD["n_predict"])
             assert got["tokens"] == run["tokens"]
             assert got["generation_settings"]["lora"] == run["lora_adapters"]
-            same = _completion(client, RECORD["prompt"], 2, lora=[{"id": 0, "scale": run["scale"]}])
-            assert same["tokens"] == run["tokens"][:2]
-            for lora, message in (([{"id": 0, "scale": run["scale"] + 0.25}], "per-request adapter scales"),
-                                  ([], "per-request adapter scales"),
-                                  ([{"id": 3, "scale": 1.0}], "no adapter with id 3")):
+            assert client.get("/lora-adapters").json()[0]["scale"] == run["scale"]
+    finally:
+        stop_server(running)
+
+
+def test_requests_with_their_own_scales_batch_together_and_never_share_the_cache():
+    from mlxcel_py.models import encode_text, load_model
+
+    want = {run["scale"]: run["tokens"] for run in RECORD["runs"]}
+    base = load_model(str(GGUF))
+    want[0.0] = greedy(base.model, list(encode_text(base.tokenizer, RECORD["prompt"])), RECORD["n_predict"])
+    loaded = load_model(str(GGUF), lora=((str(ADAPTER), 1.0),))
+    running = start_server(model=loaded, parallel=3)
+    n = RECORD["n_predict"]
+    try:
+        with running.client() as client:
+            import concurrent.futures
+
+            with concurrent.futures.ThreadPoolExecutor(3) as pool:
+                runs = {scale: pool.submit(_completion, client, RECORD["prompt"], n, lora=[{"id": 0, "scale": scale}])
+                        for scale in (1.0, 0.5, 0.0)}
+                assert {scale: r.result(60)["tokens"] for scale, r in runs.items()} == want
+            # the prompt cache (prompts of 32 tokens and more): shared at the loaded scales, never with its own
+            long = " ".join([RECORD["prompt"]] * 6)
+            first = _completion(client, long, 2, cache_prompt=True)
+            again = _completion(client, long, 2, cache_prompt=True)
+            own = _completion(client, long, 2, cache_prompt=True, lora=[{"id": 0, "scale": 0.5}])
+            assert again["timings"]["cache_n"] >= first["tokens_evaluated"] - 1 and own["timings"]["cache_n"] == 0
+            assert own["generation_settings"]["lora"] == [{"id": 0, "scale": 0.5}]
+            # POST /lora-adapters: the scales of the requests that follow without their own
+            assert client.post("/lora-adapters", json=[{"id": 0, "scale": 0.5}]).json() == {"success": True}
+            assert client.get("/lora-adapters").json()[0]["scale"] == 0.5
+            assert _completion(client, RECORD["prompt"], n)["tokens"] == want[0.5]
+            assert client.post("/lora-adapters", json=[]).json() == {"success": True}  # every adapter at 0
+            assert _completion(client, RECORD["prompt"], n)["tokens"] == want[0.0]
+            client.post("/lora-adapters", json=[{"id": 0, "scale": 1.0}])
+            assert _completion(client, RECORD["prompt"], n, lora=[])["tokens"] == want[1.0]  # []: the server's
+            for lora, message in (([{"id": 3, "scale": 1.0}], "no adapter with id 3"),
+                                  ([{"id": 0, "scale": "x"}], "scale must be a number")):
                 resp = client.post("/completion", json={"prompt": "x", "lora": lora})
                 assert resp.status_code == 400 and message in error_of(resp)["message"], resp.text
-            assert client.post("/lora-adapters", json=[{"id": 0, "scale": 0.0}]).status_code == 501
+            assert client.post("/lora-adapters", json={"id": 0}).status_code == 400
     finally:
         stop_server(running)
 

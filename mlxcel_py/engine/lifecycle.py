@@ -126,7 +126,7 @@ def _local_runner(config: "EngineConfig", loaded: "LoadedModel", draft: Optional
     runner = ModelRunner(loaded.model, compiler_for(loaded), decode=fast, kernels=loaded.cpu_kernels,
                          verify=fast.verify if fast is not None else None, draft=drafter, kv=layout,
                          rows_hint=rows_hint(config.num_slots, per_slot), rank_head=loaded.rank_head,
-                         vision=loaded.vision)
+                         vision=loaded.vision, lora=loaded.lora)
     return runner, drafting
 
 

@@ -143,9 +143,9 @@ def _local_path(spec: str) -> tuple[Path, Optional[str]]:
 def _with_lora(loaded: LoadedModel, lora: tuple[tuple[str, float], ...]) -> LoadedModel:
     from .lora import apply_adapters
 
-    adapters = apply_adapters(loaded.model, tuple((str(_local_path(p)[0]), float(s)) for p, s in lora))
+    adapters, state = apply_adapters(loaded.model, tuple((str(_local_path(p)[0]), float(s)) for p, s in lora))
     names = ", ".join(f"{Path(a.path).name} x{a.scale:g}" for a in adapters)
-    return replace(loaded, adapters=adapters, description=f"{loaded.description}, LoRA {names}")
+    return replace(loaded, adapters=adapters, lora=state, description=f"{loaded.description}, LoRA {names}")
 
 
 def _install_cpu_kernels(loaded: LoadedModel, threads: int, native: Optional[Path] = None) -> LoadedModel:

@@ -2,7 +2,8 @@
 (`adapter_config.json` + `adapters.safetensors`, as `mlx_lm.lora` writes them) and llama.cpp GGUF LoRA files
 (`general.type` adapter, as `convert_lora_to_gguf.py` writes them). Each adapted module's output gains
 scale * (x A) B beside the base product, never merged into the base weights (a quantized base keeps its
-numbers). Every request runs with the adapters at their loaded scales.
+numbers). A request runs with the loaded scales, or with its own (llama-server's per-request `lora`): the runner
+sets each forward's rows' scales on the LoraState every adapted module reads, so one batch mixes them.
 
 mlx-lm's scale is its config's `lora_parameters.scale` (as its LoRALinear); llama.cpp's is alpha / rank when
 the file names an alpha (as its graph builds it), times the scale the flag gives."""
@@ -10,9 +11,10 @@ the file names an alpha (as its graph builds it), times the scale the flag gives
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, Optional
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -31,35 +33,61 @@ class Adapter:
     modules: int  # modules it adapts
 
 
-class LoraLinear(nn.Module):
-    """A module with low-rank additions: base(x) + sum of scale * (x @ a) @ b."""
+class LoraState:
+    """The adapters' scales for the forward running now: per row ((rows, adapters), set by the runner around a
+    forward) or, outside one, the loaded scales."""
 
-    def __init__(self, base: Any):
+    def __init__(self, scales: tuple[float, ...]):
+        self.scales = scales
+        self.rows: Optional[mx.array] = None
+
+    @contextmanager
+    def using(self, rows: list[tuple[float, ...]]) -> Iterator[None]:
+        self.rows = mx.array(rows, dtype=mx.float32)
+        try:
+            yield
+        finally:
+            self.rows = None
+
+
+class LoraLinear(nn.Module):
+    """A module with low-rank additions: base(x) + sum over adapters of scale * (x @ a) @ b."""
+
+    def __init__(self, base: Any, state: LoraState):
         super().__init__()
         self.base = base
-        self.deltas: list[tuple[mx.array, mx.array, float]] = []
+        self.deltas: list[tuple[mx.array, mx.array, float, int]] = []  # a, b, the file's scale, adapter index
+        self._state = state
 
     def __call__(self, x: mx.array) -> mx.array:
         y = self.base(x)
-        for a, b, scale in self.deltas:
-            y = y + (scale * ((x @ a.astype(x.dtype)) @ b.astype(x.dtype))).astype(y.dtype)
+        rows = self._state.rows
+        for a, b, own, index in self.deltas:
+            z = (x @ a.astype(x.dtype)) @ b.astype(x.dtype)
+            if rows is None:
+                scale = own * self._state.scales[index]
+            else:  # one scale a row: (rows, 1, ..., 1)
+                scale = (own * rows[:, index]).reshape(-1, *([1] * (z.ndim - 1)))
+            y = y + (scale * z).astype(y.dtype)
         return y
 
 
-def apply_adapters(model: Any, specs: tuple[tuple[str, float], ...]) -> tuple[Adapter, ...]:
-    """Wrap the modules each adapter names; the adapters as listed (their ids in the order given)."""
+def apply_adapters(model: Any, specs: tuple[tuple[str, float], ...]) -> tuple[tuple[Adapter, ...], LoraState]:
+    """Wrap the modules each adapter names; the adapters as listed (their ids in the order given) and the
+    state their scales are read from."""
     adapters = []
+    state = LoraState(tuple(float(scale) for _, scale in specs))
     for i, (path, scale) in enumerate(specs):
         source = Path(path).expanduser()
         pairs, kind = (_gguf(source, model) if source.is_file() else _mlx(source))
         for name, (a, b, own) in pairs.items():
             module = _module(model, name, source.name)
             if not isinstance(module, LoraLinear):
-                module = _wrap(model, name, module)
-            module.deltas.append((a, b, own * scale))
+                module = _wrap(model, name, module, state)
+            module.deltas.append((a, b, own, i))
         mx.eval([a for a, _, _ in pairs.values()] + [b for _, b, _ in pairs.values()])
         adapters.append(Adapter(i, str(source), float(scale), kind, len(pairs)))
-    return tuple(adapters)
+    return tuple(adapters), state
 
 
 def _mlx(folder: Path) -> tuple[dict, str]:
@@ -132,10 +160,10 @@ def _module(model: Any, name: str, source: str) -> Any:
     return node
 
 
-def _wrap(model: Any, name: str, module: Any) -> LoraLinear:
+def _wrap(model: Any, name: str, module: Any, state: LoraState) -> LoraLinear:
     parent_name, _, last = name.rpartition(".")
     parent = _module(model, parent_name, name) if parent_name else model
-    wrapped = LoraLinear(module)
+    wrapped = LoraLinear(module, state)
     if isinstance(parent, list):
         parent[int(last)] = wrapped
     else:

@@ -30,7 +30,8 @@ class LoadedModel:
     vision: Optional[Any] = None  # a vision-language model's image side (models/vision.Vision)
     appended_eos: Optional[int] = None  # the eos a GGUF's add_eos_token appends to tokenized text (llama.cpp's)
     fim: FimTokens = FimTokens()  # fill-in-the-middle tokens (models/fim.py); all None: no infill
-    adapters: tuple = ()  # LoRA adapters applied to every request (models/lora.Adapter)
+    adapters: tuple = ()  # LoRA adapters loaded with the model (models/lora.Adapter)
+    lora: Optional[Any] = None  # their scales' state (models/lora.LoraState), which the runner sets per forward
 
     @property
     def causal(self) -> bool:

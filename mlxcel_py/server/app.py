@@ -81,7 +81,7 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/infill", infill, InfillRequest, streams=True),
     Route("GET", "/props", props),
     Route("GET", "/lora-adapters", lora_adapters),
-    Route("POST", "/lora-adapters", set_lora_adapters, refuses=True),
+    Route("POST", "/lora-adapters", set_lora_adapters),
     Route("POST", "/apply-template", apply_template, ApplyTemplateRequest),
     Route("POST", "/tokenize", tokenize, TokenizeRequest),
     Route("POST", "/detokenize", detokenize, DetokenizeRequest),

@@ -69,6 +69,9 @@ class Runtime:
         self.fingerprint = ""  # system_fingerprint: this build and this model
         self.max_body_bytes = config.server.max_body_bytes if config.server else DEFAULT_MAX_BODY_BYTES
         self.draining = False
+        # POST /lora-adapters' scales, one per loaded adapter, for requests that do not name their own (None: the
+        # loaded scales)
+        self.lora_override: Optional[tuple[float, ...]] = None
         self.failure: Optional[str] = None  # why the engine can no longer serve (a lost distributed rank)
         self.started = int(time.time())
         self.live: LiveSet = LiveSet()  # submitted requests whose response is still open

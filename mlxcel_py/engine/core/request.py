@@ -218,6 +218,9 @@ class Request:
     cache_key: Optional[tuple[int, ...]] = None
     # Prompt ranges [lo, hi) no prefill piece cuts: an image whose positions attend each other both ways.
     unsplit: tuple[tuple[int, int], ...] = ()
+    # The LoRA adapters' scales for this request, one per loaded adapter; None: the loaded scales. A request with
+    # its own neither adopts nor stores prompt-cache KV (another adapter's KV is another model's).
+    lora: Optional[tuple[float, ...]] = None
     # Context shift (--context-shift): prompt tokens kept at the start (-1: the whole prompt), and the
     # tokens discarded after them per shift (0: half of the rest, as llama-server).
     n_keep: int = 0
@@ -235,6 +238,8 @@ class Request:
             raise RequestError("cache_key must be as long as the prompt")
         if any(not 0 <= lo < hi <= len(self.prompt_ids) for lo, hi in self.unsplit):
             raise RequestError("unsplit ranges must lie inside the prompt")
+        if self.lora is not None and not all(_number(s) for s in self.lora):
+            raise RequestError("lora scales must be finite numbers", param="lora")
         for name, low in (("n_keep", -1), ("n_discard", 0)):
             value = getattr(self, name)
             _check(isinstance(value, int) and not isinstance(value, bool) and low <= value <= MAX_TOKENS_LIMIT,

@@ -145,7 +145,8 @@ class Scheduler(DecodeRows):
         ))
         if seq.request.whole_prompt:  # an encoder's prompt is never split
             chunk = max(chunk, seq.prompt_len - seq.prefill_offset)
-        piece = next_piece(seq.prompt_len, seq.adopted, seq.boundary, seq.prefill_offset, chunk, seq.request.unsplit)
+        piece = next_piece(seq.prompt_len, seq.adopted, seq.boundary, seq.prefill_offset, chunk,
+                           seq.request.unsplit)
         if not self.budget.reserve(seq.seq_id, piece.length):
             return None  # cannot happen while every slot fits its context; wait for room
         prompt = seq.request.prompt_ids
@@ -156,7 +157,7 @@ class Scheduler(DecodeRows):
             seq.prefill_started = self.clock()
             adopt_id = seq.hit.snapshot_id if seq.hit is not None else None
             begin = BeginSequence(seq.request.sampling, prompt[: seq.adopted], adopt_id, seq.request.pooling,
-                                  seq.request.images)
+                                  seq.request.images, seq.request.lora)
         work = PrefillPiece(seq.seq_id, piece.start, prompt[piece.start : piece.end], chunk, piece.terminal,
                             snapshot_id, begin)
         return self._step(prefill=work)
@@ -236,8 +237,9 @@ class Scheduler(DecodeRows):
     def _caching(self, seq: Sequence) -> bool:
         # An embedding pools every position's hidden state, so it neither adopts nor stores KV.
         # A prompt with images is cached under its key, in which each image's tokens stand for that image.
+        # A request with its own LoRA scales runs another model: its KV is never shared.
         return (self.prompt_cache is not None and seq.request.cache_prompt and seq.request.pooling is None
-                and (seq.request.images is None or seq.request.cache_key is not None))
+                and (seq.request.images is None or seq.request.cache_key is not None) and seq.request.lora is None)
 
     def _emit_token(self, seq: Sequence, token: int, logprobs: Optional[TokenLogprobs] = None,
                     error: Optional[str] = None) -> list[Event]:

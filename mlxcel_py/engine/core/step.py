@@ -32,6 +32,7 @@ class BeginSequence:
     adopt_id: Optional[int] = None  # the prompt-cache snapshot whose first `start` positions it reuses
     pooling: Optional[str] = None  # an embedding sequence: pool the hidden states, never sample
     images: Any = None  # the prompt's images (models/vision.PromptImages): its pieces' input embeddings
+    lora: Optional[tuple[float, ...]] = None  # its LoRA adapters' scales (None: the loaded ones)
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,8 +74,10 @@ class ModelRunner(PromptSide, RowPrefill, FusedTick, Runner):
                  decode: Optional[DecodeFn] = None, kernels: Optional[ContextManager[Any]] = None,
                  verify: Optional[VerifyFn] = None, draft: Optional[DraftModel] = None,
                  kv: Optional[KVLayout] = None, kv_rows: Optional[bool] = None,
-                 rows_hint: Optional[tuple[int, int]] = None, rank_head: Any = None, vision: Any = None):
+                 rows_hint: Optional[tuple[int, int]] = None, rank_head: Any = None, vision: Any = None,
+                 lora: Any = None):
         self.model = model
+        self.lora = lora  # the LoRA adapters' scale state (models/lora.LoraState): each forward's rows set it
         self.rank_head = rank_head  # a reranker's classifier (models/ranking.RankHead): rank pooling's outputs
         self.vision = vision  # a VLM's image side (models/vision.Vision): prompts with images
         if rows_hint is not None:  # the owned rows' first (slots, capacity): engine/runner/kv_rows.py
@@ -189,7 +191,7 @@ class ModelRunner(PromptSide, RowPrefill, FusedTick, Runner):
         elif self._fast_decode is not None:  # the CPU decode step (models/cpu/decoder.py), same contract
             logits = self._fast_decode(last, self._batch)
         else:
-            with self._kernels:
+            with self._kernels, self._lora_for(seq_ids):
                 logits = self.model(mx.array(last)[:, None], cache=self._batch)[:, -1, :]
         sampled = self._sample(logits, seq_ids)
         for seq_id, s in zip(seq_ids, sampled):
@@ -206,7 +208,7 @@ class ModelRunner(PromptSide, RowPrefill, FusedTick, Runner):
         elif self._fast_verify is not None:  # writes in place into the buffers the CPU decode step owns
             logits = self._fast_verify(inputs.tolist(), self._batch)
         else:
-            with self._kernels:
+            with self._kernels, self._lora_for(seq_ids):
                 logits = self.model(inputs, cache=self._batch)
         firsts: dict[int, SampledToken] = {}
         plain = [i for i, draft in enumerate(drafts) if not draft]  # grammars, logprobs: the usual sampler
@@ -248,10 +250,11 @@ class ModelRunner(PromptSide, RowPrefill, FusedTick, Runner):
         for shift in shifts:
             row = self._rows.index(shift.seq_id)
             if not self._rebuild_row(row, shift):  # else rebuilt as rows of the decode step (row_prefill.py)
-                if self._owned:
-                    self._shifter.apply_rows(self._batch, row, shift)
-                else:
-                    self._shifter.apply(self._batch, row, shift)
+                with self._lora_for((shift.seq_id,)):
+                    if self._owned:
+                        self._shifter.apply_rows(self._batch, row, shift)
+                    else:
+                        self._shifter.apply(self._batch, row, shift)
             if self.draft is not None:
                 self.draft.shift(shift)
 

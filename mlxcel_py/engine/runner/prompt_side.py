@@ -7,8 +7,9 @@ kernels, sequences, snapshots and batch); kept apart so each file reads as one s
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, ContextManager, Optional
 
 import mlx.core as mx
 import numpy as np
@@ -47,6 +48,7 @@ class SequenceState:
     staged: Optional[int] = None  # its future slot in the rows, which its fused ticks write (RowKV.stage)
     embeds: Optional[mx.array] = None  # a prompt with images: its input embeddings (1, prompt, hidden)
     both_ways: tuple[tuple[int, int], ...] = ()  # its image runs whose positions attend each other (PromptImages)
+    lora: Optional[tuple[float, ...]] = None  # its LoRA scales (None: the loaded ones)
 
 
 class PromptSide:
@@ -71,7 +73,8 @@ class PromptSide:
                 wanted = np.array([len(piece.tokens) - 1], np.int64) if piece.terminal else None
                 logits = self._prefill_rows(piece, state, wanted)
         else:
-            with self._kernels, numpy_blas_threads(1 if len(piece.tokens) <= SMALL_PIECE else None):
+            with self._kernels, numpy_blas_threads(1 if len(piece.tokens) <= SMALL_PIECE else None), \
+                    self._lora_for((piece.seq_id,)):
                 if state.sampler.params.prompt_logprobs:
                     logits, prompt = self._score_piece(piece, state, embeds=embeds, spans=spans)
                 else:
@@ -103,7 +106,7 @@ class PromptSide:
         inner = hidden_fn(self.model)
         if inner is None:
             raise RuntimeError("this model exposes no hidden states (no inner `model` module) to embed")
-        with self._kernels:
+        with self._kernels, self._lora_for((piece.seq_id,)):
             hidden = inner(mx.array(piece.tokens)[None], cache=state.prefill_cache)
         state.pooler.add(hidden[0])
         mx.eval([c.state for c in state.prefill_cache] + state.pooler.arrays())
@@ -165,9 +168,16 @@ class PromptSide:
             embeds = self.vision.embed(begin.images)
             mx.eval(embeds)
         self._seqs[piece.seq_id] = SequenceState(sampler, prefill_cache=cache, prefix=held, embeds=embeds,
-                                                 both_ways=begin.images.both_ways if embeds is not None else ())
+                                                 both_ways=begin.images.both_ways if embeds is not None else (),
+                                                 lora=begin.lora)
         if self.draft is not None and begin.pooling is None:
             self.draft.begin(piece.seq_id, begin.history)
+
+    def _lora_for(self, seq_ids: tuple[int, ...]) -> ContextManager[Any]:
+        """The scope of a forward over `seq_ids`' rows: each row's LoRA scales (models/lora.LoraState)."""
+        if self.lora is None:
+            return contextlib.nullcontext()
+        return self.lora.using([self._seqs[s].lora or self.lora.scales for s in seq_ids])
 
     def _forward_prefill(self, tokens: mx.array, cache: list, terminal: bool, embeds: Optional[mx.array] = None,
                          spans: tuple = ()) -> Optional[mx.array]:

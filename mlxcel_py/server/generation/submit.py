@@ -11,6 +11,7 @@ a stream then ends with its framer's frames, a non-streaming request with a 503.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, MutableSet, Optional, TypeVar
 
@@ -117,6 +118,8 @@ async def submit(request: Request, rt: "Runtime", job: EngineRequest, arrived: f
         return None
     if job.pooling is None and not rt.loaded.generates:  # a reranker's outputs are scores; an encoder's vectors
         raise no_generation(rt, "completions")
+    if job.lora is None and rt.lora_override is not None:  # POST /lora-adapters' scales
+        job = dataclasses.replace(job, lora=rt.lora_override)
     try:
         handle = rt.worker.submit(job, loop=asyncio.get_running_loop())
     except MlxcelError as exc:

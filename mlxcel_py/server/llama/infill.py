@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from ..generation.fanout import PreparedGroup
 from ..generation.fim import fim_prompt
 from ..http.body import parse_body
-from .prepare import check_lora, prepare_prompts, refuse_native
+from .prepare import prepare_prompts, refuse_native, request_lora
 from .schemas import InfillRequest
 from .shapes import NativeReply
 
@@ -24,7 +24,7 @@ def prepare_infill(rt: "Runtime", raw: bytes) -> PreparedGroup[NativeReply]:
     body = parse_body(raw, InfillRequest)
     rt.check_model(body.model)
     refuse_native(body)
-    check_lora(body, rt)
+    lora = request_lora(body, rt)
     extra = [(chunk.filename if chunk.filename is not None else "tmp", chunk.text) for chunk in body.input_extra or ()]
     ids = fim_prompt(rt, body.input_prefix, body.input_suffix, extra, body.prompt or "")
-    return prepare_prompts(rt, body, [(tuple(ids), rt.loaded.tokenizer.decode(ids), None)])
+    return prepare_prompts(rt, body, [(tuple(ids), rt.loaded.tokenizer.decode(ids), None)], lora)

@@ -8,8 +8,9 @@ Everything here blocks (tokenizing, compiling a grammar) and runs off the event 
 from __future__ import annotations
 
 import dataclasses
+import math
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 from ...engine import Request as EngineRequest
 from ...engine import check_logit_bias
@@ -89,26 +90,32 @@ def refuse_native(body: NativeCompletionRequest) -> None:
                          param="n_predict", code="unsupported_parameter")
 
 
-def check_lora(body: NativeCompletionRequest, rt: "Runtime") -> None:
-    """llama-server's per-request `lora` ([{"id", "scale"}], an adapter left out at scale 0): honoured when it
-    asks for the loaded scales, a 400 otherwise (scales are fixed at load here)."""
-    if body.lora is None:
-        return
-    loaded = {a.id: a.scale for a in rt.loaded.adapters}
+def lora_scales(entries: Any, rt: "Runtime", param: str = "lora") -> tuple[float, ...]:
+    """llama-server's [{"id", "scale"}] over the loaded adapters: one scale each, an adapter left out at 0."""
+    if not isinstance(entries, list):
+        raise FieldError(f"{param} must be an array of {{\"id\", \"scale\"}}", param=param)
+    ids = {a.id for a in rt.loaded.adapters}
     asked: dict[int, float] = {}
-    for entry in body.lora:
-        ident, scale = entry.get("id"), entry.get("scale")
-        if not isinstance(ident, int) or isinstance(ident, bool) or ident not in loaded:
-            raise FieldError(f"lora: no adapter with id {ident!r} (GET /lora-adapters lists {sorted(loaded)})",
-                             param="lora")
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-            raise FieldError(f"lora: adapter {ident}'s scale must be a number (got {scale!r})", param="lora")
+    for entry in entries:
+        ident = entry.get("id") if isinstance(entry, dict) else None
+        scale = entry.get("scale") if isinstance(entry, dict) else None
+        if not isinstance(ident, int) or isinstance(ident, bool) or ident not in ids:
+            raise FieldError(f"{param}: no adapter with id {ident!r} (GET /lora-adapters lists {sorted(ids)})",
+                             param=param)
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+            raise FieldError(f"{param}: adapter {ident}'s scale must be a number (got {scale!r})", param=param)
         asked[ident] = float(scale)
-    wanted = {i: asked.get(i, 0.0) for i in loaded}
-    if any(abs(wanted[i] - loaded[i]) > 1e-6 for i in loaded):
-        raise FieldError(f"lora: per-request adapter scales are not supported yet; every request runs the adapters "
-                         f"at their loaded scales {loaded} (--lora-scaled)", param="lora",
-                         code="unsupported_parameter")
+    return tuple(asked.get(a.id, 0.0) for a in rt.loaded.adapters)
+
+
+def request_lora(body: NativeCompletionRequest, rt: "Runtime") -> Optional[tuple[float, ...]]:
+    """A request's own adapter scales (llama-server's per-request `lora`; an empty list: the server's), or None
+    for the loaded scales (whose requests share the prompt cache)."""
+    if not body.lora:
+        return None
+    scales = lora_scales(body.lora, rt)
+    loaded = tuple(a.scale for a in rt.loaded.adapters)
+    return None if scales == loaded and rt.lora_override is None else scales
 
 
 def prepare_native(rt: "Runtime", raw: bytes) -> PreparedGroup[NativeReply]:
@@ -117,15 +124,16 @@ def prepare_native(rt: "Runtime", raw: bytes) -> PreparedGroup[NativeReply]:
     body = parse_body(raw, NativeCompletionRequest)
     rt.check_model(body.model)
     refuse_native(body)
-    check_lora(body, rt)
+    lora = request_lora(body, rt)
     with blame("prompt"):
         prompts = native_prompts(body.prompt, rt)
-    return prepare_prompts(rt, body, prompts)
+    return prepare_prompts(rt, body, prompts, lora)
 
 
-def prepare_prompts(rt: "Runtime", body: NativeCompletionRequest,
-                    prompts: list[tuple[tuple[int, ...], str, Any]]) -> PreparedGroup[NativeReply]:
-    """A /completion-shaped body's engine requests for `prompts` (ids, text, images), each n_cmpl times."""
+def prepare_prompts(rt: "Runtime", body: NativeCompletionRequest, prompts: list[tuple[tuple[int, ...], str, Any]],
+                    lora: Optional[tuple[float, ...]] = None) -> PreparedGroup[NativeReply]:
+    """A /completion-shaped body's engine requests for `prompts` (ids, text, images), each n_cmpl times, with
+    their own LoRA scales when `lora` (request_lora)."""
     copies = copies_of(body)
     if len(prompts) * copies > MAX_SEQUENCES:
         raise FieldError(f"{len(prompts)} prompts x {copies} completions is more than {MAX_SEQUENCES} sequences "
@@ -140,7 +148,9 @@ def prepare_prompts(rt: "Runtime", body: NativeCompletionRequest,
         probs = ProbsMaker(TokenPieces(rt.loaded.tokenizer, rt.worker.compiler), sampling.post_sampling_probs)
     stream = bool(body.stream)
     fields = tuple(body.response_fields) if body.response_fields is not None else None
-    settings = generation_settings(sampling, stream, body.n_keep or 0, body.n_discard or 0, rt.loaded.adapters)
+    scales = lora or rt.lora_override or tuple(a.scale for a in rt.loaded.adapters)
+    settings = generation_settings(sampling, stream, body.n_keep or 0, body.n_discard or 0,
+                                   tuple(zip(rt.loaded.adapters, scales)))
     stop_tokens = tuple((s, len(encode_text(rt.loaded.tokenizer, s, add_special_tokens=False)))
                         for s in sampling.stop) if probs else ()
     cache_prompt = True if body.cache_prompt is None else body.cache_prompt
@@ -150,6 +160,6 @@ def prepare_prompts(rt: "Runtime", body: NativeCompletionRequest,
                                    bool(body.return_tokens), bool(body.return_progress), fields, probs,
                                    stop_tokens, index=i))
         job = imaged(EngineRequest(f"cmpl-{uuid.uuid4().hex[:24]}", ids, sampling, None, cache_prompt,
-                                   **keep_fields(body, rt, ids)), media)
+                                   lora=lora, **keep_fields(body, rt, ids)), media)
         jobs.append(copy_of(shared_prefix(job), i % copies) if copies > 1 else job)
     return PreparedGroup(tuple(jobs), tuple(replies), stream)

@@ -6,6 +6,7 @@ Bodies are parsed, templated and tokenized off the event loop, as on the other d
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any, Optional
 
 from fastapi import Request
@@ -27,10 +28,9 @@ from ..generation.stream import FramedStream
 from ..generation.submit import CLIENT_CLOSED
 from ..generation.template import chat_options
 from ..http.body import parse_body, read_body
-from ..http.errors import APIError
 from ..runtime import routed, runtime
 from .infill import prepare_infill
-from .prepare import prepare_native
+from .prepare import lora_scales, prepare_native
 from .schemas import ApplyTemplateRequest, DetokenizeRequest, TokenizeRequest
 from .shapes import NativeFramer, NativeGroupFramer, NativeReply, default_settings, final_json
 
@@ -105,22 +105,33 @@ async def props(request: Request) -> dict:
 
 
 async def lora_adapters(request: Request) -> list:
-    """llama-server's GET /lora-adapters: the adapters loaded with the model (--lora, --lora-scaled)."""
+    """llama-server's GET /lora-adapters: the adapters loaded with the model and the scales requests without
+    their own `lora` run at."""
     async with routed(request, name=request.query_params.get("model")) as rt:
-        return [{"id": a.id, "path": a.path, "scale": a.scale} for a in rt.loaded.adapters]
+        scales = rt.lora_override or tuple(a.scale for a in rt.loaded.adapters)
+        return [{"id": a.id, "path": a.path, "scale": s} for a, s in zip(rt.loaded.adapters, scales)]
 
 
-async def set_lora_adapters(request: Request) -> Response:
-    """POST /lora-adapters: the adapters' scales are fixed at load here."""
-    raise APIError(501, "changing the LoRA adapters' scales at run time is not supported: give them at start "
-                   "(--lora-scaled FILE:SCALE); GET /lora-adapters lists them", code="not_implemented")
+async def set_lora_adapters(request: Request) -> dict:
+    """llama-server's POST /lora-adapters: [{"id", "scale"}] for the requests that follow without their own
+    `lora` (an adapter left out: 0); requests already running keep theirs."""
+    raw = await read_body(request, runtime(request).max_body_bytes)
+    async with routed(request, raw) as rt:
+        try:
+            entries = json.loads(raw)
+        except ValueError:
+            raise FieldError("the body must be a JSON array of {\"id\", \"scale\"}", param="body") from None
+        scales = lora_scales(entries, rt, "body")
+        rt.lora_override = None if scales == tuple(a.scale for a in rt.loaded.adapters) else scales
+        return {"success": True}
 
 
 def _props(rt: "Runtime") -> dict:
     stats = rt.worker.stats()
     server = rt.config.server or ServerConfig()
     return {
-        "default_generation_settings": {"params": default_settings(rt.config.sampling, rt.loaded.adapters),
+        "default_generation_settings": {"params": default_settings(rt.config.sampling, tuple(zip(
+            rt.loaded.adapters, rt.lora_override or tuple(a.scale for a in rt.loaded.adapters)))),
                                         "n_ctx": stats.slot_context},
         "total_slots": len(stats.slots),
         "model_alias": rt.model_id,

@@ -25,7 +25,8 @@ RANDOM_SEED = 4294967295  # llama-server's LLAMA_DEFAULT_SEED: "a random seed"
 
 def generation_settings(p: SamplingParams, stream: bool = False, n_keep: int = 0, n_discard: int = 0,
                         adapters: tuple = ()) -> dict:
-    """llama-server's `generation_settings` for these sampling parameters (and context-shift fields)."""
+    """llama-server's `generation_settings` for these sampling parameters (and context-shift fields);
+    `adapters`: (LoRA adapter, the scale the request runs it at) pairs."""
     n_predict = -1 if p.max_tokens >= MAX_TOKENS_LIMIT else p.max_tokens
     c = p.chain
     return {
@@ -47,7 +48,7 @@ def generation_settings(p: SamplingParams, stream: bool = False, n_keep: int = 0
         "generation_prompt": "", "samplers": list(c.order or SERVER_ORDER) if c.active else list(SAMPLERS),
         "speculative.types": "none",
         "timings_per_token": False, "post_sampling_probs": p.post_sampling_probs, "backend_sampling": False,
-        "lora": [{"id": a.id, "scale": a.scale} for a in adapters],
+        "lora": [{"id": a.id, "scale": scale} for a, scale in adapters],
         "adaptive_target": -1.0, "adaptive_decay": 0.9,
     }
 
