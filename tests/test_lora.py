@@ -170,3 +170,34 @@ def test_the_flags():
             resolve("serve", flags_for("serve", lora_scaled=bad), env={})
     with pytest.raises(ConfigError, match="--lora applies to one model"):
         resolve("serve", flags_for("serve", lora=["a"], model=["x.gguf", "y.gguf"]), env={})
+
+
+def test_two_adapters_in_one_batch_each_request_its_own(tmp_path, monkeypatch):
+    import concurrent.futures
+    import sys
+
+    from mlxcel_py.models import load_model
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import make_lora_fixture
+
+    other = tmp_path / "other-lora.gguf"
+    monkeypatch.setattr(make_lora_fixture, "OUT", other)
+    make_lora_fixture.write(seed=7)  # a second random adapter for the same model
+    n, prompt = RECORD["n_predict"], RECORD["prompt"]
+    alone = start_server(model=load_model(str(GGUF), lora=((str(other), 1.0),)), parallel=1)
+    try:
+        with alone.client() as client:
+            want_other = _completion(client, prompt, n)["tokens"]
+    finally:
+        stop_server(alone)
+    both = start_server(model=load_model(str(GGUF), lora=((str(ADAPTER), 1.0), (str(other), 1.0))), parallel=2)
+    try:
+        with both.client() as client, concurrent.futures.ThreadPoolExecutor(2) as pool:
+            first = pool.submit(_completion, client, prompt, n, lora=[{"id": 0, "scale": 1.0}])
+            second = pool.submit(_completion, client, prompt, n, lora=[{"id": 1, "scale": 1.0}])
+            assert first.result(60)["tokens"] == RECORD["runs"][0]["tokens"]  # llama-server's, the first alone
+            assert second.result(60)["tokens"] == want_other
+            assert want_other != RECORD["runs"][0]["tokens"]
+    finally:
+        stop_server(both)
