@@ -201,3 +201,34 @@ def test_two_adapters_in_one_batch_each_request_its_own(tmp_path, monkeypatch):
             assert want_other != RECORD["runs"][0]["tokens"]
     finally:
         stop_server(both)
+
+
+def test_mlx_lm_servers_adapters_field_names_a_loaded_adapter(tmp_path, monkeypatch):
+    import sys
+
+    from mlxcel_py.models import load_model
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import make_lora_fixture
+
+    other = tmp_path / "other-lora.gguf"
+    monkeypatch.setattr(make_lora_fixture, "OUT", other)
+    make_lora_fixture.write(seed=7)
+    loaded = load_model(str(GGUF), lora=((str(ADAPTER), 1.0), (str(other), 1.0)))
+    running = start_server(model=loaded, parallel=1)
+    want = RECORD["runs"][0]["tokens"]  # llama-server's, the fixture adapter alone at 1.0
+    try:
+        with running.client() as client:
+            assert _completion(client, RECORD["prompt"], RECORD["n_predict"])["tokens"] != want  # both on
+            body = {"prompt": RECORD["prompt"], "max_tokens": RECORD["n_predict"], "temperature": 0}
+            for name in (str(ADAPTER), ADAPTER.name, ADAPTER.stem):
+                got = client.post("/v1/completions", json={**body, "adapters": name}).json()
+                assert got["choices"][0]["text"] == loaded.tokenizer.decode(want), name
+            assert _completion(client, RECORD["prompt"], RECORD["n_predict"], adapters=ADAPTER.stem)["tokens"] == want
+            resp = client.post("/v1/completions", json={**body, "adapters": "missing"})
+            assert resp.status_code == 400 and "'missing' is not a loaded adapter" in error_of(resp)["message"]
+            resp = client.post("/completion", json={"prompt": "x", "adapters": ADAPTER.name,
+                                                    "lora": [{"id": 0, "scale": 1}]})
+            assert resp.status_code == 400 and error_of(resp)["param"] == "adapters"
+    finally:
+        stop_server(running)

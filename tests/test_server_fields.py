@@ -38,6 +38,7 @@ HONOURED = {
     "typical_p", "mirostat", "mirostat_tau", "mirostat_eta", "dynatemp_range", "dynatemp_exponent",
     "xtc_probability", "xtc_threshold", "top_n_sigma", "min_keep", "samplers",
     "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers",
+    "adapters",  # mlx_lm.server's: a loaded LoRA adapter (test_lora.py)
     # the chat template's fields (test_server_chat_templates.py)
     "chat_template_kwargs", "add_generation_prompt", "continue_final_message",
     "reasoning_format",  # test_server_reasoning.py

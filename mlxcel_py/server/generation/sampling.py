@@ -187,3 +187,18 @@ def sampling_params(req: GenerationRequest, defaults: SamplingParams, slot_conte
         return dataclasses.replace(defaults, **overrides)
     except RequestError as exc:  # SamplingParams names its own field; the request's may differ
         raise FieldError(str(exc), param=PARAM_OF.get(exc.param, exc.param)) from None
+
+
+def named_adapter(rt: Any, name: Any, param: str = "adapters") -> tuple[float, ...]:
+    """mlx_lm.server's per-request `adapters`: one loaded adapter (its path, file or directory name) at its loaded
+    scale, the others at 0; a 400 naming what is loaded otherwise (adapters load at start here)."""
+    from pathlib import Path
+
+    adapters = rt.loaded.adapters
+    match = next((a for a in adapters if isinstance(name, str) and name in (a.path, Path(a.path).name,
+                                                                              Path(a.path).stem)), None)
+    if match is None:
+        loaded = ", ".join(Path(a.path).name for a in adapters) or "none"
+        raise FieldError(f"{param}: {name!r} is not a loaded adapter (loaded with --lora: {loaded}); adapters "
+                         "are loaded when the server starts", param=param)
+    return tuple(a.scale if a is match else 0.0 for a in adapters)

@@ -175,6 +175,7 @@ class GenerationRequest(Body):
     top_n_sigma: Optional[float] = None
     min_keep: Optional[int] = None
     samplers: Union[list[str], str, None] = None
+    adapters: Optional[str] = None  # mlx_lm.server's: a loaded LoRA adapter by path or name (--lora)
     dry_multiplier: Optional[float] = None
     dry_base: Optional[float] = None
     dry_allowed_length: Optional[int] = None

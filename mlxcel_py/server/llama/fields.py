@@ -45,7 +45,7 @@ HONOURED = frozenset({
     "typical_p", "mirostat", "mirostat_tau", "mirostat_eta", "dynatemp_range", "dynatemp_exponent",
     "xtc_probability", "xtc_threshold", "top_n_sigma", "min_keep", "samplers",
     "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers",  # dry.py
-    "lora",  # the request's own adapter scales (prepare.request_lora)
+    "lora", "adapters",  # the request's own adapter scales (prepare.request_lora)
 })
 # Fields that change nothing here (documented in docs/API_NATIVE.md): the rest of a sampler whose
 # switch is refused above, transport hints, and what our design makes moot.

@@ -22,7 +22,7 @@ from ..generation.prepared import blame, refuse_unsupported
 from ..generation.images import MEDIA_MARKER, completion_images, imaged
 from ..generation.keep import keep_fields
 from ..generation.prompt import check_token_ids, completion_prompt_ids
-from ..generation.sampling import sampling_params
+from ..generation.sampling import named_adapter, sampling_params
 from ..generation.structured import output_plan
 from ..http.body import parse_body
 from .fields import NOT_SUPPORTED
@@ -111,9 +111,14 @@ def lora_scales(entries: Any, rt: "Runtime", param: str = "lora") -> tuple[float
 def request_lora(body: NativeCompletionRequest, rt: "Runtime") -> Optional[tuple[float, ...]]:
     """A request's own adapter scales (llama-server's per-request `lora`; an empty list: the server's), or None
     for the loaded scales (whose requests share the prompt cache)."""
-    if not body.lora:
+    if body.adapters is not None:
+        if body.lora:
+            raise FieldError("lora and adapters both choose the adapters; send one", param="adapters")
+        scales = named_adapter(rt, body.adapters)
+    elif not body.lora:
         return None
-    scales = lora_scales(body.lora, rt)
+    else:
+        scales = lora_scales(body.lora, rt)
     loaded = tuple(a.scale for a in rt.loaded.adapters)
     return None if scales == loaded and rt.lora_override is None else scales
 
