@@ -225,6 +225,11 @@ def test_mlx_lm_servers_adapters_field_names_a_loaded_adapter(tmp_path, monkeypa
                 got = client.post("/v1/completions", json={**body, "adapters": name}).json()
                 assert got["choices"][0]["text"] == loaded.tokenizer.decode(want), name
             assert _completion(client, RECORD["prompt"], RECORD["n_predict"], adapters=ADAPTER.stem)["tokens"] == want
+            ids = [m["id"] for m in client.get("/v1/models").json()["data"]]
+            named = next(i for i in ids if i.endswith(":" + ADAPTER.stem))
+            assert len(ids) == 3 and named == f"{ids[0]}:{ADAPTER.stem}"  # the model, then each adapter alone
+            got = client.post("/v1/completions", json={**body, "model": named}).json()
+            assert got["choices"][0]["text"] == loaded.tokenizer.decode(want)
             resp = client.post("/v1/completions", json={**body, "adapters": "missing"})
             assert resp.status_code == 400 and "'missing' is not a loaded adapter" in error_of(resp)["message"]
             resp = client.post("/completion", json={"prompt": "x", "adapters": ADAPTER.name,

@@ -202,3 +202,16 @@ def named_adapter(rt: Any, name: Any, param: str = "adapters") -> tuple[float, .
         raise FieldError(f"{param}: {name!r} is not a loaded adapter (loaded with --lora: {loaded}); adapters "
                          "are loaded when the server starts", param=param)
     return tuple(a.scale if a is match else 0.0 for a in adapters)
+
+
+def model_adapter(rt: Any, model: Any) -> Optional[tuple[float, ...]]:
+    """An OpenAI `model` of the form `<served id>:<adapter name>` (as /v1/models lists them): that loaded adapter
+    alone; None for any other name (any name reaches the one served model)."""
+    from pathlib import Path
+
+    if not isinstance(model, str) or ":" not in model or not rt.loaded.adapters:
+        return None
+    suffix = model.rsplit(":", 1)[1]
+    if not any(suffix in (Path(a.path).name, Path(a.path).stem) for a in rt.loaded.adapters):
+        return None
+    return named_adapter(rt, suffix, "model")

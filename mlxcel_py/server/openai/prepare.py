@@ -24,7 +24,7 @@ from ..generation.prepared import Prepared, blame, refuse_unsupported
 from ..generation.keep import keep_fields
 from ..generation.fim import fim_prompt
 from ..generation.prompt import completion_prompt_ids, content_chars
-from ..generation.sampling import echo_only, max_tokens_of, named_adapter, sampling_params
+from ..generation.sampling import echo_only, max_tokens_of, model_adapter, named_adapter, sampling_params
 from ..generation.schemas import GenerationRequest
 from ..generation.reasoning import ReasoningMarkers, ReasoningStart, reply_reasoning
 from ..generation.structured import OutputPlan, output_plan
@@ -139,6 +139,6 @@ def _prepared(rt: "Runtime", body: GenerationRequest, kind: Kind, ids: tuple[int
                   shape=_shape(rt, sampling, ids, plan, echo, hidden, reasoning), fingerprint=rt.fingerprint,
                   choices=body.n or 1)
     cache_prompt = True if body.cache_prompt is None else body.cache_prompt
-    lora = named_adapter(rt, body.adapters) if body.adapters is not None else None
+    lora = named_adapter(rt, body.adapters) if body.adapters is not None else model_adapter(rt, body.model)
     job = EngineRequest(request_id, ids, sampling, boundary, cache_prompt, lora=lora, **keep_fields(body, rt, ids))
     return Prepared(job, reply, stream)

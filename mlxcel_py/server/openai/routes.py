@@ -69,7 +69,9 @@ async def models(request: Request) -> dict:
     every configured one with its `status` (loaded, loading, unloaded) and memory."""
     registry = request.app.state.registry
     if registry is None:
-        return {"object": "list", "data": [_entry(runtime(request))]}
+        rt = runtime(request)
+        base = _entry(rt)
+        return {"object": "list", "data": [base, *_adapter_entries(rt, base)]}
     data = []
     for hosted in registry.hosted.values():
         rt = hosted.runtime
@@ -88,6 +90,15 @@ def _capabilities(rt: "Runtime") -> list[str]:
     if not loaded.causal:
         return ["embedding"]
     return ["completion", "multimodal"] if loaded.vision is not None else ["completion"]
+
+
+def _adapter_entries(rt: "Runtime", base: dict) -> list[dict]:
+    """The served model with one of its LoRA adapters alone, as `<id>:<adapter>` (a `model` naming it selects it)."""
+    from pathlib import Path
+
+    return [{**base, "id": f"{rt.model_id}:{Path(a.path).stem}", "aliases": [f"{rt.model_id}:{Path(a.path).stem}"],
+             "parent": rt.model_id, "adapter": {"id": a.id, "path": a.path, "scale": a.scale}}
+            for a in rt.loaded.adapters]
 
 
 def _entry(rt: "Runtime") -> dict:
