@@ -273,6 +273,11 @@ def _model_spec(env: Mapping[str, str], flags: ModelFlags, path: Optional[str], 
         raise ConfigError(f"{label} goes with one model on one machine; it cannot be used with several models "
                           "or --distributed", flag=label)
     lora = lora_specs(getattr(flags, "lora", None), getattr(flags, "lora_scaled", None))
+    if getattr(flags, "lora_init_without_apply", False):  # serve's: applied later (POST /lora-adapters)
+        if not lora:
+            raise ConfigError("--lora-init-without-apply needs --lora or --lora-scaled",
+                              flag="--lora-init-without-apply")
+        lora = tuple((path, 0.0) for path, _ in lora)
     if lora and (router is not None or dist is not None):
         raise ConfigError("--lora applies to one model on one machine; it cannot be used with several models or "
                           "--distributed", flag="--lora")

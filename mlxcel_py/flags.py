@@ -32,10 +32,10 @@ from .cli.options_bench import (
 from .cli.options_serve import (
     AliasOpt, AllowImageUrlsOpt, ApiKeyOpt, CacheMaxBytesOpt, CacheMaxEntriesOpt, CacheMinPrefixOpt, CacheRamOpt,
     ChatTemplateFileOpt, ChatTemplateKwargsOpt, ChatTemplateOpt, CorsOriginsOpt, DistributedOpt, DistributedTimeoutOpt,
-    HostOpt, ImageMaxBytesOpt, ImageMaxCountOpt, KeepAliveOpt, MaxBodyBytesOpt, MaxQueueOpt, MetricsOpt, MmprojOpt,
-    ModelsDirOpt, ModelsMaxOpt, ModelsMemoryOpt, ModelsOpt, ModelsPreloadOpt, NoWebuiOpt, ParallelOpt, PoolingOpt,
-    PortOpt, ReasoningBudgetOpt, ReasoningFormatOpt, RerankOpt, ShutdownGraceOpt, SlotSavePathOpt, SlotsOpt,
-    SpmInfillOpt, TagsOpt,
+    HostOpt, ImageMaxBytesOpt, ImageMaxCountOpt, KeepAliveOpt, LoraInitWithoutApplyOpt, MaxBodyBytesOpt, MaxQueueOpt,
+    MetricsOpt, MmprojOpt, ModelsDirOpt, ModelsMaxOpt, ModelsMemoryOpt, ModelsOpt, ModelsPreloadOpt, NoWebuiOpt,
+    ParallelOpt, PoolingOpt, PortOpt, ReasoningBudgetOpt, ReasoningFormatOpt, RerankOpt, ShutdownGraceOpt,
+    SlotSavePathOpt, SlotsOpt, SpmInfillOpt, TagsOpt,
 )
 
 frozen = dataclass(frozen=True)
@@ -61,6 +61,7 @@ class ModelFlags:
 class ServeModelFlags(ModelFlags):
     model: ModelsOpt = None  # -m repeats: several models behind one server
     mmproj: MmprojOpt = None
+    lora_init_without_apply: LoraInitWithoutApplyOpt = False
 
 
 @frozen
@@ -199,7 +200,8 @@ class ServeFlags:
 
     help_order: ClassVar[tuple[str, ...]] = (
         "model", "threads", "cpu_weights", "host", "port", "parallel", "ctx_size", "prefill_chunk_size", "batch_size",
-        "itl_budget_ms", "lookup_ngram", "draft_max", "draft_min", "draft_model", "lora", "lora_scaled", "max_queue",
+        "itl_budget_ms", "lookup_ngram", "draft_max", "draft_min", "draft_model", "lora", "lora_scaled",
+        "lora_init_without_apply", "max_queue",
         "prompt_cache",
         "cache_max_bytes", "cache_max_entries", "cache_min_prefix", "temp", "top_p", "top_k", "min_p",
         "repeat_penalty", "seed", "samplers", "sampling_seq", "typical", "mirostat", "mirostat_lr", "mirostat_ent",
@@ -217,9 +219,8 @@ _ONE_SLOT_ORDER = (
     "model", "threads", "cpu_weights", "system", "raw", "max_tokens", "temp", "top_p", "top_k", "min_p",
     "repeat_penalty", "seed", "samplers", "sampling_seq", "typical", "mirostat", "mirostat_lr", "mirostat_ent",
     "dynatemp_range", "dynatemp_exp", "xtc_probability", "xtc_threshold", "top_nsigma", "min_keep", "ctx_size",
-    "prefill_chunk_size", "batch_size", "itl_budget_ms", "lookup_ngram",
-    "draft_max", "draft_min", "draft_model", "lora", "lora_scaled", "context_shift", "cache_type_k", "cache_type_v", "prompt_cache",
-    "markdown", "log_level",
+    "prefill_chunk_size", "batch_size", "itl_budget_ms", "lookup_ngram", "draft_max", "draft_min", "draft_model",
+    "lora", "lora_scaled", "context_shift", "cache_type_k", "cache_type_v", "prompt_cache", "markdown", "log_level",
 )
 
 

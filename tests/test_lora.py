@@ -237,3 +237,25 @@ def test_mlx_lm_servers_adapters_field_names_a_loaded_adapter(tmp_path, monkeypa
             assert resp.status_code == 400 and error_of(resp)["param"] == "adapters"
     finally:
         stop_server(running)
+
+
+def test_init_without_apply_loads_at_zero_until_post():
+    from config_helpers import flags_for
+    from mlxcel_py.config import resolve
+    from mlxcel_py.errors import ConfigError
+    from mlxcel_py.models import encode_text, load_model
+
+    cfg = resolve("serve", flags_for("serve", lora=[str(ADAPTER)], lora_init_without_apply=True), env={})
+    assert cfg.model.lora == ((str(ADAPTER), 0.0),)
+    with pytest.raises(ConfigError, match="--lora-init-without-apply needs --lora"):
+        resolve("serve", flags_for("serve", lora_init_without_apply=True), env={})
+    base = load_model(str(GGUF))
+    plain = greedy(base.model, list(encode_text(base.tokenizer, RECORD["prompt"])), RECORD["n_predict"])
+    running = start_server(model=load_model(str(GGUF), lora=cfg.model.lora), parallel=1)
+    try:
+        with running.client() as client:
+            assert _completion(client, RECORD["prompt"], RECORD["n_predict"])["tokens"] == plain
+            client.post("/lora-adapters", json=[{"id": 0, "scale": 1.0}])
+            assert _completion(client, RECORD["prompt"], RECORD["n_predict"])["tokens"] == RECORD["runs"][0]["tokens"]
+    finally:
+        stop_server(running)

@@ -142,6 +142,10 @@ ReasoningBudgetOpt = Annotated[
                  "templates that take it); N: the thinking's end marker is forced after N thinking tokens. "
                  "Default -1; env LLAMA_ARG_THINK_BUDGET."),
 ]
+LoraInitWithoutApplyOpt = Annotated[
+    bool, typer.Option("--lora-init-without-apply", help="Load the --lora adapters at scale 0, to be applied "
+                       "later through POST /lora-adapters or a request's lora (llama-server's flag).")
+]
 MmprojOpt = Annotated[
     Optional[str],
     typer.Option("--mmproj", "-mm", help="A llama.cpp multimodal projector GGUF for the GGUF model's images "
