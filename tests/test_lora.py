@@ -76,14 +76,18 @@ def test_an_mlx_lm_adapter_gives_mlx_lms_own_tokens(tmp_path):
     want = greedy(reference, ids)
     loaded = load_model(str(HF_DIR), lora=((str(folder), 1.0),))
     assert list(encode_text(loaded.tokenizer, PROMPT)) == ids and "LoRA adapter x1" in loaded.description
+    plain = greedy(load_model(str(HF_DIR)).model, ids)
+    assert plain != want  # the adapter decides the reply
     running = start_server(model=loaded, parallel=2, prefill_chunk_size=3)
     try:
         with running.client() as client:
-            assert _completion(client, ids, 10)["tokens"] == want
+            assert _completion(client, ids, 10)["tokens"] == want  # by flag
             assert client.get("/lora-adapters").json() == [{"id": 0, "path": str(folder), "scale": 1.0}]
+            # by request: off for this one (llama-server's lora), on by name (mlx_lm.server's adapters)
+            assert _completion(client, ids, 10, lora=[{"id": 0, "scale": 0.0}])["tokens"] == plain
+            assert _completion(client, ids, 10, adapters="adapter")["tokens"] == want
     finally:
         stop_server(running)
-    assert greedy(load_model(str(HF_DIR)).model, ids) != want  # the adapter decides the reply
 
 
 @pytest.mark.parametrize("run", RECORD["runs"], ids=lambda r: f"scale-{r['scale']}")
