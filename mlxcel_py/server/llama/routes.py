@@ -116,7 +116,7 @@ async def set_lora_adapters(request: Request) -> dict:
     """llama-server's POST /lora-adapters: [{"id", "scale"}] for the requests that follow without their own
     `lora` (an adapter left out: 0); requests already running keep theirs."""
     raw = await read_body(request, runtime(request).max_body_bytes)
-    async with routed(request, raw) as rt:
+    async with routed(request, name=request.query_params.get("model")) as rt:  # the body is an array
         try:
             entries = json.loads(raw)
         except ValueError:
@@ -160,7 +160,7 @@ def _apply_template(rt: "Runtime", raw: bytes) -> dict:
 async def apply_template(request: Request) -> dict:
     """The prompt text the chat messages render to, as /v1/chat/completions would feed the model."""
     raw = await read_body(request, runtime(request).max_body_bytes)
-    async with routed(request, raw) as rt:
+    async with routed(request, name=request.query_params.get("model")) as rt:  # the body is an array
         return await rt.off_loop(_apply_template, rt, raw)
 
 
@@ -184,11 +184,11 @@ def _detokenize(rt: "Runtime", raw: bytes) -> dict:
 
 async def tokenize(request: Request) -> dict:
     raw = await read_body(request, runtime(request).max_body_bytes)
-    async with routed(request, raw) as rt:
+    async with routed(request, name=request.query_params.get("model")) as rt:  # the body is an array
         return await rt.off_loop(_tokenize, rt, raw)
 
 
 async def detokenize(request: Request) -> dict:
     raw = await read_body(request, runtime(request).max_body_bytes)
-    async with routed(request, raw) as rt:
+    async with routed(request, name=request.query_params.get("model")) as rt:  # the body is an array
         return await rt.off_loop(_detokenize, rt, raw)
