@@ -15,17 +15,16 @@ MAX_CHARS = 40  # llama.cpp truncates a breaker to this many characters
 MAX_TAIL = 20  # and its tail to this many tokens
 
 _pieces: "weakref.WeakKeyDictionary[Any, list[str]]" = weakref.WeakKeyDictionary()
-_done: dict[tuple[int, tuple[str, ...]], tuple] = {}
+_done: "weakref.WeakKeyDictionary[Any, dict[tuple[str, ...], tuple]]" = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
 def dry_breakers(tokenizer: Any, breakers: tuple[str, ...]) -> tuple[tuple[int, tuple[int, ...]], ...]:
     """(head token, tail tokens) pairs for `breakers` over the tokenizer's vocabulary."""
     hf = hf_tokenizer(tokenizer)
-    key = (id(hf), breakers)
     with _lock:
-        if key in _done:
-            return _done[key]
+        if breakers in _done.get(hf, {}):
+            return _done[hf][breakers]
         pieces = _pieces.get(hf)
         if pieces is None:
             pieces = [hf.decode([i]) for i in range(len(hf))]
@@ -37,7 +36,7 @@ def dry_breakers(tokenizer: Any, breakers: tuple[str, ...]) -> tuple[tuple[int, 
             out += _overlapping(pieces, text[:MAX_CHARS], encode)
     result = tuple(dict.fromkeys(out))
     with _lock:
-        _done[key] = result
+        _done.setdefault(hf, {})[breakers] = result
     return result
 
 
