@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from ..generation.prepared import Refused, accepts_only
 
-# Our sampler chain, in the order it runs (the engine's sampling), in llama-server's names.
+# The plain path's order (the engine's sampling for a request off llama.cpp's chain), in llama-server's names.
 SAMPLERS = ("penalties", "top_p", "min_p", "top_k", "temperature")
 HERE = "by this server's /completion"
 

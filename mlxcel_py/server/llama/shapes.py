@@ -1,8 +1,8 @@
 """llama-server's native response shapes: /completion's reply and stream frames, and the
 generation settings /completion and /props report (llama.cpp 0c1e570, server-task.cpp).
 
-Pure functions of a `NativeReply` and engine events. Samplers we do not have are reported
-with the values that turn them off in llama-server, which is what they are here.
+Pure functions of a `NativeReply` and engine events. The settings report the request's samplers as
+llama-server does, and for a request off llama.cpp's chain the plain path's order (fields.SAMPLERS).
 """
 
 from __future__ import annotations
