@@ -263,3 +263,35 @@ def test_init_without_apply_loads_at_zero_until_post():
             assert _completion(client, RECORD["prompt"], RECORD["n_predict"])["tokens"] == RECORD["runs"][0]["tokens"]
     finally:
         stop_server(running)
+
+
+def test_the_cpu_decode_step_adds_each_rows_adapters(monkeypatch):
+    """Over a quantized file the CPU decode step (its products over the blocks) takes the additions, each row at
+    its own scales: with float activations (exact to float32) its tokens are the MLX forward's."""
+    import concurrent.futures
+
+    from mlxcel_py.models import load_model
+    from mlxcel_py.models.cpu.native import NativeDecoder
+    from mlxcel_py.models.cpu.quant import int8_ir, products
+    from mlxcel_py.models.lora import LoraProduct
+
+    if not int8_ir.HAS_AVX2:
+        pytest.skip("the block decode step is chosen on AVX2")
+    monkeypatch.setattr(products, "linear", products.linear_vector)  # float activations: exact to float32
+    quantized = str(FIXTURES / "llama-q8_0.gguf")
+    native = load_model(quantized, lora=((str(ADAPTER), 1.0),))
+    assert type(native.cpu_decode) is NativeDecoder
+    assert all(isinstance(getattr(w, f), LoraProduct) for w in native.cpu_decode._layers for f in ("qkv", "o"))
+    reference = load_model(quantized, lora=((str(ADAPTER), 1.0),), cpu_weights="f32")
+    assert reference.cpu_decode is None  # the MLX forward with the adapters
+    results = []
+    for loaded in (native, reference):
+        running = start_server(model=loaded, parallel=3)
+        try:
+            with running.client() as client, concurrent.futures.ThreadPoolExecutor(3) as pool:
+                runs = [pool.submit(_completion, client, RECORD["prompt"], 10, lora=[{"id": 0, "scale": s}])
+                        for s in (1.0, 0.5, 0.0)]
+                results.append([r.result(60)["tokens"] for r in runs])
+        finally:
+            stop_server(running)
+    assert results[0] == results[1] and len({tuple(t) for t in results[0]}) == 3

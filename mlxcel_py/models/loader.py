@@ -72,8 +72,7 @@ def load_model(
     `lora`: (adapter path, scale) pairs applied to every request (models/lora.py)."""
     path, hub_name = _local_path(spec_path or ensure_default_model(on_progress))
     use_dense = cpu_is_default() if dense is None else dense
-    # LoRA on the CPU: float32 weights (the file's blocks serve the decode step, which reads no adapter)
-    native_cpu = (cpu_weights or default_cpu_weights()) == "native" and cpu_is_default() and not lora
+    native_cpu = (cpu_weights or default_cpu_weights()) == "native" and cpu_is_default()
     if path.is_file():
         if path.suffix.lower() != ".gguf":
             raise ModelLoadError(f"not a model: {path} (expected a .gguf file or an mlx-lm model directory)")
@@ -89,12 +88,12 @@ def load_model(
         raise ModelLoadError(f"not a model: {path} (expected a .gguf file or an mlx-lm model directory)")
     if hub_name:
         loaded = replace(loaded, name=hub_name)
-    if lora:
-        loaded = _with_lora(loaded, lora)
     _materialize(loaded.model)
     if use_dense and cpu_is_default():
         native = path if native_cpu and (loaded.source == "gguf" or loaded.weights == "mlx-blocks") else None
-        loaded = _install_cpu_kernels(loaded, threads or os.cpu_count() or 1, native)
+        loaded = _install_cpu_kernels(loaded, threads or os.cpu_count() or 1, native, per_product=bool(lora))
+    if lora:  # after the CPU decode step is built over the base modules: it gets the additions beside them
+        loaded = _with_lora(loaded, lora)
     log.info("loaded %s: %s", loaded.name, loaded.description)
     return loaded
 
@@ -143,12 +142,19 @@ def _local_path(spec: str) -> tuple[Path, Optional[str]]:
 def _with_lora(loaded: LoadedModel, lora: tuple[tuple[str, float], ...]) -> LoadedModel:
     from .lora import apply_adapters
 
+    from .lora import lora_products
+
     adapters, state = apply_adapters(loaded.model, tuple((str(_local_path(p)[0]), float(s)) for p, s in lora))
     names = ", ".join(f"{Path(a.path).name} x{a.scale:g}" for a in adapters)
-    return replace(loaded, adapters=adapters, lora=state, description=f"{loaded.description}, LoRA {names}")
+    decode, note = loaded.cpu_decode, ""
+    if decode is not None and not lora_products(decode, loaded.model, state):
+        decode, note = None, " (decode in MLX: the CPU step here reads float32 weights only)"
+    return replace(loaded, adapters=adapters, lora=state, cpu_decode=decode,
+                   description=f"{loaded.description}, LoRA {names}{note}")
 
 
-def _install_cpu_kernels(loaded: LoadedModel, threads: int, native: Optional[Path] = None) -> LoadedModel:
+def _install_cpu_kernels(loaded: LoadedModel, threads: int, native: Optional[Path] = None,
+                         per_product: bool = False) -> LoadedModel:
     """numpy prefill attention/SwiGLU (gemma3: GELU) and the numba decode step on `threads` threads (docs/CPU_FAST_PATH.md);
     the decode step reads the blocks of the GGUF at `native` when given."""
     from .cpu.blas import set_blas_threads
@@ -164,9 +170,10 @@ def _install_cpu_kernels(loaded: LoadedModel, threads: int, native: Optional[Pat
         log.warning("%s", slow)
     notes = [f"{threads} CPU thread{'s' if threads > 1 else ''}"]
     kernels = kernels_for(loaded.model)
-    decoder = None
-    if loaded.adapters:  # the decode step reads the base weights only: mlx-lm's forward runs the adapters
-        notes.append("decode in MLX (LoRA adapters)")
+    if native and per_product:  # LoRA adapters: the step whose products take their additions (models/lora.py)
+        from .cpu.native import native_decoder_for as per_product_decoder
+
+        decoder = per_product_decoder(loaded.model, native, threads)
     else:
         decoder = native_decoder_for(loaded.model, native, threads) if native else decoder_for(loaded.model, threads)
     if decoder is not None and getattr(decoder, "runs_rows", lambda: False)():

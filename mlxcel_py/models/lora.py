@@ -10,6 +10,7 @@ the file names an alpha (as its graph builds it), times the scale the flag gives
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any, Iterator, Optional
 
 import mlx.core as mx
 import mlx.nn as nn
+import numpy as np
 
 from ..errors import ModelLoadError
 
@@ -40,14 +42,64 @@ class LoraState:
     def __init__(self, scales: tuple[float, ...]):
         self.scales = scales
         self.rows: Optional[mx.array] = None
+        self.rows_np: Optional[np.ndarray] = None  # the same for the CPU decode step's products
 
     @contextmanager
     def using(self, rows: list[tuple[float, ...]]) -> Iterator[None]:
-        self.rows = mx.array(rows, dtype=mx.float32)
+        self.rows_np = np.asarray(rows, dtype=np.float32)
+        self.rows = mx.array(self.rows_np)
         try:
             yield
         finally:
-            self.rows = None
+            self.rows = self.rows_np = None
+
+
+class LoraProduct:
+    """A CPU decode step's product (models/cpu/native.Product: the base over the file's blocks) with the adapters'
+    low-rank additions in numpy, each over its module's columns of the product (q/k/v in qkv, gate/up)."""
+
+    def __init__(self, base: Any, deltas: tuple, state: LoraState):
+        self.base, self.deltas, self._state = base, deltas, state
+
+    def __call__(self, x: np.ndarray, threads: int) -> np.ndarray:
+        y = self.base(x, threads)
+        rows = self._state.rows_np
+        for lo, hi, a, b, own, index in self.deltas:
+            if rows is None:
+                scale: Any = np.float32(own * self._state.scales[index])
+            else:  # a scale a row; a row's positions (a verify span, a prompt piece) follow it
+                scale = np.repeat(own * rows[:, index], x.shape[0] // rows.shape[0])[:, None]
+            y[:, lo:hi] += scale * ((x @ a) @ b)
+        return y
+
+
+def lora_products(decoder: Any, model: Any, state: LoraState) -> bool:
+    """Put the adapted modules' additions into a per-product CPU decode step (NativeDecoder); False when the
+    step is no such thing (the caller then decodes through mlx-lm)."""
+    from .cpu.arch import projections
+    from .cpu.native import NativeDecoder
+
+    if type(decoder) is not NativeDecoder:
+        return False
+    args = model.args
+    dim = decoder.head_dim
+    widths = {3: (decoder.heads * dim, decoder.kv_heads * dim, decoder.kv_heads * dim),
+              2: (args.intermediate_size, args.intermediate_size)}
+    for i, layer in enumerate(model.model.layers):
+        w, updates = decoder._layers[i], {}
+        for field, modules in zip(("qkv", "o", "gate_up", "down"), projections(layer)):
+            spans, lo = widths.get(len(modules), (None,)), 0
+            deltas = []
+            for module, width in zip(modules, spans):
+                hi = None if width is None else lo + width
+                for a, b, own, index in getattr(module, "deltas", ()):
+                    deltas.append((lo, hi, np.asarray(a, np.float32), np.asarray(b, np.float32), own, index))
+                lo = hi if hi is not None else lo
+            if deltas:
+                updates[field] = LoraProduct(getattr(w, field), tuple(deltas), state)
+        if updates:
+            decoder._layers[i] = dataclasses.replace(w, **updates)
+    return True
 
 
 class LoraLinear(nn.Module):

@@ -186,13 +186,14 @@ class ModelRunner(PromptSide, RowPrefill, FusedTick, Runner):
                      ) -> tuple[list[SampledToken], tuple[tuple[int, ...], ...]]:
         if drafts and any(drafts) and self.verifies_drafts:
             return self._verify(seq_ids, last, drafts)
-        if self._owned:
-            logits = self._rows_forward(last, 1)
-        elif self._fast_decode is not None:  # the CPU decode step (models/cpu/decoder.py), same contract
-            logits = self._fast_decode(last, self._batch)
-        else:
-            with self._kernels, self._lora_for(seq_ids):
-                logits = self.model(mx.array(last)[:, None], cache=self._batch)[:, -1, :]
+        with self._lora_for(seq_ids):
+            if self._owned:
+                logits = self._rows_forward(last, 1)
+            elif self._fast_decode is not None:  # the CPU decode step (models/cpu/decoder.py), same contract
+                logits = self._fast_decode(last, self._batch)
+            else:
+                with self._kernels:
+                    logits = self.model(mx.array(last)[:, None], cache=self._batch)[:, -1, :]
         sampled = self._sample(logits, seq_ids)
         for seq_id, s in zip(seq_ids, sampled):
             self._seqs[seq_id].last_token = s.token_id
@@ -203,13 +204,14 @@ class ModelRunner(PromptSide, RowPrefill, FusedTick, Runner):
         """One forward over every row's [last token + draft] (engine/runner/verify.py); the KV of
         what was not accepted is rolled back. Drafted rows carry no grammar and no logprobs."""
         inputs = verify_inputs(last, drafts)
-        if self._owned:
-            logits = self._rows_forward(inputs.tolist(), inputs.shape[1])
-        elif self._fast_verify is not None:  # writes in place into the buffers the CPU decode step owns
-            logits = self._fast_verify(inputs.tolist(), self._batch)
-        else:
-            with self._kernels, self._lora_for(seq_ids):
-                logits = self.model(inputs, cache=self._batch)
+        with self._lora_for(seq_ids):
+            if self._owned:
+                logits = self._rows_forward(inputs.tolist(), inputs.shape[1])
+            elif self._fast_verify is not None:  # writes in place into the buffers the CPU decode step owns
+                logits = self._fast_verify(inputs.tolist(), self._batch)
+            else:
+                with self._kernels:
+                    logits = self.model(inputs, cache=self._batch)
         firsts: dict[int, SampledToken] = {}
         plain = [i for i, draft in enumerate(drafts) if not draft]  # grammars, logprobs: the usual sampler
         if plain:

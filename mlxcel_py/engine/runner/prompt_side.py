@@ -66,12 +66,13 @@ class PromptSide:
         embeds = None if state.embeds is None else state.embeds[:, piece.start:piece.start + len(piece.tokens)]
         spans = _within(state.both_ways, piece.start, piece.start + len(piece.tokens)) if embeds is not None else ()
         if embeds is None and self._by_rows(piece):  # the decode step's rows: one kernel family (row_prefill.py)
-            if state.sampler.params.prompt_logprobs:
-                logits, prompt = self._score_piece(piece, state, self._prefill_rows(
-                    piece, state, np.arange(len(piece.tokens), dtype=np.int64)))
-            else:
-                wanted = np.array([len(piece.tokens) - 1], np.int64) if piece.terminal else None
-                logits = self._prefill_rows(piece, state, wanted)
+            with self._lora_for((piece.seq_id,)):
+                if state.sampler.params.prompt_logprobs:
+                    logits, prompt = self._score_piece(piece, state, self._prefill_rows(
+                        piece, state, np.arange(len(piece.tokens), dtype=np.int64)))
+                else:
+                    wanted = np.array([len(piece.tokens) - 1], np.int64) if piece.terminal else None
+                    logits = self._prefill_rows(piece, state, wanted)
         else:
             with self._kernels, numpy_blas_threads(1 if len(piece.tokens) <= SMALL_PIECE else None), \
                     self._lora_for((piece.seq_id,)):

@@ -35,7 +35,9 @@ class FusedTick:
     def one_forward(self) -> bool:
         """Whether the engine may hand this runner a decode step and a piece in one record."""
         spec = getattr(self._fast_decode, "spec", None)  # models/cpu/tick.py runs llama's layer
-        return self._owned and self.fuse_max_tokens > 0 and spec is not None and spec.llama_layer
+        # LoRA: the rows of one tick belong to several sequences and scales; kept to separate forwards
+        return self._owned and self.fuse_max_tokens > 0 and spec is not None and spec.llama_layer \
+            and self.lora is None
 
     @property
     def fuses_up_to(self) -> int:
