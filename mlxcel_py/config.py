@@ -66,6 +66,7 @@ class ModelSpec:
     draft: Optional[str] = None  # --draft-model: speculative decoding's draft (same vocabulary)
     mmproj: Optional[str] = None  # --mmproj: a llama.cpp projector file for the GGUF's images (serve)
     lora: tuple[tuple[str, float], ...] = ()  # --lora / --lora-scaled: (adapter, scale) for every request
+    lora_fuse: bool = False  # --lora-fuse: merged into float32 weights
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,7 +282,10 @@ def _model_spec(env: Mapping[str, str], flags: ModelFlags, path: Optional[str], 
     if lora and (router is not None or dist is not None):
         raise ConfigError("--lora applies to one model on one machine; it cannot be used with several models or "
                           "--distributed", flag="--lora")
-    return ModelSpec(path, threads, weights, draft, mmproj, lora)
+    fuse = bool(getattr(flags, "lora_fuse", False))
+    if fuse and not lora:
+        raise ConfigError("--lora-fuse needs --lora or --lora-scaled", flag="--lora-fuse")
+    return ModelSpec(path, threads, weights, draft, mmproj, lora, fuse)
 
 
 def _draft_model(flag: Optional[str], env: Mapping[str, str], dist: Optional[DistributedConfig]) -> Optional[str]:

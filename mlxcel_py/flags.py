@@ -16,7 +16,8 @@ from typing import Any, ClassVar, Mapping
 
 from .cli.options import (
     BatchSizeOpt, CacheTypeKOpt, CacheTypeVOpt, ChatSystemOpt, ContextShiftOpt, CpuWeightsOpt, CtxSizeOpt,
-    DraftMaxOpt, DraftMinOpt, DraftModelOpt, ItlBudgetOpt, LogLevelOpt, LookupNgramOpt, LoraOpt, LoraScaledOpt,
+    DraftMaxOpt, DraftMinOpt, DraftModelOpt, ItlBudgetOpt, LogLevelOpt, LookupNgramOpt, LoraFuseOpt, LoraOpt,
+    LoraScaledOpt,
     MarkdownOpt, MaxTokensOpt,
     MinPOpt, ModelOpt, PrefillChunkOpt, PromptArg, PromptCacheOpt, RawOpt, RepeatPenaltyOpt, SeedOpt, SystemOpt,
     TempOpt, ThreadsOpt, TopKOpt, TopPOpt,
@@ -55,6 +56,7 @@ class ModelFlags:
     draft_model: DraftModelOpt = None
     lora: LoraOpt = None
     lora_scaled: LoraScaledOpt = None
+    lora_fuse: LoraFuseOpt = False
 
 
 @frozen
@@ -201,7 +203,7 @@ class ServeFlags:
     help_order: ClassVar[tuple[str, ...]] = (
         "model", "threads", "cpu_weights", "host", "port", "parallel", "ctx_size", "prefill_chunk_size", "batch_size",
         "itl_budget_ms", "lookup_ngram", "draft_max", "draft_min", "draft_model", "lora", "lora_scaled",
-        "lora_init_without_apply", "max_queue",
+        "lora_fuse", "lora_init_without_apply", "max_queue",
         "prompt_cache",
         "cache_max_bytes", "cache_max_entries", "cache_min_prefix", "temp", "top_p", "top_k", "min_p",
         "repeat_penalty", "seed", "samplers", "sampling_seq", "typical", "mirostat", "mirostat_lr", "mirostat_ent",
@@ -220,7 +222,8 @@ _ONE_SLOT_ORDER = (
     "repeat_penalty", "seed", "samplers", "sampling_seq", "typical", "mirostat", "mirostat_lr", "mirostat_ent",
     "dynatemp_range", "dynatemp_exp", "xtc_probability", "xtc_threshold", "top_nsigma", "min_keep", "ctx_size",
     "prefill_chunk_size", "batch_size", "itl_budget_ms", "lookup_ngram", "draft_max", "draft_min", "draft_model",
-    "lora", "lora_scaled", "context_shift", "cache_type_k", "cache_type_v", "prompt_cache", "markdown", "log_level",
+    "lora", "lora_scaled", "lora_fuse", "context_shift", "cache_type_k", "cache_type_v", "prompt_cache", "markdown",
+    "log_level",
 )
 
 

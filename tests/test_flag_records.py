@@ -94,7 +94,7 @@ def test_build_and_values_of_are_inverses_and_the_defaults_are_not_given():
     assert build(ServeFlags, values_of(flags)) == flags
     defaults = values_of(ServeFlags())
     assert {k for k, v in defaults.items() if v is not None} == {"prompt_cache", "no_webui", "rerank", "allow_image_urls",
-                                                                   "spm_infill", "lora_init_without_apply"}
+                                                                   "spm_infill", "lora_init_without_apply", "lora_fuse"}
     assert defaults["prompt_cache"] is True and defaults["no_webui"] is False
 
 

@@ -295,3 +295,28 @@ def test_the_cpu_decode_step_adds_each_rows_adapters(monkeypatch):
         finally:
             stop_server(running)
     assert results[0] == results[1] and len({tuple(t) for t in results[0]}) == 3
+
+
+def test_fused_adapters_run_as_the_unfused_at_their_scales():
+    """--lora-fuse: merged into float32 weights (the CPU decode step then runs as for any model), the tokens of
+    the unfused adapter; a request asking for other scales is a 400."""
+    from config_helpers import flags_for
+    from mlxcel_py.config import resolve
+    from mlxcel_py.errors import ConfigError
+    from mlxcel_py.models import load_model
+
+    cfg = resolve("serve", flags_for("serve", lora=[str(ADAPTER)], lora_fuse=True), env={})
+    assert cfg.model.lora_fuse and cfg.model.lora == ((str(ADAPTER), 1.0),)
+    with pytest.raises(ConfigError, match="--lora-fuse needs --lora"):
+        resolve("generate", flags_for("generate", lora_fuse=True), env={})
+    fused = load_model(str(GGUF), lora=cfg.model.lora, lora_fuse=True)
+    assert fused.lora is None and fused.adapters[0].fused and fused.cpu_decode is not None
+    running = start_server(model=fused, parallel=1)
+    try:
+        with running.client() as client:
+            assert _completion(client, RECORD["prompt"], RECORD["n_predict"])["tokens"] == RECORD["runs"][0]["tokens"]
+            resp = client.post("/completion", json={"prompt": "x", "lora": [{"id": 0, "scale": 0.5}]})
+            assert resp.status_code == 400 and "fused into the weights" in error_of(resp)["message"]
+            assert client.post("/lora-adapters", json=[{"id": 0, "scale": 0.5}]).status_code == 400
+    finally:
+        stop_server(running)

@@ -28,7 +28,7 @@ def load_or_exit(cfg: AppConfig, console: Console | None = None) -> "LoadedModel
     try:
         with console.status("Loading model...") as status:
             loaded = load_model(cfg.model.path, on_progress=lambda msg: status.update(msg), threads=cfg.model.threads,
-                                cpu_weights=cfg.model.cpu_weights, lora=cfg.model.lora)
+                                cpu_weights=cfg.model.cpu_weights, lora=cfg.model.lora, lora_fuse=cfg.model.lora_fuse)
     except MlxcelError as exc:  # ModelLoadError
         fail(str(exc))
     if not loaded.generates:

@@ -83,6 +83,9 @@ LoraOpt = Annotated[Optional[list[str]], typer.Option(
     "repeat it or separate by commas (llama-server's flag). docs/MODELS.md#lora-adapters.")]
 LoraScaledOpt = Annotated[Optional[list[str]], typer.Option(
     "--lora-scaled", help="An adapter with its scale, FILE:SCALE (commas for several; llama-server's flag).")]
+LoraFuseOpt = Annotated[bool, typer.Option(
+    "--lora-fuse", help="Merge the --lora adapters into float32 weights for speed (their scales then fixed; "
+    "not over quantized MLX weights).")]
 TempOpt = Annotated[Optional[float], typer.Option("--temp", help="Sampling temperature; 0 is greedy.")]
 TopPOpt = Annotated[Optional[float], typer.Option("--top-p", help="Nucleus sampling: keep the top-p probability mass.")]
 TopKOpt = Annotated[Optional[int], typer.Option("--top-k", help="Keep the k most likely tokens; 0 keeps all.")]

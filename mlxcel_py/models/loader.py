@@ -60,7 +60,7 @@ def cpu_is_default() -> bool:
 def load_model(
     spec_path: Optional[str], *, dense: Optional[bool] = None, on_progress: Progress = None,
     threads: Optional[int] = None, cpu_weights: Optional[str] = None, mmproj: Optional[str] = None,
-    lora: tuple[tuple[str, float], ...] = (),
+    lora: tuple[tuple[str, float], ...] = (), lora_fuse: bool = False,
 ) -> LoadedModel:
     """Load a GGUF file or an mlx-lm model directory (the default model when `spec_path` is None).
 
@@ -69,10 +69,11 @@ def load_model(
     matrices as the file's blocks (models/gguf_blocks.py: prefill by dequantized tiles, decode over the
     blocks in models/cpu/native.py, no float32 copy), "f32" dequantizes them to float32; None:
     `default_cpu_weights()`. `mmproj`: a llama.cpp projector file for a GGUF's images (models/mmproj.py).
-    `lora`: (adapter path, scale) pairs applied to every request (models/lora.py)."""
+    `lora`: (adapter path, scale) pairs (models/lora.py), merged into float weights with `lora_fuse`."""
     path, hub_name = _local_path(spec_path or ensure_default_model(on_progress))
     use_dense = cpu_is_default() if dense is None else dense
-    native_cpu = (cpu_weights or default_cpu_weights()) == "native" and cpu_is_default()
+    # --lora-fuse merges into float32 weights: the file's blocks stay out
+    native_cpu = (cpu_weights or default_cpu_weights()) == "native" and cpu_is_default() and not (lora and lora_fuse)
     if path.is_file():
         if path.suffix.lower() != ".gguf":
             raise ModelLoadError(f"not a model: {path} (expected a .gguf file or an mlx-lm model directory)")
@@ -89,10 +90,13 @@ def load_model(
     if hub_name:
         loaded = replace(loaded, name=hub_name)
     _materialize(loaded.model)
+    if lora and lora_fuse:  # merged before the CPU decode step copies the weights: it runs as the base would
+        loaded = _with_fused_lora(loaded, lora)
     if use_dense and cpu_is_default():
         native = path if native_cpu and (loaded.source == "gguf" or loaded.weights == "mlx-blocks") else None
-        loaded = _install_cpu_kernels(loaded, threads or os.cpu_count() or 1, native, per_product=bool(lora))
-    if lora:  # after the CPU decode step is built over the base modules: it gets the additions beside them
+        unfused = bool(lora) and not lora_fuse
+        loaded = _install_cpu_kernels(loaded, threads or os.cpu_count() or 1, native, per_product=unfused)
+    if lora and not lora_fuse:  # after the CPU decode step is built over the base modules: it gets the additions
         loaded = _with_lora(loaded, lora)
     log.info("loaded %s: %s", loaded.name, loaded.description)
     return loaded
@@ -151,6 +155,14 @@ def _with_lora(loaded: LoadedModel, lora: tuple[tuple[str, float], ...]) -> Load
         decode, note = None, " (decode in MLX: the CPU step here reads float32 weights only)"
     return replace(loaded, adapters=adapters, lora=state, cpu_decode=decode,
                    description=f"{loaded.description}, LoRA {names}{note}")
+
+
+def _with_fused_lora(loaded: LoadedModel, lora: tuple[tuple[str, float], ...]) -> LoadedModel:
+    from .lora import fuse_adapters
+
+    adapters = fuse_adapters(loaded.model, tuple((str(_local_path(p)[0]), float(s)) for p, s in lora))
+    names = ", ".join(f"{Path(a.path).name} x{a.scale:g}" for a in adapters)
+    return replace(loaded, adapters=adapters, description=f"{loaded.description}, LoRA fused {names}")
 
 
 def _install_cpu_kernels(loaded: LoadedModel, threads: int, native: Optional[Path] = None,

@@ -33,6 +33,7 @@ class Adapter:
     scale: float
     kind: str  # "mlx" | "gguf"
     modules: int  # modules it adapts
+    fused: bool = False  # merged into the weights (--lora-fuse): its scale is fixed
 
 
 class LoraState:
@@ -140,6 +141,25 @@ def apply_adapters(model: Any, specs: tuple[tuple[str, float], ...]) -> tuple[tu
         mx.eval([a for a, _, _ in pairs.values()] + [b for _, b, _ in pairs.values()])
         adapters.append(Adapter(i, str(source), float(scale), kind, len(pairs)))
     return tuple(adapters), state
+
+
+def fuse_adapters(model: Any, specs: tuple[tuple[str, float], ...]) -> tuple[Adapter, ...]:
+    """--lora-fuse: W += scale * (a b)^T into each adapted module's float weights (asked for speed; the numbers
+    become the merged model's). A module without float weights (quantized) is a ModelLoadError."""
+    adapters = []
+    for i, (path, scale) in enumerate(specs):
+        source = Path(path).expanduser()
+        pairs, kind = (_gguf(source, model) if source.is_file() else _mlx(source))
+        for name, (a, b, own) in pairs.items():
+            module = _module(model, name, source.name)
+            weight = getattr(module, "weight", None)
+            if weight is None or hasattr(module, "scales") or not mx.issubdtype(weight.dtype, mx.floating):
+                raise ModelLoadError(f"--lora-fuse: {name} has no float weights to merge into (a quantized model: "
+                                     "load its adapters unfused, or --cpu-weights f32 on the CPU)")
+            module.weight = weight + ((own * scale) * (a @ b).T).astype(weight.dtype)
+        adapters.append(Adapter(i, str(source), float(scale), kind, len(pairs), fused=True))
+    mx.eval(model.parameters())
+    return tuple(adapters)
 
 
 def _mlx(folder: Path) -> tuple[dict, str]:

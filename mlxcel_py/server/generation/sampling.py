@@ -189,6 +189,15 @@ def sampling_params(req: GenerationRequest, defaults: SamplingParams, slot_conte
         raise FieldError(str(exc), param=PARAM_OF.get(exc.param, exc.param)) from None
 
 
+def fixed_scales(rt: Any, scales: tuple[float, ...], param: str) -> tuple[float, ...]:
+    """`scales` when the adapters can run at them: fused ones (--lora-fuse) only at their loaded scales."""
+    adapters = rt.loaded.adapters
+    if adapters and adapters[0].fused and scales != tuple(a.scale for a in adapters):
+        raise FieldError(f"{param}: the LoRA adapters are fused into the weights (--lora-fuse): they run at their "
+                         f"loaded scales {[a.scale for a in adapters]} only", param=param)
+    return scales
+
+
 def named_adapter(rt: Any, name: Any, param: str = "adapters") -> tuple[float, ...]:
     """mlx_lm.server's per-request `adapters`: one loaded adapter (its path, file or directory name) at its loaded
     scale, the others at 0; a 400 naming what is loaded otherwise (adapters load at start here)."""
@@ -201,7 +210,7 @@ def named_adapter(rt: Any, name: Any, param: str = "adapters") -> tuple[float, .
         loaded = ", ".join(Path(a.path).name for a in adapters) or "none"
         raise FieldError(f"{param}: {name!r} is not a loaded adapter (loaded with --lora: {loaded}); adapters "
                          "are loaded when the server starts", param=param)
-    return tuple(a.scale if a is match else 0.0 for a in adapters)
+    return fixed_scales(rt, tuple(a.scale if a is match else 0.0 for a in adapters), param)
 
 
 def model_adapter(rt: Any, model: Any) -> Optional[tuple[float, ...]]:

@@ -149,7 +149,8 @@ async def _serve(server: GracefulServer, socks: list[socket.socket], config: App
     spec = config.model
     if cluster is None:
         load = lambda: load_model(spec.path, on_progress=log.info, threads=spec.threads,  # noqa: E731
-                                  cpu_weights=spec.cpu_weights, mmproj=spec.mmproj, lora=spec.lora)
+                                  cpu_weights=spec.cpu_weights, mmproj=spec.mmproj, lora=spec.lora,
+                                  lora_fuse=spec.lora_fuse)
     else:
         load = lambda: cluster.load(config)  # noqa: E731
     if spec.draft is not None:  # the resolver refused a draft beside --distributed

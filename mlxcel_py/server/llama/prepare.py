@@ -22,7 +22,7 @@ from ..generation.prepared import blame, refuse_unsupported
 from ..generation.images import MEDIA_MARKER, completion_images, imaged
 from ..generation.keep import keep_fields
 from ..generation.prompt import check_token_ids, completion_prompt_ids
-from ..generation.sampling import named_adapter, sampling_params
+from ..generation.sampling import fixed_scales, named_adapter, sampling_params
 from ..generation.structured import output_plan
 from ..http.body import parse_body
 from .fields import NOT_SUPPORTED
@@ -105,7 +105,7 @@ def lora_scales(entries: Any, rt: "Runtime", param: str = "lora") -> tuple[float
         if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
             raise FieldError(f"{param}: adapter {ident}'s scale must be a number (got {scale!r})", param=param)
         asked[ident] = float(scale)
-    return tuple(asked.get(a.id, 0.0) for a in rt.loaded.adapters)
+    return fixed_scales(rt, tuple(asked.get(a.id, 0.0) for a in rt.loaded.adapters), param)
 
 
 def request_lora(body: NativeCompletionRequest, rt: "Runtime") -> Optional[tuple[float, ...]]:
