@@ -73,7 +73,8 @@ def load_model(
     path, hub_name = _local_path(spec_path or ensure_default_model(on_progress))
     use_dense = cpu_is_default() if dense is None else dense
     # --lora-fuse merges into float32 weights: the file's blocks stay out
-    native_cpu = (cpu_weights or default_cpu_weights()) == "native" and cpu_is_default() and not (lora and lora_fuse)
+    native_cpu = (cpu_weights or default_cpu_weights()) == "native" and cpu_is_default() \
+        and not (lora and lora_fuse)
     if path.is_file():
         if path.suffix.lower() != ".gguf":
             raise ModelLoadError(f"not a model: {path} (expected a .gguf file or an mlx-lm model directory)")
@@ -144,15 +145,13 @@ def _local_path(spec: str) -> tuple[Path, Optional[str]]:
 
 
 def _with_lora(loaded: LoadedModel, lora: tuple[tuple[str, float], ...]) -> LoadedModel:
-    from .lora import apply_adapters
-
-    from .lora import lora_products
+    from .lora import apply_adapters, lora_products
 
     adapters, state = apply_adapters(loaded.model, tuple((str(_local_path(p)[0]), float(s)) for p, s in lora))
     names = ", ".join(f"{Path(a.path).name} x{a.scale:g}" for a in adapters)
     decode, note = loaded.cpu_decode, ""
     if decode is not None and not lora_products(decode, loaded.model, state):
-        decode, note = None, " (decode in MLX: the CPU step here reads float32 weights only)"
+        decode, note = None, " (decode in MLX: the float32 CPU step takes no additions)"
     return replace(loaded, adapters=adapters, lora=state, cpu_decode=decode,
                    description=f"{loaded.description}, LoRA {names}{note}")
 
