@@ -134,13 +134,14 @@ def _build_tokenizer(meta: dict, source: str) -> Tokenizer:
     return tok
 
 
-def end_of_generation_ids(meta: dict) -> set[int]:
+def end_of_generation_ids(meta: dict, fim: Optional[FimTokens] = None) -> set[int]:
     """llama.cpp's end-of-generation set: the eos/eot/eom ids, every token spelled like a turn end
     (Gemma's <end_of_turn> and Phi-3's <|end|> are not the files' eos), and the FIM pad, repo and file
     separator tokens."""
     keys = ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id")
     ids = {i for key in keys if (i := _metadata_int(meta, key)) is not None}
-    return ids | gguf_fim(meta).ends | {i for i, text in enumerate(meta["tokenizer.ggml.tokens"]) if text in EOG_TEXTS}
+    named = {i for i, text in enumerate(meta["tokenizer.ggml.tokens"]) if text in EOG_TEXTS}
+    return ids | (fim or gguf_fim(meta)).ends | named
 
 
 def gguf_fim(meta: dict) -> FimTokens:
@@ -229,10 +230,10 @@ def gguf_tokenizer(meta: dict, source: str) -> TokenizerInfo:
         hf, detokenizer = _sentencepiece(meta, source), SPMStreamingDetokenizer
         hf.add_bos_token = add_bos
         hf.add_eos_token = add_eos
+    fim = gguf_fim(meta)  # one pass over the vocabulary, for the FIM roles and the ends they add
     wrapper = keep_leading_space(TokenizerWrapper(hf, detokenizer_class=detokenizer,
-                                                  eos_token_ids=end_of_generation_ids(meta)))
-    return TokenizerInfo(wrapper, bos, frozenset(wrapper.eos_token_ids), add_bos, eos if add_eos else None,
-                         gguf_fim(meta))
+                                                  eos_token_ids=end_of_generation_ids(meta, fim)))
+    return TokenizerInfo(wrapper, bos, frozenset(wrapper.eos_token_ids), add_bos, eos if add_eos else None, fim)
 
 
 def _wordpiece(meta: dict) -> TokenizerInfo:

@@ -34,6 +34,11 @@ class LoadedModel:
     lora: Optional[Any] = None  # their scales' state (models/lora.LoraState), which the runner sets per forward
 
     @property
+    def adapter_scales(self) -> tuple[float, ...]:
+        """The LoRA adapters' loaded scales, in id order."""
+        return tuple(a.scale for a in self.adapters)
+
+    @property
     def causal(self) -> bool:
         """False for an encoder (models/bert.py): its prompt runs as one piece."""
         return getattr(self.model, "causal", True)

@@ -184,6 +184,10 @@ class Runtime:
             return unavailable("the model is loading; retry shortly", "model_loading")
         return None
 
+    def lora_scales(self) -> tuple[float, ...]:
+        """The LoRA scales a request without its own runs at: POST /lora-adapters' else the loaded ones."""
+        return self.lora_override or self.loaded.adapter_scales
+
     def check_model(self, name: Optional[str]) -> None:
         """Any name is accepted, like llama-server with one model: clients hard-code names, and
         replies report the served id. (Kept as the one place to route names when several are served.)"""

@@ -192,9 +192,9 @@ def sampling_params(req: GenerationRequest, defaults: SamplingParams, slot_conte
 def fixed_scales(rt: Any, scales: tuple[float, ...], param: str) -> tuple[float, ...]:
     """`scales` when the adapters can run at them: fused ones (--lora-fuse) only at their loaded scales."""
     adapters = rt.loaded.adapters
-    if adapters and adapters[0].fused and scales != tuple(a.scale for a in adapters):
+    if adapters and adapters[0].fused and scales != rt.loaded.adapter_scales:
         raise FieldError(f"{param}: the LoRA adapters are fused into the weights (--lora-fuse): they run at their "
-                         f"loaded scales {[a.scale for a in adapters]} only", param=param)
+                         f"loaded scales {list(rt.loaded.adapter_scales)} only", param=param)
     return scales
 
 

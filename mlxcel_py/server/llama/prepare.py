@@ -119,8 +119,7 @@ def request_lora(body: NativeCompletionRequest, rt: "Runtime") -> Optional[tuple
         return None
     else:
         scales = lora_scales(body.lora, rt)
-    loaded = tuple(a.scale for a in rt.loaded.adapters)
-    return None if scales == loaded and rt.lora_override is None else scales
+    return None if scales == rt.loaded.adapter_scales and rt.lora_override is None else scales
 
 
 def prepare_native(rt: "Runtime", raw: bytes) -> PreparedGroup[NativeReply]:
@@ -153,7 +152,7 @@ def prepare_prompts(rt: "Runtime", body: NativeCompletionRequest, prompts: list[
         probs = ProbsMaker(TokenPieces(rt.loaded.tokenizer, rt.worker.compiler), sampling.post_sampling_probs)
     stream = bool(body.stream)
     fields = tuple(body.response_fields) if body.response_fields is not None else None
-    scales = lora or rt.lora_override or tuple(a.scale for a in rt.loaded.adapters)
+    scales = lora or rt.lora_scales()
     settings = generation_settings(sampling, stream, body.n_keep or 0, body.n_discard or 0,
                                    tuple(zip(rt.loaded.adapters, scales)))
     stop_tokens = tuple((s, len(encode_text(rt.loaded.tokenizer, s, add_special_tokens=False)))

@@ -108,8 +108,7 @@ async def lora_adapters(request: Request) -> list:
     """llama-server's GET /lora-adapters: the adapters loaded with the model and the scales requests without
     their own `lora` run at."""
     async with routed(request, name=request.query_params.get("model")) as rt:
-        scales = rt.lora_override or tuple(a.scale for a in rt.loaded.adapters)
-        return [{"id": a.id, "path": a.path, "scale": s} for a, s in zip(rt.loaded.adapters, scales)]
+        return [{"id": a.id, "path": a.path, "scale": s} for a, s in zip(rt.loaded.adapters, rt.lora_scales())]
 
 
 async def set_lora_adapters(request: Request) -> dict:
@@ -122,7 +121,7 @@ async def set_lora_adapters(request: Request) -> dict:
         except ValueError:
             raise FieldError("the body must be a JSON array of {\"id\", \"scale\"}", param="body") from None
         scales = lora_scales(entries, rt, "body")
-        rt.lora_override = None if scales == tuple(a.scale for a in rt.loaded.adapters) else scales
+        rt.lora_override = None if scales == rt.loaded.adapter_scales else scales
         return {"success": True}
 
 
@@ -130,8 +129,8 @@ def _props(rt: "Runtime") -> dict:
     stats = rt.worker.stats()
     server = rt.config.server or ServerConfig()
     return {
-        "default_generation_settings": {"params": default_settings(rt.config.sampling, tuple(zip(
-            rt.loaded.adapters, rt.lora_override or tuple(a.scale for a in rt.loaded.adapters)))),
+        "default_generation_settings": {"params": default_settings(rt.config.sampling,
+                                                                   tuple(zip(rt.loaded.adapters, rt.lora_scales()))),
                                         "n_ctx": stats.slot_context},
         "total_slots": len(stats.slots),
         "model_alias": rt.model_id,
