@@ -32,7 +32,7 @@ blas:
 test: setup $(VENV)/.webui-stamp chromium
 	$(BIN)/python -m pytest -n 2 --dist loadfile $(ARGS)
 
-# The edit-test loop (about 1.5 minutes on 2 cores): every test but those that run the real default
+# The edit-test loop (about 2 minutes on 2 cores): every test but those that run the real default
 # model (marked slow), on two pytest-xdist workers. `make test` (CI's) runs everything.
 test-fast: setup
 	$(BIN)/python -m pytest -n 2 -m 'not slow and not cluster_extended and not webui_full' $(ARGS)
